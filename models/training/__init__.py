@@ -1,0 +1,1 @@
+"""How the embedded default model is trained: corpus, tokenizer (export-time code, may use torch)."""
