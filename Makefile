@@ -1,0 +1,39 @@
+# Two set-up commands for a fresh machine: `make serve` and `make test`.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+MODEL  ?= models/default
+ONNX   ?= build/onnx/default
+HOST   ?= 0.0.0.0
+PORT   ?= 8000
+
+.PHONY: serve test lint onnx venv clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e '.[export,dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+$(ONNX)/decoder.onnx: $(VENV)/.installed
+	$(PY) -m export --model $(MODEL) --output $(ONNX)
+
+onnx: $(ONNX)/decoder.onnx
+
+serve: onnx
+	MT_MODEL_DIR=$(ONNX) $(PY) -m service --host $(HOST) --port $(PORT)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf build

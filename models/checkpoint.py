@@ -1,0 +1,58 @@
+"""Our save format, and loading either it or a Hugging Face Marian (OPUS-MT) directory.
+
+Our format is one directory: ``config.json`` (a TransformerConfig plus ``"format": "mtserve"``),
+``model.safetensors``, and the tokenizer files in the Marian layout (``source.spm``,
+``target.spm``, ``vocab.json``), so one tokenizer code path serves both.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from safetensors.torch import load_model, save_model
+
+from models.config import TransformerConfig
+from models.transformer import Transformer
+
+FORMAT_NAME = "mtserve"
+TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json", "target_vocab.json", "tokenizer_config.json")
+
+
+def copy_tokenizer_files(source_dir: str | Path, output_dir: str | Path) -> list[str]:
+    """Copy whichever Marian-layout tokenizer files exist; returns their names."""
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (Path(source_dir) / name).exists():
+            shutil.copyfile(Path(source_dir) / name, Path(output_dir) / name)
+            copied.append(name)
+    return copied
+
+
+def save_pretrained(model: Transformer, output_dir: str | Path, tokenizer_dir: str | Path | None = None) -> None:
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    config = {"format": FORMAT_NAME, **model.config.to_dict()}
+    (output_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_model(model, str(output_dir / "model.safetensors"))  # de-duplicates tied weights
+    if tokenizer_dir is not None and Path(tokenizer_dir).resolve() != output_dir.resolve():
+        copy_tokenizer_files(tokenizer_dir, output_dir)
+
+
+def is_marian_dir(model_dir: str | Path) -> bool:
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return config.get("model_type") == "marian"
+
+
+def load_pretrained(model_dir: str | Path) -> Transformer:
+    """Load our format or a Hugging Face Marian directory, in eval mode."""
+    model_dir = Path(model_dir)
+    if is_marian_dir(model_dir):
+        from models.marian import load_marian
+
+        return load_marian(model_dir)
+    config = TransformerConfig.load(model_dir / "config.json")
+    model = Transformer(config)
+    load_model(model, str(model_dir / "model.safetensors"))
+    return model.eval()

@@ -1,0 +1,315 @@
+"""An encoder-decoder transformer for translation, written for incremental (KV-cached) decoding.
+
+Shapes: B batch, S source length, T new target tokens, P cached target tokens, D d_model,
+H heads, Dh = D / H head size, V vocabulary.
+
+The public surface is what export traces and what the search reference calls:
+
+- ``encode(src_ids, src_mask) -> (memory, cross_keys, cross_values)``: the encoder output and,
+  for every decoder layer, the cross-attention keys and values ``W_k·memory``, ``W_v·memory``.
+  They are computed once per request here; the decoder never recomputes them.
+- ``decode_step(...) -> (logits, present_keys, present_values)``: T new tokens against a
+  self-attention cache of P tokens, returning the cache grown to P + T.
+- ``forward(src_ids, src_mask, tgt_ids)``: full-sequence training pass, the same code path with
+  an empty cache.
+
+Parameter names follow Hugging Face's Marian so checkpoint import is a renaming.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from models.config import TransformerConfig
+
+KVCache = tuple[Tensor, ...]  # one (B, H, P, Dh) tensor per decoder layer
+
+
+def sinusoidal_positions(num_positions: int, dim: int) -> Tensor:
+    """Marian's sinusoidal table: sines in the first half of each vector, cosines in the second."""
+    positions = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (N, 1)
+    inverse_freq = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (ceil(D/2),)
+    angles = positions * inverse_freq  # (N, ceil(D/2))
+    table = torch.cat([angles.sin(), angles.cos()[:, : dim // 2]], dim=1)  # (N, D)
+    return table.float()
+
+
+def additive_mask(keep: Tensor, dtype: torch.dtype) -> Tensor:
+    """Boolean keep-mask -> additive bias: 0 where attention is allowed, a large negative elsewhere."""
+    return torch.zeros_like(keep, dtype=dtype).masked_fill(~keep, torch.finfo(dtype).min)
+
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over H heads.
+
+    Q, K and V are each one D x D projection whose output is split logically into H heads of
+    size Dh; the heads' outputs are concatenated back to D and projected by ``out_proj``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+
+    def project_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, L, D) -> keys, values (B, H, L, Dh)."""
+        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+
+    def forward(self, query_states: Tensor, keys: Tensor, values: Tensor, bias: Tensor) -> Tensor:
+        """query_states (B, T, D); keys, values (B, H, L, Dh); bias (B, 1, T, L) additive."""
+        batch, length, d_model = query_states.shape
+        queries = self.split_heads(self.q_proj(query_states))  # (B, H, T, Dh)
+        attended = F.scaled_dot_product_attention(
+            queries,
+            keys,
+            values,
+            attn_mask=bias,
+            dropout_p=self.dropout if self.training else 0.0,
+            scale=1.0 / math.sqrt(self.head_dim),  # the head size, not the sequence length
+        )  # (B, H, T, Dh)
+        merged = attended.transpose(1, 2).reshape(batch, length, d_model)  # (B, T, D)
+        return self.out_proj(merged)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, ffn_dim: int, activation: str, activation_dropout: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, d_model)
+        self.activation = ACTIVATIONS[activation]
+        self.activation_dropout = nn.Dropout(activation_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.activation_dropout(self.activation(self.fc1(x))))
+
+
+class Sublayer(nn.Module):
+    """Residual connection around a sublayer, with its layer norm before (pre-norm) or after."""
+
+    def __init__(self, d_model: int, normalize_before: bool, dropout: float, eps: float) -> None:
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(d_model, eps=eps)
+        self.normalize_before = normalize_before
+        self.dropout = nn.Dropout(dropout)
+
+    def normalize_input(self, x: Tensor) -> Tensor:
+        return self.layer_norm(x) if self.normalize_before else x
+
+    def add_residual(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        x = x + self.dropout(sublayer_output)
+        return x if self.normalize_before else self.layer_norm(x)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        d, pre, drop, eps = config.d_model, config.normalize_before, config.dropout, config.layer_norm_eps
+        self.self_attn = MultiHeadAttention(d, config.encoder_heads, config.attention_dropout)
+        self.self_attn_sublayer = Sublayer(d, pre, drop, eps)
+        self.feed_forward = FeedForward(
+            d, config.encoder_ffn_dim, config.activation, config.activation_dropout
+        )
+        self.feed_forward_sublayer = Sublayer(d, pre, drop, eps)
+
+    def forward(self, x: Tensor, src_bias: Tensor) -> Tensor:
+        """x (B, S, D); src_bias (B, 1, S, S) hides padding keys."""
+        h = self.self_attn_sublayer.normalize_input(x)
+        keys, values = self.self_attn.project_keys_values(h)
+        x = self.self_attn_sublayer.add_residual(x, self.self_attn(h, keys, values, src_bias))
+        h = self.feed_forward_sublayer.normalize_input(x)
+        return self.feed_forward_sublayer.add_residual(x, self.feed_forward(h))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        d, pre, drop, eps = config.d_model, config.normalize_before, config.dropout, config.layer_norm_eps
+        self.self_attn = MultiHeadAttention(d, config.decoder_heads, config.attention_dropout)
+        self.self_attn_sublayer = Sublayer(d, pre, drop, eps)
+        self.encoder_attn = MultiHeadAttention(d, config.decoder_heads, config.attention_dropout)
+        self.encoder_attn_sublayer = Sublayer(d, pre, drop, eps)
+        self.feed_forward = FeedForward(
+            d, config.decoder_ffn_dim, config.activation, config.activation_dropout
+        )
+        self.feed_forward_sublayer = Sublayer(d, pre, drop, eps)
+
+    def forward(
+        self,
+        x: Tensor,
+        self_bias: Tensor,
+        past_keys: Tensor,
+        past_values: Tensor,
+        cross_keys: Tensor,
+        cross_values: Tensor,
+        cross_bias: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, D); self_bias (B, 1, T, P+T); past (B, H, P, Dh); cross (B, H, S, Dh);
+        cross_bias (B, 1, T, S). Returns x and the self-attention cache grown to P + T."""
+        h = self.self_attn_sublayer.normalize_input(x)
+        new_keys, new_values = self.self_attn.project_keys_values(h)  # (B, H, T, Dh)
+        present_keys = torch.cat([past_keys, new_keys], dim=2)  # (B, H, P+T, Dh)
+        present_values = torch.cat([past_values, new_values], dim=2)
+        x = self.self_attn_sublayer.add_residual(
+            x, self.self_attn(h, present_keys, present_values, self_bias)
+        )
+        h = self.encoder_attn_sublayer.normalize_input(x)
+        x = self.encoder_attn_sublayer.add_residual(
+            x, self.encoder_attn(h, cross_keys, cross_values, cross_bias)
+        )
+        h = self.feed_forward_sublayer.normalize_input(x)
+        x = self.feed_forward_sublayer.add_residual(x, self.feed_forward(h))
+        return x, present_keys, present_values
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.embed_scale = math.sqrt(d) if config.scale_embedding else 1.0
+        self.src_embed = nn.Embedding(config.src_vocab_size, d, padding_idx=config.pad_id)
+        self.tgt_embed = (
+            self.src_embed
+            if config.share_embeddings
+            else nn.Embedding(config.tgt_vocab_size, d, padding_idx=config.pad_id)
+        )
+        self.register_buffer(
+            "position_table", sinusoidal_positions(config.max_positions, d), persistent=False
+        )
+        self.embed_dropout = nn.Dropout(config.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+        # Pre-norm stacks end with a layer norm; post-norm stacks are already normalised.
+        final_norm = lambda: nn.LayerNorm(d, eps=config.layer_norm_eps)  # noqa: E731
+        self.encoder_final_norm = final_norm() if config.normalize_before else nn.Identity()
+        self.decoder_final_norm = final_norm() if config.normalize_before else nn.Identity()
+        self.output_projection = (
+            None if config.tie_output else nn.Linear(d, config.tgt_vocab_size, bias=False)
+        )
+        self.final_logits_bias = (
+            nn.Parameter(torch.zeros(1, config.tgt_vocab_size)) if config.final_logits_bias else None
+        )
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            nn.init.zeros_(module.bias) if module.bias is not None else None
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=module.embedding_dim**-0.5)
+            if module.padding_idx is not None:
+                nn.init.zeros_(module.weight[module.padding_idx])
+
+    # --- embeddings ------------------------------------------------------------------------
+
+    def embed(self, table: nn.Embedding, ids: Tensor, positions: Tensor) -> Tensor:
+        """ids, positions (B, L) -> (B, L, D)."""
+        x = table(ids) * self.embed_scale + self.position_table[positions]
+        return self.embed_dropout(x)
+
+    # --- encoder ---------------------------------------------------------------------------
+
+    def encode(self, src_ids: Tensor, src_mask: Tensor) -> tuple[Tensor, KVCache, KVCache]:
+        """src_ids, src_mask (B, S), mask 1 for tokens and 0 for padding.
+
+        Returns memory (B, S, D) and, per decoder layer, cross keys and values (B, H, S, Dh).
+        """
+        batch, src_len = src_ids.shape
+        positions = torch.arange(src_len, device=src_ids.device).expand(batch, src_len)
+        x = self.embed(self.src_embed, src_ids, positions)  # (B, S, D)
+        keep = src_mask.bool()[:, None, None, :].expand(batch, 1, src_len, src_len)
+        src_bias = additive_mask(keep, x.dtype)  # (B, 1, S, S)
+        for layer in self.encoder_layers:
+            x = layer(x, src_bias)
+        memory = self.encoder_final_norm(x)
+        cross = [layer.encoder_attn.project_keys_values(memory) for layer in self.decoder_layers]
+        cross_keys = tuple(keys for keys, _ in cross)
+        cross_values = tuple(values for _, values in cross)
+        return memory, cross_keys, cross_values
+
+    # --- decoder ---------------------------------------------------------------------------
+
+    def empty_cache(self, batch: int, device: torch.device | None = None) -> tuple[KVCache, KVCache]:
+        """Self-attention caches of length 0 for the first decoder step."""
+        shape = (batch, self.config.decoder_heads, 0, self.config.decoder_head_dim)
+        empty = tuple(torch.zeros(shape, device=device) for _ in self.decoder_layers)
+        return empty, tuple(torch.zeros(shape, device=device) for _ in self.decoder_layers)
+
+    def decode_step(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        past_keys: KVCache,
+        past_values: KVCache,
+        cross_keys: KVCache,
+        cross_values: KVCache,
+        src_mask: Tensor,
+        self_mask: Tensor | None = None,
+    ) -> tuple[Tensor, KVCache, KVCache]:
+        """Run T new target tokens against a cache of P.
+
+        input_ids, positions (B, T); past (B, H, P, Dh) per layer; cross (B, H, S, Dh) per layer;
+        src_mask (B, S); self_mask (B, P+T), 1 where a cached or new position holds a real token
+        (rows that joined a running batch late have invalid cache slots on the left), default all 1.
+        Returns logits (B, T, V) and the caches grown to P + T.
+        """
+        batch, new_len = input_ids.shape
+        past_len = past_keys[0].shape[2]
+        total_len = past_len + new_len
+        if self_mask is None:
+            self_mask = torch.ones(batch, total_len, dtype=torch.long, device=input_ids.device)
+        # Query t sits at cache index P + t and may see cache indices j <= P + t.
+        key_index = torch.arange(total_len, device=input_ids.device)  # (P+T,)
+        query_index = torch.arange(new_len, device=input_ids.device) + past_len  # (T,)
+        causal = key_index[None, :] <= query_index[:, None]  # (T, P+T)
+        self_keep = causal[None, None, :, :] & self_mask.bool()[:, None, None, :]  # (B, 1, T, P+T)
+        src_len = src_mask.shape[1]
+        cross_keep = src_mask.bool()[:, None, None, :].expand(batch, 1, new_len, src_len)
+
+        x = self.embed(self.tgt_embed, input_ids, positions)  # (B, T, D)
+        self_bias = additive_mask(self_keep, x.dtype)
+        cross_bias = additive_mask(cross_keep, x.dtype)
+        present_keys, present_values = [], []
+        for layer, past_k, past_v, cross_k, cross_v in zip(
+            self.decoder_layers, past_keys, past_values, cross_keys, cross_values, strict=True
+        ):
+            x, keys, values = layer(x, self_bias, past_k, past_v, cross_k, cross_v, cross_bias)
+            present_keys.append(keys)
+            present_values.append(values)
+        logits = self.project_to_vocab(self.decoder_final_norm(x))  # (B, T, V)
+        return logits, tuple(present_keys), tuple(present_values)
+
+    def project_to_vocab(self, x: Tensor) -> Tensor:
+        weight = self.tgt_embed.weight if self.output_projection is None else self.output_projection.weight
+        logits = x @ weight.T  # (B, T, V)
+        return logits if self.final_logits_bias is None else logits + self.final_logits_bias
+
+    # --- training --------------------------------------------------------------------------
+
+    def forward(self, src_ids: Tensor, src_mask: Tensor, tgt_ids: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V) for decoder inputs tgt_ids (B, T) (start token first)."""
+        _, cross_keys, cross_values = self.encode(src_ids, src_mask)
+        batch, tgt_len = tgt_ids.shape
+        positions = torch.arange(tgt_len, device=tgt_ids.device).expand(batch, tgt_len)
+        past_keys, past_values = self.empty_cache(batch, tgt_ids.device)
+        logits, _, _ = self.decode_step(
+            tgt_ids, positions, past_keys, past_values, cross_keys, cross_values, src_mask
+        )
+        return logits

@@ -1,0 +1,60 @@
+"""Service configuration, read from environment variables prefixed with ``MT_``.
+
+Every field here is documented in README.md (section "Configuration"); keep the two in step.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MT_", env_file=None, extra="ignore")
+
+    # --- model and runtime -------------------------------------------------------------
+    model_dir: Path = Field(
+        Path("build/onnx/default"),
+        description="Directory written by `python -m export`: encoder.onnx, decoder.onnx, "
+        "config.json and the tokenizer files.",
+    )
+    model_name: str = Field("", description="Name reported by the API; defaults to the directory name.")
+    provider: Literal["auto", "cuda", "cpu"] = Field(
+        "auto",
+        description="ONNX Runtime execution provider. `auto` uses CUDA when it actually loads, "
+        "else CPU; `cuda` fails at start-up when CUDA cannot be used.",
+    )
+    intra_op_threads: int = Field(0, ge=0, description="ORT intra-op threads; 0 lets ORT choose.")
+
+    # --- batching ----------------------------------------------------------------------
+    max_batch_rows: int = Field(64, ge=1, description="Most rows (sentences x beams) in one decoder step.")
+    max_batch_tokens: int = Field(
+        8192, ge=16, description="Most source tokens (rows x padded length) admitted into the running batch."
+    )
+    max_queue: int = Field(256, ge=1, description="Most queued sentences; beyond it requests get 429.")
+
+    # --- per-request limits ------------------------------------------------------------
+    max_texts_per_request: int = Field(64, ge=1)
+    max_chars_per_text: int = Field(5000, ge=1)
+    max_input_tokens: int = Field(256, ge=8, description="Longest sentence in tokens after splitting.")
+    max_new_tokens: int = Field(256, ge=1, description="Upper bound on generated tokens per sentence.")
+    max_beam_size: int = Field(8, ge=1)
+    default_beam_size: int = Field(1, ge=1)
+    max_body_bytes: int = Field(1_000_000, ge=1024)
+    request_timeout_s: float = Field(60.0, gt=0)
+    retry_after_s: int = Field(1, ge=1, description="Retry-After header value on 429/503.")
+
+    # --- process -----------------------------------------------------------------------
+    host: str = "0.0.0.0"
+    port: int = 8000
+    shutdown_grace_s: float = Field(30.0, ge=0, description="SIGTERM: time to finish in-flight work.")
+    log_level: str = "info"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
