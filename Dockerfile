@@ -1,0 +1,174 @@
+# syntax=docker/dockerfile:1.7
+#
+# mtserve container images. Three stages:
+#
+#   build  python:3.11-slim + torch (CPU wheel): exports the shipped weights in
+#          models/default to ONNX and builds the mtserve wheel. Never shipped.
+#   gpu    NVIDIA CUDA 13 + cuDNN 9 runtime, Python 3.11, onnxruntime-gpu.   (--target gpu)
+#   cpu    python:3.11-slim, onnxruntime.                                    (--target cpu)
+#
+# Neither runtime image contains torch or onnx (DESIGN.md, decision 5), and each holds exactly
+# one ONNX Runtime distribution: `onnxruntime` and `onnxruntime-gpu` both install the
+# `onnxruntime` module, so installing one over the other breaks it.
+#
+#   docker build --target gpu -t mtserve:gpu .
+#   docker build --target cpu -t mtserve:cpu .
+#
+# Needs BuildKit (the default builder since Docker 23) for RUN --mount and COPY --chmod.
+
+# --- Versions: change them here, and together -----------------------------------------------
+# ONNX Runtime 1.27-1.31 wheels on PyPI are built for CUDA 13 / cuDNN 9 (1.22-1.26: CUDA 12).
+# 1.31.1 is the version the CPU test suite runs against, so the CPU and GPU images serve the
+# graphs with the same ORT release. If you move ORT_VERSION below 1.27, CUDA_IMAGE must move
+# to a 12.x image (tests/test_deployment.py checks the pairing).
+ARG ORT_VERSION=1.31.1
+# CUDA 13.0 is the oldest CUDA 13 (widest driver support: R580+). CUDA minor-version
+# compatibility lets ORT builds made with any 13.x toolkit run on it. The -cudnn- runtime
+# flavour ships cuDNN 9 and the runtime libraries ORT's CUDA provider dlopens (cudart,
+# cublas/cublasLt, cufft, curand), without compilers or headers.
+ARG CUDA_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
+# Debian-based Python image for the build and CPU stages (manylinux wheels need glibc).
+ARG PYTHON_IMAGE=python:3.11-slim-trixie
+ARG TORCH_VERSION=2.13.0
+# uv provides a relocatable CPython 3.11 on the Ubuntu-based CUDA image (Ubuntu 24.04 ships
+# 3.12 only) and installs the runtime dependencies. Pinning uv pins the CPython patch release
+# it downloads. It is bind-mounted, never copied, so it is not in the runtime images.
+ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.13.8
+
+FROM ${UV_IMAGE} AS uv
+
+# =============================================================================================
+# build: export the shipped PyTorch weights to ONNX (torch lives only here)
+# =============================================================================================
+FROM ${PYTHON_IMAGE} AS build
+ARG TORCH_VERSION
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
+
+# torch first, from the CPU index: a torch requirement resolved from PyPI later would pull
+# the multi-GB CUDA build, and the export does not need a GPU.
+RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu \
+        "torch==${TORCH_VERSION}"
+
+# Runtime + export dependencies, read from pyproject.toml so this layer is rebuilt only when
+# the dependency list changes, not on every source edit. constraints.txt keeps torch pinned.
+COPY pyproject.toml constraints.txt ./
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['dependencies'] + p['optional-dependencies']['export']))" > /tmp/requirements.txt \
+ && pip install --no-cache-dir -c constraints.txt -r /tmp/requirements.txt
+
+COPY README.md ./
+COPY models/ models/
+COPY export/ export/
+COPY service/ service/
+
+# /export/default: the ONNX graphs, config and tokenizer files the runtime loads
+# (MT_MODEL_DIR). /dist: the project as a wheel, installed with --no-deps in the runtime
+# stages (their dependency set is docker/requirements-runtime.txt plus the matching ORT).
+RUN python -m export --model models/default --output /export/default \
+ && pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+
+# =============================================================================================
+# gpu: CUDA + cuDNN runtime, onnxruntime-gpu
+# =============================================================================================
+FROM ${CUDA_IMAGE} AS gpu
+ARG ORT_VERSION
+LABEL org.opencontainers.image.title="mtserve (GPU)" \
+      org.opencontainers.image.description="Machine-translation inference service: ONNX Runtime CUDA, continuous batching" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    UV_NO_CACHE=1 \
+    UV_PYTHON_INSTALL_DIR=/opt/python \
+    UV_PYTHON_PREFERENCE=only-managed \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+
+# Python 3.11 (uv's standalone build) in /opt/python, a venv in /opt/venv, the pinned runtime
+# set + onnxruntime-gpu, then the project wheel without dependencies. Bytecode is compiled
+# now because the container runs with a read-only root filesystem.
+RUN --mount=type=bind,from=uv,source=/uv,target=/usr/local/bin/uv \
+    --mount=type=bind,from=build,source=/dist,target=/tmp/dist \
+    --mount=type=bind,source=docker/requirements-runtime.txt,target=/tmp/requirements-runtime.txt \
+    uv python install 3.11 \
+ && uv venv --python 3.11 /opt/venv \
+ && uv pip install --compile-bytecode -r /tmp/requirements-runtime.txt "onnxruntime-gpu==${ORT_VERSION}" \
+ && uv pip install --compile-bytecode --no-deps /tmp/dist/*.whl \
+ && useradd --system --uid 10001 --user-group --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin mtserve
+
+# Fail the build, not the deployment, if the image breaks the runtime rules.
+RUN --mount=type=bind,source=docker/verify_runtime.py,target=/tmp/verify_runtime.py \
+    python /tmp/verify_runtime.py --flavour gpu
+
+COPY --chmod=0755 docker/healthcheck.py /usr/local/bin/mt-healthcheck
+# The exported default model. Serve another one by mounting its export directory (read-only)
+# and pointing MT_MODEL_DIR at it; there is deliberately no VOLUME here, because a VOLUME
+# would create a stray anonymous volume on every `docker run`.
+COPY --from=build /export/default /models/default
+
+# provider=cuda: the GPU image refuses to start on CPU (e.g. `--gpus` forgotten) instead of
+# silently serving at a fraction of the throughput; set MT_PROVIDER=auto to allow fallback.
+ENV MT_MODEL_DIR=/models/default \
+    MT_PROVIDER=cuda \
+    MT_HOST=0.0.0.0 \
+    MT_PORT=8000
+
+WORKDIR /srv/mtserve
+# Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+USER 10001:10001
+EXPOSE 8000
+# uvicorn drains in-flight requests on SIGTERM (MT_SHUTDOWN_GRACE_S).
+STOPSIGNAL SIGTERM
+# Liveness only: /ready (model warmed up) is what load balancers and compose wait for.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["mt-healthcheck", "/health"]
+CMD ["python", "-m", "service"]
+
+# =============================================================================================
+# cpu: python:3.11-slim, onnxruntime (CPU build)
+# =============================================================================================
+FROM ${PYTHON_IMAGE} AS cpu
+ARG ORT_VERSION
+LABEL org.opencontainers.image.title="mtserve (CPU)" \
+      org.opencontainers.image.description="Machine-translation inference service: ONNX Runtime CPU, continuous batching" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    UV_NO_CACHE=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+
+# Same install as the GPU stage, on the image's own CPython 3.11, with the CPU ORT build.
+RUN --mount=type=bind,from=uv,source=/uv,target=/usr/local/bin/uv \
+    --mount=type=bind,from=build,source=/dist,target=/tmp/dist \
+    --mount=type=bind,source=docker/requirements-runtime.txt,target=/tmp/requirements-runtime.txt \
+    uv venv --python /usr/local/bin/python3.11 /opt/venv \
+ && uv pip install --compile-bytecode -r /tmp/requirements-runtime.txt "onnxruntime==${ORT_VERSION}" \
+ && uv pip install --compile-bytecode --no-deps /tmp/dist/*.whl \
+ && useradd --system --uid 10001 --user-group --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin mtserve
+
+RUN --mount=type=bind,source=docker/verify_runtime.py,target=/tmp/verify_runtime.py \
+    python /tmp/verify_runtime.py --flavour cpu
+
+COPY --chmod=0755 docker/healthcheck.py /usr/local/bin/mt-healthcheck
+COPY --from=build /export/default /models/default
+
+ENV MT_MODEL_DIR=/models/default \
+    MT_PROVIDER=cpu \
+    MT_HOST=0.0.0.0 \
+    MT_PORT=8000
+
+WORKDIR /srv/mtserve
+USER 10001:10001
+EXPOSE 8000
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["mt-healthcheck", "/health"]
+CMD ["python", "-m", "service"]
