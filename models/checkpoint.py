@@ -17,7 +17,13 @@ from models.config import TransformerConfig
 from models.transformer import Transformer
 
 FORMAT_NAME = "mtserve"
-TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json", "target_vocab.json", "tokenizer_config.json")
+TOKENIZER_FILES = (
+    "source.spm",
+    "target.spm",
+    "vocab.json",
+    "target_vocab.json",
+    "tokenizer_config.json",
+)
 
 
 def copy_tokenizer_files(source_dir: str | Path, output_dir: str | Path) -> list[str]:
@@ -30,7 +36,9 @@ def copy_tokenizer_files(source_dir: str | Path, output_dir: str | Path) -> list
     return copied
 
 
-def save_pretrained(model: Transformer, output_dir: str | Path, tokenizer_dir: str | Path | None = None) -> None:
+def save_pretrained(
+    model: Transformer, output_dir: str | Path, tokenizer_dir: str | Path | None = None
+) -> None:
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     config = {"format": FORMAT_NAME, **model.config.to_dict()}

@@ -29,7 +29,9 @@ _RENAMES = [
 ]
 
 
-def marian_config(hf_config: dict, hf_state: dict[str, torch.Tensor], vocab: dict[str, int] | None = None) -> TransformerConfig:
+def marian_config(
+    hf_config: dict, hf_state: dict[str, torch.Tensor], vocab: dict[str, int] | None = None
+) -> TransformerConfig:
     """Our config for a Marian checkpoint. Which tables are shared is read off the weights
     themselves: transformers' flags have changed meaning across versions, the tensors have not."""
     activation = hf_config.get("activation_function", "swish")
@@ -81,7 +83,9 @@ def _read_hf_weights(marian_dir: Path) -> dict[str, torch.Tensor]:
     raise FileNotFoundError(f"{marian_dir} has neither model.safetensors nor pytorch_model.bin")
 
 
-def convert_state_dict(hf_state: dict[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
+def convert_state_dict(
+    hf_state: dict[str, torch.Tensor], config: TransformerConfig
+) -> dict[str, torch.Tensor]:
     src_table, tgt_table = _embedding_tables(hf_state)
     ours: dict[str, torch.Tensor] = {"src_embed.weight": src_table, "tgt_embed.weight": tgt_table}
     if not config.tie_output:

@@ -87,9 +87,9 @@ def beam_search(
         )
         log_probs = _next_log_probs(logits, config.pad_id)  # (B*K, V)
         vocab = log_probs.shape[-1]
-        candidate_scores = (log_probs.view(batch, num_beams, vocab) + running_scores[:, :, None]).view(
-            batch, num_beams * vocab
-        )
+        candidate_scores = (
+            log_probs.view(batch, num_beams, vocab) + running_scores[:, :, None]
+        ).view(batch, num_beams * vocab)
         top_scores, top_index = candidate_scores.topk(2 * num_beams, dim=-1)  # (B, 2K)
         top_beam, top_token = top_index // vocab, top_index % vocab
         length = step + 1  # generated tokens including the one chosen now
@@ -116,7 +116,10 @@ def beam_search(
         keep_beam = top_beam.gather(1, keep_rank)
         keep_token = top_token.gather(1, keep_rank)
         running_tokens = torch.cat(
-            [running_tokens.gather(1, keep_beam[:, :, None].expand(-1, -1, step)), keep_token[:, :, None]],
+            [
+                running_tokens.gather(1, keep_beam[:, :, None].expand(-1, -1, step)),
+                keep_token[:, :, None],
+            ],
             dim=2,
         )
         running_scores = keep_scores

@@ -88,7 +88,9 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, ffn_dim: int, activation: str, activation_dropout: float) -> None:
+    def __init__(
+        self, d_model: int, ffn_dim: int, activation: str, activation_dropout: float
+    ) -> None:
         super().__init__()
         self.fc1 = nn.Linear(d_model, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, d_model)
@@ -119,7 +121,12 @@ class Sublayer(nn.Module):
 class EncoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        d, pre, drop, eps = config.d_model, config.normalize_before, config.dropout, config.layer_norm_eps
+        d, pre, drop, eps = (
+            config.d_model,
+            config.normalize_before,
+            config.dropout,
+            config.layer_norm_eps,
+        )
         self.self_attn = MultiHeadAttention(d, config.encoder_heads, config.attention_dropout)
         self.self_attn_sublayer = Sublayer(d, pre, drop, eps)
         self.feed_forward = FeedForward(
@@ -139,7 +146,12 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        d, pre, drop, eps = config.d_model, config.normalize_before, config.dropout, config.layer_norm_eps
+        d, pre, drop, eps = (
+            config.d_model,
+            config.normalize_before,
+            config.dropout,
+            config.layer_norm_eps,
+        )
         self.self_attn = MultiHeadAttention(d, config.decoder_heads, config.attention_dropout)
         self.self_attn_sublayer = Sublayer(d, pre, drop, eps)
         self.encoder_attn = MultiHeadAttention(d, config.decoder_heads, config.attention_dropout)
@@ -193,8 +205,12 @@ class Transformer(nn.Module):
             "position_table", sinusoidal_positions(config.max_positions, d), persistent=False
         )
         self.embed_dropout = nn.Dropout(config.dropout)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(config) for _ in range(config.encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(config) for _ in range(config.decoder_layers)
+        )
         # Pre-norm stacks end with a layer norm; post-norm stacks are already normalised.
         final_norm = lambda: nn.LayerNorm(d, eps=config.layer_norm_eps)  # noqa: E731
         self.encoder_final_norm = final_norm() if config.normalize_before else nn.Identity()
@@ -203,7 +219,9 @@ class Transformer(nn.Module):
             None if config.tie_output else nn.Linear(d, config.tgt_vocab_size, bias=False)
         )
         self.final_logits_bias = (
-            nn.Parameter(torch.zeros(1, config.tgt_vocab_size)) if config.final_logits_bias else None
+            nn.Parameter(torch.zeros(1, config.tgt_vocab_size))
+            if config.final_logits_bias
+            else None
         )
         self.apply(self._init_weights)
 
@@ -246,7 +264,9 @@ class Transformer(nn.Module):
 
     # --- decoder ---------------------------------------------------------------------------
 
-    def empty_cache(self, batch: int, device: torch.device | None = None) -> tuple[KVCache, KVCache]:
+    def empty_cache(
+        self, batch: int, device: torch.device | None = None
+    ) -> tuple[KVCache, KVCache]:
         """Self-attention caches of length 0 for the first decoder step."""
         shape = (batch, self.config.decoder_heads, 0, self.config.decoder_head_dim)
         empty = tuple(torch.zeros(shape, device=device) for _ in self.decoder_layers)
@@ -297,7 +317,11 @@ class Transformer(nn.Module):
         return logits, tuple(present_keys), tuple(present_values)
 
     def project_to_vocab(self, x: Tensor) -> Tensor:
-        weight = self.tgt_embed.weight if self.output_projection is None else self.output_projection.weight
+        weight = (
+            self.tgt_embed.weight
+            if self.output_projection is None
+            else self.output_projection.weight
+        )
         logits = x @ weight.T  # (B, T, V)
         return logits if self.final_logits_bias is None else logits + self.final_logits_bias
 

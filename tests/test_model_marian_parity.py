@@ -20,7 +20,9 @@ VARIANTS = {
         decoder_start_token_id=79,
         tie_word_embeddings=False,
     ),
-    "relu_unscaled": dict(activation_function="relu", scale_embedding=False, tie_word_embeddings=False),
+    "relu_unscaled": dict(
+        activation_function="relu", scale_embedding=False, tie_word_embeddings=False
+    ),
 }
 
 
@@ -37,7 +39,9 @@ def padded_batch(lengths: list[int], vocab: int, pad: int, eos: int, seed: int =
     return src_ids, src_mask
 
 
-def hf_generate(hf_model, src_ids, src_mask, num_beams: int, max_new_tokens: int) -> list[list[int]]:
+def hf_generate(
+    hf_model, src_ids, src_mask, num_beams: int, max_new_tokens: int
+) -> list[list[int]]:
     config = hf_model.config
     output = hf_model.generate(
         input_ids=src_ids,
@@ -73,7 +77,9 @@ def test_imported_logits_match_transformers_on_padded_batch(model_pair):
     tgt_ids = torch.randint(1, config.tgt_vocab_size - 1, (3, 6))
     tgt_ids[:, 0] = config.decoder_start_id
     with torch.no_grad():
-        expected = hf_model(input_ids=src_ids, attention_mask=src_mask, decoder_input_ids=tgt_ids).logits
+        expected = hf_model(
+            input_ids=src_ids, attention_mask=src_mask, decoder_input_ids=tgt_ids
+        ).logits
         actual = ours(src_ids, src_mask, tgt_ids)
     assert actual.shape == expected.shape
     torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
@@ -83,13 +89,17 @@ def test_imported_logits_match_transformers_on_padded_batch(model_pair):
 def test_search_matches_transformers_generate(model_pair, num_beams):
     hf_model, ours = model_pair
     config = ours.config
-    src_ids, src_mask = padded_batch([12, 4, 8, 10, 6, 9, 7, 11], config.src_vocab_size, config.pad_id, config.eos_id, seed=3)
+    src_ids, src_mask = padded_batch(
+        [12, 4, 8, 10, 6, 9, 7, 11], config.src_vocab_size, config.pad_id, config.eos_id, seed=3
+    )
     max_new_tokens = 12
     expected = hf_generate(hf_model, src_ids, src_mask, num_beams, max_new_tokens)
     if num_beams == 1:
         actual = greedy_search(ours, src_ids, src_mask, max_new_tokens=max_new_tokens)
     else:
-        actual = beam_search(ours, src_ids, src_mask, beam_size=num_beams, max_new_tokens=max_new_tokens)
+        actual = beam_search(
+            ours, src_ids, src_mask, beam_size=num_beams, max_new_tokens=max_new_tokens
+        )
     assert actual == expected
     # The comparison means something only if outputs differ by input and some stop on eos.
     assert len({tuple(tokens) for tokens in expected}) > 1
@@ -104,4 +114,6 @@ def test_save_and_reload_preserves_outputs(model_pair, tmp_path):
     src_ids, src_mask = padded_batch([6, 4], config.src_vocab_size, config.pad_id, config.eos_id)
     tgt_ids = torch.full((2, 3), config.decoder_start_id)
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(src_ids, src_mask, tgt_ids), ours(src_ids, src_mask, tgt_ids))
+        torch.testing.assert_close(
+            reloaded(src_ids, src_mask, tgt_ids), ours(src_ids, src_mask, tgt_ids)
+        )
