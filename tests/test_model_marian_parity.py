@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import MarianMTModel
 
 from models.checkpoint import load_pretrained, save_pretrained
 from models.search import beam_search, greedy_search
