@@ -29,10 +29,10 @@ from tqdm import tqdm
 
 from models.checkpoint import save_pretrained
 from models.config import TransformerConfig
-from models.search import greedy_search
 from models.training.corpus import read_tsv
+from models.training.evaluate import translate
 from models.transformer import Transformer
-from service.placeholders import mask_pair, protect, restore
+from service.placeholders import mask_pair
 from service.tokenizer import Tokenizer
 
 log = logging.getLogger("train")
@@ -52,7 +52,9 @@ class TrainingOptions:
     seed: int = 1
 
 
-def default_model_config(vocab_size: int, pad_id: int, eos_id: int, unk_id: int) -> TransformerConfig:
+def default_model_config(
+    vocab_size: int, pad_id: int, eos_id: int, unk_id: int
+) -> TransformerConfig:
     """4 encoder + 3 decoder pre-norm layers of width 256: ~8.4M parameters, 17 MB in fp16.
 
     A deeper encoder than decoder: the decoder runs once per generated token, the encoder once
@@ -88,7 +90,9 @@ def default_model_config(vocab_size: int, pad_id: int, eos_id: int, unk_id: int)
 # --- data --------------------------------------------------------------------------------
 
 
-def encode_split(path: Path, tokenizer: Tokenizer, max_len: int) -> list[tuple[list[int], list[int]]]:
+def encode_split(
+    path: Path, tokenizer: Tokenizer, max_len: int
+) -> list[tuple[list[int], list[int]]]:
     """(source ids, target ids) per pair, placeholders masked consistently on both sides."""
     pairs = read_tsv(path)
     masked = [mask_pair(pair.source, pair.target)[:2] for pair in pairs]
@@ -106,7 +110,9 @@ def make_batches(
 ) -> list[list[int]]:
     """Indices grouped by length so that padding stays low, at most max_tokens target tokens
     (counted with padding) per batch; batch order shuffled."""
-    order = sorted(range(len(examples)), key=lambda i: (len(examples[i][1]), len(examples[i][0]), rng.random()))
+    order = sorted(
+        range(len(examples)), key=lambda i: (len(examples[i][1]), len(examples[i][0]), rng.random())
+    )
     batches, current, longest = [], [], 0
     for index in order:
         length = len(examples[index][1])
@@ -141,30 +147,9 @@ def collate(
 # --- evaluation --------------------------------------------------------------------------
 
 
-def translate(model: Transformer, tokenizer: Tokenizer, texts: list[str], batch_size: int = 64) -> list[str]:
-    """Greedy translation with placeholder protection, as the service does it."""
-    model.eval()
-    outputs: list[str] = []
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    translated: dict[int, str] = {}
-    for start in range(0, len(order), batch_size):
-        indices = order[start : start + batch_size]
-        protected = [protect(texts[i]) for i in indices]
-        ids = tokenizer.encode([masked for masked, _ in protected])
-        src_len = max(len(row) for row in ids)
-        src_ids = torch.full((len(ids), src_len), model.config.pad_id)
-        for row, row_ids in enumerate(ids):
-            src_ids[row, : len(row_ids)] = torch.tensor(row_ids)
-        src_mask = (src_ids != model.config.pad_id).long()
-        max_new = min(model.config.max_positions - 1, int(src_len * 1.5) + 10)
-        hypotheses = greedy_search(model, src_ids, src_mask, max_new_tokens=max_new)
-        for index, tokens, (_, originals) in zip(indices, hypotheses, protected, strict=True):
-            translated[index] = restore(tokenizer.decode(tokens), originals)
-    outputs = [translated[i] for i in range(len(texts))]
-    return outputs
-
-
-def validation_chrf(model: Transformer, tokenizer: Tokenizer, sources: list[str], references: list[str]) -> float:
+def validation_chrf(
+    model: Transformer, tokenizer: Tokenizer, sources: list[str], references: list[str]
+) -> float:
     hypotheses = translate(model, tokenizer, sources)
     return sacrebleu.corpus_chrf(hypotheses, [references]).score
 
@@ -174,7 +159,9 @@ def validation_chrf(model: Transformer, tokenizer: Tokenizer, sources: list[str]
 
 def inverse_sqrt_lr(step: int, options: TrainingOptions) -> float:
     step = max(step, 1)
-    return options.peak_lr * min(step / options.warmup_steps, math.sqrt(options.warmup_steps / step))
+    return options.peak_lr * min(
+        step / options.warmup_steps, math.sqrt(options.warmup_steps / step)
+    )
 
 
 def train(corpus: Path, out: Path, max_minutes: float, options: TrainingOptions) -> None:
@@ -185,7 +172,11 @@ def train(corpus: Path, out: Path, max_minutes: float, options: TrainingOptions)
     torch.manual_seed(options.seed)
     model = Transformer(config)
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=options.peak_lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=options.weight_decay
+        model.parameters(),
+        lr=options.peak_lr,
+        betas=(0.9, 0.98),
+        eps=1e-9,
+        weight_decay=options.weight_decay,
     )
     state = {"step": 0, "epoch": 0, "history": [], "snapshots": []}
     checkpoint_path = out / "checkpoint.pt"
@@ -201,14 +192,24 @@ def train(corpus: Path, out: Path, max_minutes: float, options: TrainingOptions)
     valid_pairs = read_tsv(corpus / "valid.tsv")[: options.eval_sentences]
     valid_sources = [pair.source for pair in valid_pairs]
     valid_references = [pair.target for pair in valid_pairs]
-    log.info("model: %.1fM parameters; %d training pairs", sum(p.numel() for p in model.parameters()) / 1e6, len(train_examples))
+    log.info(
+        "model: %.1fM parameters; %d training pairs",
+        sum(p.numel() for p in model.parameters()) / 1e6,
+        len(train_examples),
+    )
 
     deadline = time.monotonic() + max_minutes * 60
     while time.monotonic() < deadline:
         rng = random.Random(options.seed + state["epoch"])
         batches = make_batches(train_examples, options.max_tokens, rng)
         first_batch = state.get("batch_in_epoch", 0)
-        progress = tqdm(batches[first_batch:], desc=f"epoch {state['epoch']}", mininterval=30, initial=first_batch, total=len(batches))
+        progress = tqdm(
+            batches[first_batch:],
+            desc=f"epoch {state['epoch']}",
+            mininterval=30,
+            initial=first_batch,
+            total=len(batches),
+        )
         for batch_number, indices in enumerate(progress, start=first_batch):
             model.train()
             src_ids, src_mask, tgt_in, labels = collate(
@@ -237,9 +238,30 @@ def train(corpus: Path, out: Path, max_minutes: float, options: TrainingOptions)
                 for old in state["snapshots"][: -options.snapshots_kept]:
                     Path(old).unlink(missing_ok=True)
                 state["snapshots"] = state["snapshots"][-options.snapshots_kept :]
-                state["history"].append({"step": state["step"], "epoch": state["epoch"], "loss": loss.item(), "valid_chrf": chrf, "snapshot": str(snapshot)})
-                log.info("step %d epoch %d loss %.3f valid chrF %.2f", state["step"], state["epoch"], loss.item(), chrf)
-                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state}, checkpoint_path)
+                state["history"].append(
+                    {
+                        "step": state["step"],
+                        "epoch": state["epoch"],
+                        "loss": loss.item(),
+                        "valid_chrf": chrf,
+                        "snapshot": str(snapshot),
+                    }
+                )
+                log.info(
+                    "step %d epoch %d loss %.3f valid chrF %.2f",
+                    state["step"],
+                    state["epoch"],
+                    loss.item(),
+                    chrf,
+                )
+                torch.save(
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "state": state,
+                    },
+                    checkpoint_path,
+                )
                 (out / "history.json").write_text(json.dumps(state["history"], indent=2))
             if time.monotonic() >= deadline:
                 break
@@ -259,7 +281,9 @@ def finalize(corpus: Path, out: Path, destination: Path) -> None:
     existing = [entry for entry in history if Path(entry["snapshot"]).exists()]
     candidates: dict[str, dict[str, torch.Tensor]] = {}
     best_single = max(existing, key=lambda entry: entry["valid_chrf"])
-    candidates[f"best snapshot (step {best_single['step']})"] = torch.load(best_single["snapshot"], weights_only=True)
+    candidates[f"best snapshot (step {best_single['step']})"] = torch.load(
+        best_single["snapshot"], weights_only=True
+    )
     recent = [torch.load(entry["snapshot"], weights_only=True) for entry in existing[-4:]]
     if len(recent) > 1:
         candidates[f"average of last {len(recent)} snapshots"] = {
@@ -275,18 +299,29 @@ def finalize(corpus: Path, out: Path, destination: Path) -> None:
     model.load_state_dict(candidates[chosen])
     model.half()  # fp16 storage; loading casts back to fp32
     save_pretrained(model, destination, tokenizer_dir=corpus / "tokenizer")
-    summary = {"chosen": chosen, "valid_chrf_1000": scores, "steps": history[-1]["step"], "epochs": history[-1]["epoch"]}
+    summary = {
+        "chosen": chosen,
+        "valid_chrf_1000": scores,
+        "steps": history[-1]["step"],
+        "epochs": history[-1]["epoch"],
+    }
     (out / "finalize.json").write_text(json.dumps(summary, indent=2))
     log.info("wrote %s (%s)", destination, chosen)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--corpus", type=Path, default=Path("build/corpus"))
     parser.add_argument("--out", type=Path, default=Path("build/train"))
     parser.add_argument("--max-minutes", type=float, default=90.0)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default")
-    parser.add_argument("--finalize", type=Path, help="write the final model to this directory and stop")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads; 0 keeps torch's default"
+    )
+    parser.add_argument(
+        "--finalize", type=Path, help="write the final model to this directory and stop"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
