@@ -1,0 +1,349 @@
+"""PyTorch -> ONNX: an encoder graph that also returns every decoder layer's cross-attention K/V,
+and ONE decoder graph (no control flow) with a self-attention KV cache of any length P >= 0.
+
+Why the encoder returns cross K/V: they depend only on the source, so computing them once per
+request (instead of in the first decoder step, as Optimum does) keeps the decoder graph
+identical for every step and never recomputes them.
+
+Names (the contract with ``service/onnx_model.py``), L = decoder layers:
+
+encoder.onnx
+    inputs  input_ids (B, S) int64, attention_mask (B, S) int64
+    outputs encoder_hidden_states (B, S, D), cross_key_{i}, cross_value_{i} (B, H, S, Dh)
+decoder.onnx
+    inputs  input_ids (B, T), positions (B, T), self_attention_mask (B, P+T) int64,
+            past_key_{i}, past_value_{i} (B, H, P, Dh), cross_key_{i}, cross_value_{i} (B, H, S, Dh),
+            encoder_attention_mask (B, S) int64
+    outputs logits (B, T, V), present_key_{i}, present_value_{i} (B, H, P+T, Dh)
+
+Besides the two model graphs, two tiny helper graphs are written (``kv_select.onnx``,
+``kv_concat.onnx``): row gathers / column slices and concatenation of the 2L cache tensors.
+The runtime runs them on the same execution provider as the model, so on CUDA the caches never
+leave the device when beams are reordered, rows retire or newcomers join (and the runtime needs
+neither torch nor numpy copies of the caches).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import onnx
+import torch
+from onnx import TensorProto, helper
+from torch import Tensor, nn
+
+from models.checkpoint import copy_tokenizer_files, load_pretrained
+from models.transformer import Transformer
+
+log = logging.getLogger(__name__)
+
+ENCODER_FILE = "encoder.onnx"
+DECODER_FILE = "decoder.onnx"
+KV_SELECT_FILE = "kv_select.onnx"
+KV_CONCAT_FILE = "kv_concat.onnx"
+DEFAULT_OPSET = 20  # measured faster than 23 on our CPU at small sizes; see README of export/
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+
+
+def encoder_output_names(num_layers: int) -> list[str]:
+    names = ["encoder_hidden_states"]
+    for i in range(num_layers):
+        names += [f"cross_key_{i}", f"cross_value_{i}"]
+    return names
+
+
+def decoder_input_names(num_layers: int) -> list[str]:
+    # The order torch.export flattens DecoderGraph.forward's arguments in.
+    return (
+        ["input_ids", "positions", "self_attention_mask"]
+        + [f"past_key_{i}" for i in range(num_layers)]
+        + [f"past_value_{i}" for i in range(num_layers)]
+        + [f"cross_key_{i}" for i in range(num_layers)]
+        + [f"cross_value_{i}" for i in range(num_layers)]
+        + ["encoder_attention_mask"]
+    )
+
+
+def decoder_output_names(num_layers: int) -> list[str]:
+    return (
+        ["logits"]
+        + [f"present_key_{i}" for i in range(num_layers)]
+        + [f"present_value_{i}" for i in range(num_layers)]
+    )
+
+
+class EncoderGraph(nn.Module):
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
+        memory, cross_keys, cross_values = self.model.encode(input_ids, attention_mask)
+        interleaved = [t for pair in zip(cross_keys, cross_values, strict=True) for t in pair]
+        return (memory, *interleaved)
+
+
+class DecoderGraph(nn.Module):
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        self_attention_mask: Tensor,
+        past_keys: tuple[Tensor, ...],
+        past_values: tuple[Tensor, ...],
+        cross_keys: tuple[Tensor, ...],
+        cross_values: tuple[Tensor, ...],
+        encoder_attention_mask: Tensor,
+    ) -> tuple[Tensor, tuple[Tensor, ...], tuple[Tensor, ...]]:
+        return self.model.decode_step(
+            input_ids,
+            positions,
+            past_keys,
+            past_values,
+            cross_keys,
+            cross_values,
+            encoder_attention_mask,
+            self_mask=self_attention_mask,
+        )
+
+
+def example_decoder_inputs(model: Transformer, batch: int, new: int, past: int, src: int) -> tuple:
+    """Random decoder inputs. Every dynamic dim must be >= 2 when tracing (size 1 gets fixed)."""
+    config = model.config
+    layers, heads, head_dim = config.decoder_layers, config.decoder_heads, config.decoder_head_dim
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, config.tgt_vocab_size, (batch, new), generator=generator)
+    positions = torch.arange(past, past + new).expand(batch, new).contiguous()
+    self_mask = torch.ones(batch, past + new, dtype=torch.long)
+    cache = lambda length: tuple(  # noqa: E731
+        torch.randn(batch, heads, length, head_dim, generator=generator) for _ in range(layers)
+    )
+    src_mask = torch.ones(batch, src, dtype=torch.long)
+    src_mask[0, src - 1 :] = 0
+    return (
+        input_ids,
+        positions,
+        self_mask,
+        cache(past),
+        cache(past),
+        cache(src),
+        cache(src),
+        src_mask,
+    )
+
+
+def export_encoder(model: Transformer, path: Path, opset: int) -> None:
+    batch, src = torch.export.Dim("batch"), torch.export.Dim("src_len")
+    input_ids = torch.randint(2, model.config.src_vocab_size, (3, 5))
+    attention_mask = torch.ones(3, 5, dtype=torch.long)
+    attention_mask[1, 3:] = 0
+    torch.onnx.export(
+        EncoderGraph(model).eval(),
+        (input_ids, attention_mask),
+        str(path),
+        dynamo=True,
+        opset_version=opset,
+        external_data=False,
+        input_names=["input_ids", "attention_mask"],
+        output_names=encoder_output_names(model.config.decoder_layers),
+        dynamic_shapes={"input_ids": {0: batch, 1: src}, "attention_mask": {0: batch, 1: src}},
+        verbose=False,
+    )
+
+
+def export_decoder(model: Transformer, path: Path, opset: int) -> None:
+    layers = model.config.decoder_layers
+    batch, src = torch.export.Dim("batch"), torch.export.Dim("src_len")
+    new, past = torch.export.Dim("new_len"), torch.export.Dim("past_len", min=0)
+    total = torch.export.Dim.DYNAMIC  # = past_len + new_len; torch.export infers the relation
+    cache = {0: batch, 2: past}
+    cross = {0: batch, 2: src}
+    dynamic_shapes = {
+        "input_ids": {0: batch, 1: new},
+        "positions": {0: batch, 1: new},
+        "self_attention_mask": {0: batch, 1: total},
+        "past_keys": tuple(cache for _ in range(layers)),
+        "past_values": tuple(cache for _ in range(layers)),
+        "cross_keys": tuple(cross for _ in range(layers)),
+        "cross_values": tuple(cross for _ in range(layers)),
+        "encoder_attention_mask": {0: batch, 1: src},
+    }
+    torch.onnx.export(
+        DecoderGraph(model).eval(),
+        example_decoder_inputs(model, batch=3, new=2, past=4, src=5),
+        str(path),
+        dynamo=True,
+        opset_version=opset,
+        external_data=False,
+        input_names=decoder_input_names(layers),
+        output_names=decoder_output_names(layers),
+        dynamic_shapes=dynamic_shapes,
+        verbose=False,
+    )
+
+
+def write_kv_helpers(output_dir: Path, num_tensors: int, elem_type: int, opset: int) -> None:
+    """Helper graphs over ``num_tensors`` cache tensors (N, H, L, Dh), run on the model's EP.
+
+    kv_select: x_j, rows (M,), start (1,), end (1,) -> Gather(x_j, rows, axis 0)[:, :, start:end]
+        (beam reorder, retiring rows, repeating a source for its beams, trimming columns)
+    kv_concat: a_j (N, H, La, Dh), b_j (M, H, Lb, Dh) -> (N+M, H, max(La, Lb), Dh), each padded
+        with zeros at the end of axis 2 (newcomers join the running batch; the masks say which
+        slots are real)
+    """
+    opset_import = [helper.make_opsetid("", min(opset, 21))]
+    shape = ["rows", "heads", "length", "head_dim"]
+
+    def tensor(name: str, dims: list) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, elem_type, dims)
+
+    int_input = lambda name, dims: helper.make_tensor_value_info(name, TensorProto.INT64, dims)  # noqa: E731
+    axes = helper.make_tensor("axis_2", TensorProto.INT64, [1], [2])
+
+    nodes = []
+    for j in range(num_tensors):
+        nodes += [
+            helper.make_node("Gather", [f"x_{j}", "rows"], [f"gathered_{j}"], axis=0),
+            helper.make_node("Slice", [f"gathered_{j}", "start", "end", "axis_2"], [f"y_{j}"]),
+        ]
+    select = helper.make_graph(
+        nodes,
+        "kv_select",
+        [tensor(f"x_{j}", shape) for j in range(num_tensors)]
+        + [int_input("rows", ["out_rows"]), int_input("start", [1]), int_input("end", [1])],
+        [
+            tensor(f"y_{j}", ["out_rows", "heads", "out_length", "head_dim"])
+            for j in range(num_tensors)
+        ],
+        initializer=[axes],
+    )
+    onnx.save(
+        helper.make_model(select, opset_imports=opset_import, ir_version=10),
+        output_dir / KV_SELECT_FILE,
+    )
+
+    nodes = []
+    two = helper.make_tensor("two", TensorProto.INT64, [1], [2])
+    for j in range(num_tensors):
+        nodes += [
+            helper.make_node("Shape", [f"a_{j}"], [f"a_shape_{j}"]),
+            helper.make_node("Shape", [f"b_{j}"], [f"b_shape_{j}"]),
+            helper.make_node("Gather", [f"a_shape_{j}", "two"], [f"a_len_{j}"], axis=0),
+            helper.make_node("Gather", [f"b_shape_{j}", "two"], [f"b_len_{j}"], axis=0),
+            helper.make_node("Max", [f"a_len_{j}", f"b_len_{j}"], [f"len_{j}"]),
+            helper.make_node("Sub", [f"len_{j}", f"a_len_{j}"], [f"a_extra_{j}"]),
+            helper.make_node("Sub", [f"len_{j}", f"b_len_{j}"], [f"b_extra_{j}"]),
+            # pads = [0, 0, 0, 0, 0, 0, extra, 0] (begins of 4 axes, then ends)
+            helper.make_node(
+                "Concat", ["zeros6", f"a_extra_{j}", "zero1"], [f"a_pads_{j}"], axis=0
+            ),
+            helper.make_node(
+                "Concat", ["zeros6", f"b_extra_{j}", "zero1"], [f"b_pads_{j}"], axis=0
+            ),
+            helper.make_node("Pad", [f"a_{j}", f"a_pads_{j}"], [f"a_padded_{j}"]),
+            helper.make_node("Pad", [f"b_{j}", f"b_pads_{j}"], [f"b_padded_{j}"]),
+            helper.make_node("Concat", [f"a_padded_{j}", f"b_padded_{j}"], [f"y_{j}"], axis=0),
+        ]
+    concat = helper.make_graph(
+        nodes,
+        "kv_concat",
+        [tensor(f"a_{j}", shape) for j in range(num_tensors)]
+        + [
+            tensor(f"b_{j}", ["new_rows", "heads", "new_length", "head_dim"])
+            for j in range(num_tensors)
+        ],
+        [
+            tensor(f"y_{j}", ["all_rows", "heads", "out_length", "head_dim"])
+            for j in range(num_tensors)
+        ],
+        initializer=[
+            two,
+            helper.make_tensor("zeros6", TensorProto.INT64, [6], [0] * 6),
+            helper.make_tensor("zero1", TensorProto.INT64, [1], [0]),
+        ],
+    )
+    onnx.save(
+        helper.make_model(concat, opset_imports=opset_import, ir_version=10),
+        output_dir / KV_CONCAT_FILE,
+    )
+
+
+def control_flow_ops(model: onnx.ModelProto) -> set[str]:
+    found = {node.op_type for node in model.graph.node if node.op_type in CONTROL_FLOW_OPS}
+    for function in model.functions:
+        found |= {node.op_type for node in function.node if node.op_type in CONTROL_FLOW_OPS}
+    return found
+
+
+def export_config(model: Transformer, opset: int, variant: str, kv_dtype: str = "float32") -> dict:
+    config = model.config
+    layers = config.decoder_layers
+    return {
+        "format": "mtserve-onnx",
+        "model": config.to_dict(),
+        "special_ids": {
+            "pad_id": config.pad_id,
+            "eos_id": config.eos_id,
+            "unk_id": config.unk_id,
+            "decoder_start_id": config.decoder_start_id,
+        },
+        "num_layers": layers,
+        "num_heads": config.decoder_heads,
+        "head_dim": config.decoder_head_dim,
+        "vocab_size": config.tgt_vocab_size,
+        "max_positions": config.max_positions,
+        "opset": opset,
+        "variant": variant,
+        "kv_dtype": kv_dtype,
+        "encoder": {
+            "inputs": ["input_ids", "attention_mask"],
+            "outputs": encoder_output_names(layers),
+        },
+        "decoder": {"inputs": decoder_input_names(layers), "outputs": decoder_output_names(layers)},
+    }
+
+
+def export_model(
+    model: Transformer,
+    output_dir: str | Path,
+    opset: int = DEFAULT_OPSET,
+    tokenizer_dir: str | Path | None = None,
+    model_name: str = "",
+) -> Path:
+    """Write the fp32 export (encoder, decoder, KV helpers, config.json, tokenizer files)."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model = model.eval()
+    started = time.perf_counter()
+    with torch.no_grad():
+        export_encoder(model, output_dir / ENCODER_FILE, opset)
+        export_decoder(model, output_dir / DECODER_FILE, opset)
+    decoder = onnx.load(output_dir / DECODER_FILE)
+    if found := control_flow_ops(decoder):
+        raise RuntimeError(f"decoder graph has control flow {sorted(found)}")
+    write_kv_helpers(output_dir, 2 * model.config.decoder_layers, TensorProto.FLOAT, opset)
+    config = export_config(model, opset, "fp32")
+    config["model_name"] = model_name or output_dir.name
+    config["export_seconds"] = round(time.perf_counter() - started, 2)
+    (output_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    if tokenizer_dir is not None:
+        config["tokenizer_files"] = copy_tokenizer_files(tokenizer_dir, output_dir)
+        (output_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    log.info("exported %s in %.1f s", output_dir, config["export_seconds"])
+    return output_dir
+
+
+def export_from_dir(
+    model_dir: str | Path, output_dir: str | Path, opset: int = DEFAULT_OPSET
+) -> Path:
+    model = load_pretrained(model_dir)
+    return export_model(
+        model, output_dir, opset, tokenizer_dir=model_dir, model_name=Path(model_dir).name
+    )

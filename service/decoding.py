@@ -1,0 +1,141 @@
+"""Per-request search state: one small object per request, numpy only.
+
+Both classes share one interface, driven by the engine once per decoder step:
+
+- ``num_rows``: rows the request occupies in the batch (1 for greedy, K for beam search);
+- ``advance(logits) -> (next_tokens, parent_rows)``: logits (rows, V) of this step; returns the
+  tokens to feed next (rows,) and, per new row, the row (0..rows-1 within the request) whose
+  cache it continues (the engine gathers the self-attention cache with them);
+- ``done`` and ``result()``: generated ids without the start token and without eos.
+
+Semantics are those of ``models/search.py`` (themselves those of ``transformers.generate``):
+pad is never generated; beam search keeps 2K candidates, finished hypotheses are normalised by
+``length ** length_penalty``, and it stops with the ``early_stopping=False`` heuristic. Greedy
+is its own class: argmax needs no log-softmax and no hypothesis bookkeeping.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """(N, V) float32 -> (N, V) float32 log-probabilities."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def top_k_descending(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest entries of a 1-D array, largest first (ties: lower index first)."""
+    if k < scores.shape[0]:
+        candidates = np.argpartition(-scores, k - 1)[:k]
+    else:
+        candidates = np.arange(scores.shape[0])
+    order = np.lexsort((candidates, -scores[candidates]))
+    return candidates[order]
+
+
+class GreedySearch:
+    num_rows = 1
+
+    def __init__(self, max_new_tokens: int, eos_id: int, pad_id: int) -> None:
+        self.max_new_tokens = max_new_tokens
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.tokens: list[int] = []
+        self.steps = 0
+        self.done = False
+
+    def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """logits (1, V) -> next token (1,), parent row (1,)."""
+        scores = logits[0].astype(np.float32, copy=True)
+        scores[self.pad_id] = -np.inf
+        token = int(scores.argmax())
+        self.steps += 1
+        if token == self.eos_id:
+            self.done = True
+        else:
+            self.tokens.append(token)
+            self.done = self.steps >= self.max_new_tokens
+        return np.array([token], dtype=np.int64), np.zeros(1, dtype=np.int64)
+
+    def result(self) -> list[int]:
+        return list(self.tokens)
+
+
+class BeamSearch:
+    def __init__(
+        self,
+        beam_size: int,
+        max_new_tokens: int,
+        eos_id: int,
+        pad_id: int,
+        length_penalty: float = 1.0,
+    ) -> None:
+        self.num_rows = beam_size
+        self.max_new_tokens = max_new_tokens
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.length_penalty = length_penalty
+        self.running_tokens: list[list[int]] = [[] for _ in range(beam_size)]
+        # All beams start identical: keep one alive (float32, as in the reference).
+        self.running_scores = np.full(beam_size, -1e9, dtype=np.float32)
+        self.running_scores[0] = 0.0
+        self.finished: list[tuple[float, list[int]]] = []  # (normalised score, tokens), best first
+        self.steps = 0
+        self.done = False
+
+    def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """logits (K, V) -> next tokens (K,), parent beams (K,)."""
+        num_beams = self.num_rows
+        log_probs = log_softmax(logits.astype(np.float32, copy=False))  # (K, V)
+        log_probs[:, self.pad_id] = -np.inf
+        vocab = log_probs.shape[-1]
+        candidate_scores = (log_probs + self.running_scores[:, None]).reshape(-1)  # (K*V,)
+        top_index = top_k_descending(candidate_scores, 2 * num_beams)  # (2K,)
+        top_scores = candidate_scores[top_index]
+        top_beam, top_token = top_index // vocab, top_index % vocab
+        self.steps += 1
+        length = self.steps  # generated tokens including the one chosen now
+        ends = (top_token == self.eos_id) | (length == self.max_new_tokens)
+        normaliser = length**self.length_penalty
+
+        # Candidates ranked within the top K that end here become finished hypotheses.
+        for rank in range(num_beams):
+            if ends[rank]:
+                hypothesis = list(self.running_tokens[top_beam[rank]])
+                if top_token[rank] != self.eos_id:
+                    hypothesis.append(int(top_token[rank]))
+                self.finished.append((float(top_scores[rank]) / normaliser, hypothesis))
+        self.finished.sort(key=lambda item: item[0], reverse=True)
+        del self.finished[num_beams:]
+
+        # The best K candidates that do not end continue.
+        open_scores = top_scores - np.float32(1e9) * ends.astype(np.float32)
+        keep_rank = top_k_descending(open_scores, num_beams)
+        keep_beam, keep_token = top_beam[keep_rank], top_token[keep_rank]
+        self.running_tokens = [
+            self.running_tokens[beam] + [int(token)]
+            for beam, token in zip(keep_beam, keep_token, strict=True)
+        ]
+        self.running_scores = open_scores[keep_rank].astype(np.float32)
+
+        # transformers' early_stopping=False heuristic: stop once the best running beam,
+        # normalised at its current length, cannot beat the worst of K finished hypotheses.
+        best_running = float(self.running_scores[0]) / normaliser
+        worst_finished = self.finished[-1][0] if len(self.finished) == num_beams else -1e9
+        self.done = not best_running > worst_finished or length >= self.max_new_tokens
+        return keep_token.astype(np.int64), keep_beam.astype(np.int64)
+
+    def result(self) -> list[int]:
+        return list(self.finished[0][1]) if self.finished else []
+
+
+def make_search(
+    beam_size: int, max_new_tokens: int, eos_id: int, pad_id: int, length_penalty: float = 1.0
+) -> GreedySearch | BeamSearch:
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if beam_size == 1:
+        return GreedySearch(max_new_tokens, eos_id, pad_id)
+    return BeamSearch(beam_size, max_new_tokens, eos_id, pad_id, length_penalty)

@@ -1,0 +1,313 @@
+"""The running batch that the continuous batcher drives: add requests, step, retire, drop.
+
+Rows: every request occupies ``search.num_rows`` contiguous rows (1 greedy, K beams), in the
+order the requests joined. Batched state lives in one place (``_Batch``): the self-attention
+cache (N, H, P, Dh) and cross K/V (N, H, S, Dh) as device OrtValues, and two small host masks.
+Per-request state lives in one small object per request (``_Active``).
+
+Rows join a running batch late: their self-attention cache slots to the left of their first
+token are invalid (zeros, masked out by ``self_attention_mask``); their source is zero-padded
+on the right to the batch's S (masked by ``encoder_attention_mask``). Each row feeds its own
+position (the number of tokens it has generated), so a translation does not depend on its
+batch. After every step finished requests leave at once, and columns no remaining row needs
+are trimmed (left cache slots that are invalid for every row, source padding beyond the
+longest remaining source).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.decoding import BeamSearch, GreedySearch, make_search
+from service.onnx_model import Cache, OnnxSeq2Seq, ProviderName
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DecodeRequest:
+    request_id: Hashable
+    src_ids: list[int]  # already tokenized, ends with eos
+    beam_size: int = 1
+    max_new_tokens: int = 128
+    length_penalty: float = 1.0
+
+
+@dataclass
+class FinishedRequest:
+    request_id: Hashable
+    tokens: list[int]  # generated ids, no start token, no eos
+    steps: int  # decoder steps this request took part in
+
+
+@dataclass
+class _Active:
+    request: DecodeRequest
+    search: GreedySearch | BeamSearch
+    src_len: int
+    next_tokens: np.ndarray  # (rows,) int64: fed at the next step
+    steps: int = 0  # decoder steps so far = position of the next input token
+
+    @property
+    def num_rows(self) -> int:
+        return self.search.num_rows
+
+
+@dataclass
+class _Batch:
+    """All batched tensors. N rows, P cached target positions, S source positions."""
+
+    self_cache: Cache  # 2L x (N, H, P, Dh) on the device
+    cross_cache: Cache  # 2L x (N, H, S, Dh) on the device
+    self_mask: np.ndarray  # (N, P) int64, 1 where a cache slot holds a real token
+    encoder_mask: np.ndarray  # (N, S) int64
+
+
+@dataclass
+class Engine:
+    model: OnnxSeq2Seq
+    model_dir: Path
+    model_name: str = ""
+    steps: int = 0
+    _requests: list[_Active] = field(default_factory=list)
+    _batch: _Batch | None = None
+    _tokenizer: Any = None
+
+    @classmethod
+    def from_dir(
+        cls, model_dir: str | Path, provider: ProviderName = "auto", intra_op_threads: int = 0
+    ) -> Engine:
+        model = OnnxSeq2Seq(model_dir, provider=provider, intra_op_threads=intra_op_threads)
+        return cls(model=model, model_dir=Path(model_dir), model_name=model.info.model_name)
+
+    # --- read-only properties --------------------------------------------------------------
+
+    @property
+    def provider(self) -> str:
+        """The provider actually in use ("cuda" or "cpu")."""
+        return self.model.provider
+
+    @property
+    def tokenizer(self) -> Any:
+        """``service.tokenizer.Tokenizer`` of the export dir, loaded on first use (exports of
+        test models carry no tokenizer files)."""
+        if self._tokenizer is None:
+            from service.tokenizer import Tokenizer
+
+            self._tokenizer = Tokenizer.from_dir(self.model_dir)
+        return self._tokenizer
+
+    @property
+    def active_requests(self) -> int:
+        return len(self._requests)
+
+    @property
+    def active_rows(self) -> int:
+        return sum(active.num_rows for active in self._requests)
+
+    # --- batch operations ------------------------------------------------------------------
+
+    def add(self, requests: list[DecodeRequest]) -> None:
+        """Encode the newcomers in one encoder call and merge them into the running batch."""
+        if not requests:
+            return
+        info = self.model.info
+        for request in requests:
+            if not request.src_ids:
+                raise ValueError(f"request {request.request_id!r}: empty source")
+            if len(request.src_ids) > info.max_positions:
+                raise ValueError(
+                    f"request {request.request_id!r}: {len(request.src_ids)} source tokens, "
+                    f"the model has {info.max_positions} positions"
+                )
+            if request.max_new_tokens < 1:
+                raise ValueError(f"request {request.request_id!r}: max_new_tokens must be >= 1")
+        src_len = max(len(request.src_ids) for request in requests)
+        input_ids = np.full((len(requests), src_len), info.pad_id, dtype=np.int64)  # (M, S')
+        attention_mask = np.zeros((len(requests), src_len), dtype=np.int64)
+        for row, request in enumerate(requests):
+            input_ids[row, : len(request.src_ids)] = request.src_ids
+            attention_mask[row, : len(request.src_ids)] = 1
+        cross = self.model.encode(input_ids, attention_mask)  # 2L x (M, H, S', Dh)
+
+        newcomers = [
+            _Active(
+                request=request,
+                search=make_search(
+                    request.beam_size,
+                    # positions index a table of max_positions rows
+                    min(request.max_new_tokens, info.max_positions),
+                    info.eos_id,
+                    info.pad_id,
+                    request.length_penalty,
+                ),
+                src_len=len(request.src_ids),
+                next_tokens=np.full(request.beam_size, info.decoder_start_id, dtype=np.int64),
+            )
+            for request in requests
+        ]
+        repeats = np.array([active.num_rows for active in newcomers])
+        new_rows = int(repeats.sum())
+        if new_rows != len(requests):  # beams share their sentence's cross K/V: repeat rows
+            cross = self.model.select(
+                cross, np.repeat(np.arange(len(requests)), repeats), 0, src_len
+            )
+        encoder_mask = np.repeat(attention_mask, repeats, axis=0)  # (R, S')
+
+        batch = self._batch
+        if batch is None:
+            self._batch = _Batch(
+                self_cache=self.model.empty_cache(new_rows),
+                cross_cache=cross,
+                self_mask=np.zeros((new_rows, 0), dtype=np.int64),
+                encoder_mask=encoder_mask,
+            )
+        else:
+            past_len = batch.self_mask.shape[1]
+            width = max(batch.encoder_mask.shape[1], src_len)
+            self._batch = _Batch(
+                # the newcomers' empty caches are zero-padded to P: invalid slots
+                self_cache=self.model.concat(batch.self_cache, self.model.empty_cache(new_rows)),
+                cross_cache=self.model.concat(batch.cross_cache, cross),
+                self_mask=np.concatenate(
+                    [batch.self_mask, np.zeros((new_rows, past_len), dtype=np.int64)]
+                ),
+                encoder_mask=np.concatenate(
+                    [_pad_columns(batch.encoder_mask, width), _pad_columns(encoder_mask, width)]
+                ),
+            )
+        self._requests.extend(newcomers)
+
+    def step(self) -> list[FinishedRequest]:
+        """One decoder step over all active rows; returns the requests that finished in it."""
+        batch = self._batch
+        if batch is None:
+            return []
+        input_ids = np.concatenate([active.next_tokens for active in self._requests])[
+            :, None
+        ]  # (N, 1)
+        positions = np.concatenate(
+            [np.full(active.num_rows, active.steps, dtype=np.int64) for active in self._requests]
+        )[:, None]  # (N, 1)
+        self_mask = np.concatenate(
+            [batch.self_mask, np.ones((len(input_ids), 1), dtype=np.int64)], axis=1
+        )  # (N, P+1)
+        logits, present = self.model.decode(
+            input_ids, positions, self_mask, batch.self_cache, batch.cross_cache, batch.encoder_mask
+        )  # (N, 1, V), 2L x (N, H, P+1, Dh)
+        batch.self_cache, batch.self_mask = present, self_mask
+        self.steps += 1
+
+        finished: list[FinishedRequest] = []
+        remaining: list[_Active] = []
+        cache_rows: list[np.ndarray] = []  # per remaining request: the rows its beams continue
+        own_rows: list[np.ndarray] = []  # per remaining request: its rows, unpermuted
+        offset = 0
+        for active in self._requests:
+            rows = active.num_rows
+            next_tokens, parents = active.search.advance(logits[offset : offset + rows, -1])
+            active.steps += 1
+            if active.search.done:
+                finished.append(
+                    FinishedRequest(active.request.request_id, active.search.result(), active.steps)
+                )
+            else:
+                active.next_tokens = next_tokens
+                remaining.append(active)
+                cache_rows.append(offset + parents)
+                own_rows.append(offset + np.arange(rows))
+            offset += rows
+        self._requests = remaining
+        self._rearrange(cache_rows, own_rows, rows_left=len(finished) > 0)
+        return finished
+
+    def drop(self, request_ids: Iterable[Hashable]) -> None:
+        """Cancelled requests leave the batch (unknown ids are ignored)."""
+        dropped = set(request_ids)
+        remaining, kept_rows = [], []
+        offset = 0
+        for active in self._requests:
+            if active.request.request_id not in dropped:
+                remaining.append(active)
+                kept_rows.append(offset + np.arange(active.num_rows))
+            offset += active.num_rows
+        if len(remaining) == len(self._requests):
+            return
+        self._requests = remaining
+        self._rearrange(kept_rows, kept_rows, rows_left=True)
+
+    def _rearrange(
+        self, cache_rows: list[np.ndarray], own_rows: list[np.ndarray], rows_left: bool
+    ) -> None:
+        """Gather the self-attention cache rows (beam reorder, retire) and trim columns."""
+        batch = self._batch
+        assert batch is not None
+        if not self._requests:
+            self._batch = None
+            return
+        num_rows = batch.self_mask.shape[0]
+        rows = np.concatenate(cache_rows)
+        self_mask = batch.self_mask[rows]
+        # Left cache slots invalid for every row (their rows have retired) are dropped.
+        start = int(self_mask.any(axis=0).argmax())
+        if start > 0 or not np.array_equal(rows, np.arange(num_rows)):
+            batch.self_cache = self.model.select(batch.self_cache, rows, start, self_mask.shape[1])
+            batch.self_mask = self_mask[:, start:]
+        if rows_left:
+            # A request's beams share identical cross K/V: its own rows, unpermuted, suffice.
+            cross_rows = np.concatenate(own_rows)
+            end = max(active.src_len for active in self._requests)
+            batch.cross_cache = self.model.select(batch.cross_cache, cross_rows, 0, end)
+            batch.encoder_mask = batch.encoder_mask[cross_rows, :end]
+
+    # --- conveniences ----------------------------------------------------------------------
+
+    def translate_ids(
+        self,
+        src_ids: list[list[int]],
+        beam_size: int = 1,
+        max_new_tokens: int = 128,
+        length_penalty: float = 1.0,
+    ) -> list[list[int]]:
+        """Offline: add all sentences, step until they finish; results in input order."""
+        ids = [("translate_ids", self.steps, index) for index in range(len(src_ids))]
+        self.add(
+            [
+                DecodeRequest(request_id, list(src), beam_size, max_new_tokens, length_penalty)
+                for request_id, src in zip(ids, src_ids, strict=True)
+            ]
+        )
+        results: dict[Hashable, list[int]] = {}
+        pending = set(ids)
+        while pending:
+            for done in self.step():
+                if done.request_id in pending:
+                    results[done.request_id] = done.tokens
+                    pending.discard(done.request_id)
+        return [results[request_id] for request_id in ids]
+
+    def warmup(self) -> float:
+        """Run a tiny greedy and beam translation (allocations, kernel selection); returns seconds."""
+        info = self.model.info
+        special = {info.pad_id, info.eos_id, info.decoder_start_id}
+        src = [token for token in range(1, info.vocab_size) if token not in special][:4] + [
+            info.eos_id
+        ]
+        started = time.perf_counter()
+        self.translate_ids([src], beam_size=1, max_new_tokens=4)
+        self.translate_ids([src, src[1:]], beam_size=2, max_new_tokens=4)
+        elapsed = time.perf_counter() - started
+        log.info("engine warmed up in %.2f s on %s", elapsed, self.provider)
+        return elapsed
+
+
+def _pad_columns(mask: np.ndarray, width: int) -> np.ndarray:
+    """(N, S) -> (N, width), zeros on the right."""
+    return np.pad(mask, ((0, 0), (0, width - mask.shape[1])))
