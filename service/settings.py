@@ -22,7 +22,9 @@ class Settings(BaseSettings):
         description="Directory written by `python -m export`: encoder.onnx, decoder.onnx, "
         "config.json and the tokenizer files.",
     )
-    model_name: str = Field("", description="Name reported by the API; defaults to the directory name.")
+    model_name: str = Field(
+        "", description="Name reported by the API; defaults to the directory name."
+    )
     provider: Literal["auto", "cuda", "cpu"] = Field(
         "auto",
         description="ONNX Runtime execution provider. `auto` uses CUDA when it actually loads, "
@@ -31,27 +33,57 @@ class Settings(BaseSettings):
     intra_op_threads: int = Field(0, ge=0, description="ORT intra-op threads; 0 lets ORT choose.")
 
     # --- batching ----------------------------------------------------------------------
-    max_batch_rows: int = Field(64, ge=1, description="Most rows (sentences x beams) in one decoder step.")
-    max_batch_tokens: int = Field(
-        8192, ge=16, description="Most source tokens (rows x padded length) admitted into the running batch."
+    max_batch_rows: int = Field(
+        64, ge=1, description="Most rows (sentences x beams) in one decoder step."
     )
-    max_queue: int = Field(256, ge=1, description="Most queued sentences; beyond it requests get 429.")
+    max_batch_tokens: int = Field(
+        8192,
+        ge=16,
+        description="Most source tokens (rows x padded length) admitted into the running batch.",
+    )
+    max_queue: int = Field(
+        256, ge=1, description="Most queued sentences; beyond it requests get 429."
+    )
 
     # --- per-request limits ------------------------------------------------------------
     max_texts_per_request: int = Field(64, ge=1)
     max_chars_per_text: int = Field(5000, ge=1)
-    max_input_tokens: int = Field(256, ge=8, description="Longest sentence in tokens after splitting.")
-    max_new_tokens: int = Field(256, ge=1, description="Upper bound on generated tokens per sentence.")
+    max_input_tokens: int = Field(
+        256, ge=8, description="Longest sentence in tokens after splitting."
+    )
+    max_new_tokens: int = Field(
+        256, ge=1, description="Upper bound on generated tokens per sentence."
+    )
+    output_length_ratio: float = Field(
+        2.0,
+        gt=0,
+        description="When a request gives no max_new_tokens, a sentence may generate "
+        "ratio x its source tokens + output_length_slack tokens (at most max_new_tokens): "
+        "a model that never emits eos must not hold a row for max_new_tokens steps.",
+    )
+    output_length_slack: int = Field(10, ge=1, description="See output_length_ratio.")
+    length_penalty: float = Field(1.0, ge=0, description="Beam search length penalty (exponent).")
     max_beam_size: int = Field(8, ge=1)
     default_beam_size: int = Field(1, ge=1)
     max_body_bytes: int = Field(1_000_000, ge=1024)
     request_timeout_s: float = Field(60.0, gt=0)
     retry_after_s: int = Field(1, ge=1, description="Retry-After header value on 429/503.")
+    disconnect_poll_s: float = Field(
+        0.25, gt=0, description="How often a waiting request checks whether its client hung up."
+    )
+    translation_cache_size: int = Field(
+        0,
+        ge=0,
+        description="Sentences kept in an LRU cache of finished translations (keyed by the "
+        "sentence and the decoding options); 0 turns the cache off.",
+    )
 
     # --- process -----------------------------------------------------------------------
     host: str = "0.0.0.0"
     port: int = 8000
-    shutdown_grace_s: float = Field(30.0, ge=0, description="SIGTERM: time to finish in-flight work.")
+    shutdown_grace_s: float = Field(
+        30.0, ge=0, description="SIGTERM: time to finish in-flight work."
+    )
     log_level: str = "info"
 
 

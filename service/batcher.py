@@ -1,0 +1,384 @@
+"""Continuous (iteration-level) batching: one engine thread serves every HTTP request.
+
+The engine is not thread-safe and a decoder step is the unit of work, so one thread owns it
+and loops::
+
+    drop rows whose requests were cancelled
+    admit queued sentences (rows and padded-token budget, length-aware)  -> engine.add
+    one decoder step over every active row                              -> engine.step
+    resolve the futures of the rows that finished
+
+A sentence that arrives while others decode joins at the next step; a finished row leaves
+at once, so a short request never waits for an unrelated long one. The event loop never
+runs inference: ``submit`` puts jobs in the queue and awaits asyncio futures that the engine
+thread resolves with ``loop.call_soon_threadsafe``.
+
+The batcher works on token ids; text (segmenting, placeholders, tokenizing) is the
+translator's business (service/translator.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from service.engine import DecodeRequest, FinishedRequest
+from service.metrics import ServiceMetrics
+
+logger = logging.getLogger(__name__)
+
+
+class DecodeEngine(Protocol):
+    """What the batcher needs of ``service.engine.Engine``."""
+
+    steps: int
+    active_rows: int
+
+    def add(self, requests: list[DecodeRequest]) -> None: ...
+    def step(self) -> list[FinishedRequest]: ...
+    def drop(self, request_ids: Iterable[Hashable]) -> None: ...
+
+
+class QueueFull(Exception):
+    """The queue cannot take the request's sentences now; the client should retry."""
+
+
+class NotAccepting(Exception):
+    """The batcher is shutting down (or stopped); ``reason`` says which for metrics."""
+
+    def __init__(self, reason: str = "shutting_down") -> None:
+        super().__init__(f"the service is not accepting work ({reason.replace('_', ' ')})")
+        self.reason = reason
+
+
+class EngineFailure(Exception):
+    """The engine raised while this row was in the batch."""
+
+
+@dataclass(frozen=True)
+class RowRequest:
+    """One sentence to decode (it takes ``beam_size`` rows of the batch)."""
+
+    src_ids: tuple[int, ...]
+    beam_size: int = 1
+    max_new_tokens: int = 128
+    length_penalty: float = 1.0
+
+
+@dataclass(frozen=True)
+class RowResult:
+    tokens: list[int]
+    admitted_step: int  # engine.steps when the row joined the batch (before its first step)
+    finished_step: int  # engine.steps after the step that finished it
+    queue_wait_s: float
+
+
+@dataclass(eq=False)
+class _Job:
+    """One sentence from submission to result."""
+
+    job_id: int
+    row: RowRequest
+    future: asyncio.Future[RowResult]
+    loop: asyncio.AbstractEventLoop
+    enqueued_at: float = field(default_factory=time.monotonic)
+    admitted_step: int = -1
+    queue_wait_s: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return self.row.beam_size
+
+    @property
+    def src_len(self) -> int:
+        return len(self.row.src_ids)
+
+
+class ContinuousBatcher:
+    """Iteration-level scheduler in front of one engine.
+
+    ``max_batch_rows`` bounds rows per decoder step; ``max_batch_tokens`` bounds the padded
+    source of the running batch (rows x longest source), which is what the cross-attention
+    keys/values and the encoder cost; ``max_queue`` bounds waiting sentences (beyond it
+    ``submit`` raises :class:`QueueFull` at once rather than letting latency grow).
+    """
+
+    def __init__(
+        self,
+        engine: DecodeEngine,
+        *,
+        max_batch_rows: int = 64,
+        max_batch_tokens: int = 8192,
+        max_queue: int = 256,
+        metrics: ServiceMetrics | None = None,
+        admission_window: int | None = None,
+    ) -> None:
+        self.engine = engine
+        self.max_batch_rows = max_batch_rows
+        self.max_batch_tokens = max_batch_tokens
+        self.max_queue = max_queue
+        self.metrics = metrics if metrics is not None else ServiceMetrics()
+        # How far past the head of the queue admission looks for sentences that fit the
+        # running batch's width; bounded, so a sentence is overtaken only so often.
+        self.admission_window = admission_window or 4 * max_batch_rows
+
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._queue: deque[_Job] = deque()  # guarded by _cond
+        self._to_drop: set[int] = set()  # guarded by _cond
+        self._accepting = True  # guarded by _cond
+        self._stopping = False  # guarded by _cond
+        self._running: dict[int, _Job] = {}  # engine thread only (read under _cond elsewhere)
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+
+    # --- event-loop side -------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+            self._thread.start()
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    async def submit(
+        self, rows: Sequence[RowRequest], timeout_s: float | None = None
+    ) -> list[RowResult]:
+        """Decode ``rows``; results in the same order.
+
+        All rows of one call enter the queue together or not at all (:class:`QueueFull`).
+        On timeout (``TimeoutError``) or cancellation (client gone) the rows still queued
+        leave the queue and the rows in the batch are dropped from the engine.
+        """
+        if not rows:
+            return []
+        loop = asyncio.get_running_loop()
+        jobs = [_Job(next(self._ids), row, loop.create_future(), loop) for row in rows]
+        with self._cond:
+            if not self._accepting:
+                raise NotAccepting("shutting_down")
+            if len(self._queue) + len(jobs) > self.max_queue:
+                raise QueueFull(
+                    f"the queue is full ({len(self._queue)} of MT_MAX_QUEUE={self.max_queue} "
+                    f"sentences waiting; this request has {len(jobs)})"
+                )
+            self._queue.extend(jobs)
+            self.metrics.queue_depth.set(len(self._queue))
+            self._idle.clear()
+            self._cond.notify()
+        try:
+            async with asyncio.timeout(timeout_s):
+                return list(await asyncio.gather(*(job.future for job in jobs)))
+        except BaseException:
+            self._abandon(jobs)
+            raise
+
+    def begin_shutdown(self) -> None:
+        """Refuse new work from now on; what is queued or decoding goes on."""
+        with self._cond:
+            self._accepting = False
+
+    async def shutdown(self, grace_s: float) -> bool:
+        """Stop admitting, let queued and running work finish for up to ``grace_s`` seconds,
+        then fail whatever is left and stop the engine thread. Returns whether it drained."""
+        self.begin_shutdown()
+        drained = await asyncio.to_thread(self._idle.wait, grace_s)
+        await asyncio.to_thread(self.close)
+        return drained
+
+    def close(self) -> None:
+        """Stop the engine thread now; unfinished requests fail with :class:`NotAccepting`."""
+        with self._cond:
+            self._accepting = False
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _abandon(self, jobs: Sequence[_Job]) -> None:
+        # Cancelling the gather has already cancelled the futures: "unfinished" is every job
+        # without a result or an error of its own.
+        unfinished = {job.job_id for job in jobs if job.future.cancelled() or not job.future.done()}
+        for job in jobs:
+            job.future.cancel()
+        if not unfinished:
+            return
+        with self._cond:
+            queued_before = len(self._queue)
+            self._queue = deque(job for job in self._queue if job.job_id not in unfinished)
+            removed_from_queue = queued_before - len(self._queue)
+            if removed_from_queue < len(unfinished):
+                # Some are in the batch (or being admitted): the engine thread drops them.
+                self._to_drop.update(unfinished)
+            self.metrics.queue_depth.set(len(self._queue))
+            self._cond.notify()
+
+    # --- engine thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._queue or self._running or self._to_drop or self._stopping):
+                    self._idle.set()
+                    self._cond.wait()
+                if self._stopping:
+                    leftovers = list(self._queue) + list(self._running.values())
+                    self._queue.clear()
+                    break
+                dropped = [job_id for job_id in self._to_drop if job_id in self._running]
+                self._to_drop.clear()
+                newcomers = self._admit_locked(dropped)
+                self.metrics.queue_depth.set(len(self._queue))
+            if dropped:
+                self._drop(dropped)
+            if newcomers:
+                self._add(newcomers)
+            if self._running:
+                self._step()
+        self._drop(list(self._running))
+        for job in leftovers:
+            self._fail(job, NotAccepting("shutting_down"))
+        self.metrics.queue_depth.set(0)
+        self._idle.set()
+
+    def _admit_locked(self, dropped: Sequence[int]) -> list[_Job]:
+        """Choose the queued sentences that join the batch at this step (holds ``_cond``).
+
+        The head of the queue goes first whenever it fits, so nothing starves. Within the
+        admission window, sentences that do not widen the padded batch are preferred (less
+        padding for every row), then the others in arrival order, while rows and padded
+        tokens stay within budget.
+        """
+        if not self._queue:
+            return []
+        staying = [job for job_id, job in self._running.items() if job_id not in dropped]
+        rows = sum(job.rows for job in staying)
+        width = max((job.src_len for job in staying), default=0)
+
+        def fits(job: _Job) -> bool:
+            new_rows = rows + job.rows
+            return (
+                new_rows <= self.max_batch_rows
+                and new_rows * max(width, job.src_len) <= self.max_batch_tokens
+            )
+
+        head = self._queue[0]
+        # An empty batch takes the head even past the budgets: a sentence that passed the
+        # request limits must run, whatever the batch settings.
+        if not fits(head) and staying:
+            return []
+        chosen = [head]
+        rows += head.rows
+        width = max(width, head.src_len)
+        window = itertools.islice(self._queue, 1, 1 + self.admission_window)
+        for job in sorted(window, key=lambda job: job.src_len > width):  # stable: FIFO kept
+            if rows >= self.max_batch_rows:
+                break
+            if fits(job):
+                chosen.append(job)
+                rows += job.rows
+                width = max(width, job.src_len)
+        chosen_ids = {job.job_id for job in chosen}
+        self._queue = deque(job for job in self._queue if job.job_id not in chosen_ids)
+        return chosen
+
+    def _add(self, newcomers: list[_Job]) -> None:
+        admitted_step = self.engine.steps
+        now = time.monotonic()
+        requests = [
+            DecodeRequest(
+                request_id=job.job_id,
+                src_ids=list(job.row.src_ids),
+                beam_size=job.row.beam_size,
+                max_new_tokens=job.row.max_new_tokens,
+                length_penalty=job.row.length_penalty,
+            )
+            for job in newcomers
+        ]
+        try:
+            self.engine.add(requests)
+        except Exception as error:
+            logger.exception("engine.add failed for %d sentences", len(newcomers))
+            self.metrics.engine_errors.inc()
+            self._drop([job.job_id for job in newcomers])
+            for job in newcomers:
+                self._fail(job, EngineFailure(f"the engine failed to encode the input: {error}"))
+            return
+        for job in newcomers:
+            job.admitted_step = admitted_step
+            job.queue_wait_s = now - job.enqueued_at
+            self._running[job.job_id] = job
+            self.metrics.queue_wait.observe(job.queue_wait_s)
+            self.metrics.input_tokens.inc(job.src_len)
+        self.metrics.admitted_rows.observe(sum(job.rows for job in newcomers))
+
+    def _step(self) -> None:
+        rows_in_step = self.engine.active_rows
+        try:
+            finished = self.engine.step()
+        except Exception as error:
+            # The batch state is unknown now: fail every row in it and start afresh.
+            logger.exception("engine.step failed with %d rows", rows_in_step)
+            self.metrics.engine_errors.inc()
+            failed = list(self._running.values())
+            self._drop(list(self._running))
+            for job in failed:
+                self._fail(job, EngineFailure(f"the engine failed during decoding: {error}"))
+            return
+        self.metrics.batch_rows.observe(rows_in_step)
+        self.metrics.decode_steps.inc()
+        finished_step = self.engine.steps
+        for done in finished:
+            job = self._running.pop(done.request_id, None)
+            if job is None:
+                continue  # dropped meanwhile
+            tokens = list(done.tokens)
+            self.metrics.generated_tokens.inc(len(tokens))
+            self.metrics.sentences.inc()
+            result = RowResult(tokens, job.admitted_step, finished_step, job.queue_wait_s)
+            self._deliver(job, result, None)
+        self.metrics.inflight_rows.set(self.engine.active_rows)
+
+    def _drop(self, job_ids: list[int]) -> None:
+        if not job_ids:
+            return
+        for job_id in job_ids:
+            self._running.pop(job_id, None)
+        try:
+            self.engine.drop(job_ids)
+        except Exception:
+            logger.exception("engine.drop failed")
+            self.metrics.engine_errors.inc()
+        self.metrics.inflight_rows.set(self.engine.active_rows)
+
+    def _fail(self, job: _Job, error: BaseException) -> None:
+        self._deliver(job, None, error)
+
+    @staticmethod
+    def _deliver(job: _Job, result: RowResult | None, error: BaseException | None) -> None:
+        def settle() -> None:
+            if job.future.done():
+                return  # the request was cancelled or timed out meanwhile
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result(result)
+
+        # A closed event loop raises RuntimeError: nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
+            job.loop.call_soon_threadsafe(settle)

@@ -1,0 +1,81 @@
+"""Prometheus metrics, one registry per app (so tests and several apps in one process don't
+collide), modelled on Triton's: request counts and latency by route and status, queue wait,
+rows per decode step, decode steps, generated tokens, queue depth, in-flight rows and
+rejections by reason.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class ServiceMetrics:
+    """The service's metrics; the batcher and the HTTP layer both write to one instance."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "mt_requests",
+            "HTTP requests by route and status code.",
+            ["route", "status"],
+            registry=r,
+        )
+        self.request_latency = Histogram(
+            "mt_request_duration_seconds",
+            "HTTP request latency by route and status code.",
+            ["route", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "mt_queue_wait_seconds",
+            "Time a sentence waited in the queue before joining the running batch.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_rows = Histogram(
+            "mt_batch_rows",
+            "Rows (sentences x beams) in each decoder step.",
+            buckets=_ROW_BUCKETS,
+            registry=r,
+        )
+        self.admitted_rows = Histogram(
+            "mt_batch_admitted_rows",
+            "Rows joining the running batch at one step (steps with newcomers only).",
+            buckets=_ROW_BUCKETS,
+            registry=r,
+        )
+        self.decode_steps = Counter("mt_decode_steps", "Decoder steps run.", registry=r)
+        self.generated_tokens = Counter(
+            "mt_generated_tokens",
+            "Tokens generated (best hypothesis of each sentence).",
+            registry=r,
+        )
+        self.input_tokens = Counter("mt_input_tokens", "Source tokens encoded.", registry=r)
+        self.sentences = Counter("mt_sentences", "Sentences translated by the model.", registry=r)
+        self.cache_hits = Counter("mt_cache_hits", "Sentences answered from the cache.", registry=r)
+        self.queue_depth = Gauge("mt_queue_depth", "Sentences waiting for admission.", registry=r)
+        self.inflight_rows = Gauge("mt_inflight_rows", "Rows in the running batch.", registry=r)
+        self.rejections = Counter(
+            "mt_rejections",
+            "Requests refused or abandoned, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.engine_errors = Counter("mt_engine_errors", "Engine calls that raised.", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,346 @@
+"""The continuous batcher's scheduling, against a deterministic fake engine.
+
+The fake's "translation" of a sentence is its source ids reversed (eos left out), one token
+per step, so every result and every step count is known in advance. Tests that need the
+engine to hold still use a gate: each decoder step waits for a permit from the test.
+Nothing here asserts on wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Hashable, Iterable
+
+import pytest
+
+from service.batcher import ContinuousBatcher, EngineFailure, NotAccepting, QueueFull, RowRequest
+from service.engine import DecodeRequest, FinishedRequest
+
+EOS = 0
+
+
+class FakeEngine:
+    """Same interface as ``service.engine.Engine``; records what the batcher asked of it."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        # request id -> (request, its whole "translation", tokens produced so far)
+        self._active: dict[Hashable, tuple[DecodeRequest, list[int], list[int]]] = {}
+        self.admissions: list[tuple[int, list[Hashable]]] = []  # (steps at add, ids)
+        self.rows_per_step: list[int] = []
+        self.widths_per_step: list[int] = []
+        self.dropped: list[Hashable] = []
+        self.fail_next_step = False
+
+    @staticmethod
+    def expected(src_ids: Iterable[int], max_new_tokens: int = 10**9) -> list[int]:
+        return [token for token in reversed(list(src_ids)) if token != EOS][:max_new_tokens]
+
+    @property
+    def active_requests(self) -> int:
+        return len(self._active)
+
+    @property
+    def active_rows(self) -> int:
+        return sum(request.beam_size for request, _, _ in self._active.values())
+
+    def add(self, requests: list[DecodeRequest]) -> None:
+        for request in requests:
+            target = self.expected(request.src_ids, request.max_new_tokens)
+            self._active[request.request_id] = (request, target, [])
+        self.admissions.append((self.steps, [request.request_id for request in requests]))
+
+    def step(self) -> list[FinishedRequest]:
+        if self.fail_next_step:
+            self.fail_next_step = False
+            raise RuntimeError("device lost")
+        self.steps += 1
+        self.rows_per_step.append(self.active_rows)
+        self.widths_per_step.append(max(len(r.src_ids) for r, _, _ in self._active.values()))
+        finished = []
+        for request_id, (_, target, produced) in list(self._active.items()):
+            if len(produced) < len(target):
+                produced.append(target[len(produced)])
+            if len(produced) == len(target):
+                finished.append(FinishedRequest(request_id, produced, len(produced)))
+                del self._active[request_id]
+        return finished
+
+    def drop(self, request_ids: Iterable[Hashable]) -> None:
+        for request_id in request_ids:
+            if self._active.pop(request_id, None) is not None:
+                self.dropped.append(request_id)
+
+
+class GatedEngine(FakeEngine):
+    """Each step waits for a permit, so a test decides when the engine moves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.permits = threading.Semaphore(0)
+        self.waiting = threading.Event()  # set while a step waits for its permit
+
+    def step(self) -> list[FinishedRequest]:
+        self.waiting.set()
+        self.permits.acquire()
+        self.waiting.clear()
+        return super().step()
+
+    def allow(self, steps: int = 1) -> None:
+        for _ in range(steps):
+            self.permits.release()
+
+
+class SlowEngine(FakeEngine):
+    """A millisecond per step: a long sentence outlasts a short shutdown grace."""
+
+    def step(self) -> list[FinishedRequest]:
+        time.sleep(0.001)
+        return super().step()
+
+
+def sentence(length: int, first: int = 1, **options) -> RowRequest:
+    """A source of ``length`` ids ending in eos."""
+    return RowRequest(src_ids=tuple(range(first, first + length - 1)) + (EOS,), **options)
+
+
+async def wait_until(predicate, what: str) -> None:
+    """Yield to the engine thread until ``predicate()`` holds (a bounded number of times)."""
+    for _ in range(5000):
+        if predicate():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"never happened: {what}")
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def make_batcher():
+    batchers: list[ContinuousBatcher] = []
+
+    def make(engine, **limits) -> ContinuousBatcher:
+        batcher = ContinuousBatcher(engine, **limits)
+        batcher.start()
+        batchers.append(batcher)
+        return batcher
+
+    yield make
+    for batcher in batchers:
+        if isinstance(batcher.engine, GatedEngine):
+            batcher.engine.allow(10**6)
+        batcher.close()
+
+
+@pytest.mark.anyio
+async def test_each_sentence_gets_its_own_result_in_submission_order(make_batcher):
+    engine = FakeEngine()
+    batcher = make_batcher(engine)
+    rows = [sentence(length, first=10 * index + 1) for index, length in enumerate([5, 1, 9, 3])]
+    results = await batcher.submit(rows)
+    assert [r.tokens for r in results] == [FakeEngine.expected(row.src_ids) for row in rows]
+    assert results[1].tokens == []  # eos-only source: finished after one step, nothing generated
+
+
+@pytest.mark.anyio
+async def test_concurrent_requests_share_decoder_steps(make_batcher):
+    engine = GatedEngine()
+    batcher = make_batcher(engine)
+    first = asyncio.ensure_future(batcher.submit([sentence(6)]))
+    await wait_until(engine.waiting.is_set, "first step waiting")
+    others = [asyncio.ensure_future(batcher.submit([sentence(4, first=20 + i)])) for i in range(3)]
+    await wait_until(lambda: batcher.queue_depth == 3, "three queued")
+    engine.allow(100)
+    results = await asyncio.gather(first, *others)
+    assert [r[0].tokens for r in results] == [
+        FakeEngine.expected(sentence(6).src_ids),
+        *(FakeEngine.expected(sentence(4, first=20 + i).src_ids) for i in range(3)),
+    ]
+    assert max(engine.rows_per_step) == 4  # the three latecomers joined the running batch
+
+
+@pytest.mark.anyio
+async def test_short_request_arriving_during_long_decode_is_admitted_and_finishes_first(
+    make_batcher,
+):
+    engine = GatedEngine()
+    batcher = make_batcher(engine)
+    long_task = asyncio.ensure_future(batcher.submit([sentence(50)]))
+    engine.allow(10)
+    await wait_until(lambda: engine.steps == 10 and engine.waiting.is_set(), "ten long steps")
+
+    short_task = asyncio.ensure_future(batcher.submit([sentence(3, first=100)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "short request queued")
+    engine.allow(1000)
+    [short], [long] = await asyncio.gather(short_task, long_task)
+
+    assert long.admitted_step == 0 and long.finished_step == 49
+    # The short request was queued while step 11 was under way; it joined right after it.
+    assert short.admitted_step == 11
+    assert short.finished_step == 13 < long.finished_step
+    assert short.tokens == FakeEngine.expected(sentence(3, first=100).src_ids)
+
+
+@pytest.mark.anyio
+async def test_rows_per_step_stay_within_max_batch_rows(make_batcher):
+    engine = FakeEngine()
+    batcher = make_batcher(engine, max_batch_rows=4)
+    rows = [sentence(2 + index % 5, first=index * 10 + 1) for index in range(13)]
+    results = await asyncio.gather(*(batcher.submit([row]) for row in rows))
+    assert [r[0].tokens for r in results] == [FakeEngine.expected(row.src_ids) for row in rows]
+    assert max(engine.rows_per_step) == 4
+
+
+@pytest.mark.anyio
+async def test_beams_count_as_rows(make_batcher):
+    engine = GatedEngine()
+    batcher = make_batcher(engine, max_batch_rows=8)
+    tasks = [asyncio.ensure_future(batcher.submit([sentence(3, beam_size=4)])) for _ in range(3)]
+    await wait_until(lambda: batcher.queue_depth < 3, "admission")
+    engine.allow(100)
+    await asyncio.gather(*tasks)
+    assert max(engine.rows_per_step) == 8  # two sentences of 4 beams, never three
+
+
+@pytest.mark.anyio
+async def test_padded_token_budget_limits_admission(make_batcher):
+    engine = FakeEngine()
+    # rows x longest source <= 24: three 8-token sentences fit, a fourth waits.
+    batcher = make_batcher(engine, max_batch_tokens=24)
+    rows = [sentence(8, first=10 * i + 1) for i in range(5)]
+    results = await batcher.submit(rows)
+    assert [r.tokens for r in results] == [FakeEngine.expected(row.src_ids) for row in rows]
+    assert max(engine.rows_per_step) == 3
+
+
+@pytest.mark.anyio
+async def test_sentence_over_the_token_budget_still_runs_when_the_batch_is_empty(make_batcher):
+    engine = FakeEngine()
+    batcher = make_batcher(engine, max_batch_tokens=16)
+    [result] = await batcher.submit([sentence(40)])
+    assert result.tokens == FakeEngine.expected(sentence(40).src_ids)
+
+
+@pytest.mark.anyio
+async def test_window_admission_skips_a_widening_sentence_for_narrow_ones(make_batcher):
+    engine = GatedEngine()
+    batcher = make_batcher(engine, max_batch_rows=3)
+    first = asyncio.ensure_future(batcher.submit([sentence(6)]))
+    await wait_until(engine.waiting.is_set, "first step waiting")
+    head = asyncio.ensure_future(batcher.submit([sentence(4, first=50)]))
+    wide = asyncio.ensure_future(batcher.submit([sentence(30, first=100)]))
+    narrow = asyncio.ensure_future(batcher.submit([sentence(5, first=200)]))
+    await wait_until(lambda: batcher.queue_depth == 3, "all queued")
+    engine.allow(1)
+    await wait_until(lambda: len(engine.admissions) == 2, "second admission")
+    # Two free rows: the head, then the narrow sentence, which does not widen the padded
+    # batch beyond 6; the wide one, queued earlier, waits for the next free row.
+    assert engine.widths_per_step[-1] == 6
+    engine.allow(1)
+    await wait_until(lambda: engine.steps == 2, "step 2")
+    assert engine.widths_per_step[-1] == 6
+    assert len(engine.admissions[1][1]) == 2
+    engine.allow(1000)
+    results = await asyncio.gather(first, head, wide, narrow)
+    assert results[2][0].admitted_step > results[3][0].admitted_step
+
+
+@pytest.mark.anyio
+async def test_full_queue_refuses_at_once(make_batcher):
+    engine = GatedEngine()
+    batcher = make_batcher(engine, max_queue=2)
+    running = asyncio.ensure_future(batcher.submit([sentence(3)]))
+    await wait_until(engine.waiting.is_set, "engine busy")
+    queued = asyncio.ensure_future(batcher.submit([sentence(3), sentence(3)]))
+    await wait_until(lambda: batcher.queue_depth == 2, "queue full")
+    with pytest.raises(QueueFull, match="MT_MAX_QUEUE=2"):
+        await batcher.submit([sentence(3)])
+    assert batcher.metrics.queue_depth._value.get() == 2
+    engine.allow(100)
+    await asyncio.gather(running, queued)
+
+
+@pytest.mark.anyio
+async def test_timeout_drops_the_rows_from_the_engine(make_batcher):
+    engine = GatedEngine()
+    batcher = make_batcher(engine)
+    with pytest.raises(TimeoutError):
+        await batcher.submit([sentence(20)], timeout_s=0.05)
+    # Queued or already in the batch when time ran out: either way it must be gone once
+    # the step in progress ends (the gate lets exactly one more step run).
+    engine.allow(1)
+    await wait_until(lambda: engine.steps >= 1 or engine.admissions == [], "step ended")
+    await wait_until(lambda: batcher.queue_depth == 0 and engine.active_rows == 0, "row gone")
+
+
+@pytest.mark.anyio
+async def test_cancelled_request_leaves_the_queue_and_the_batch(make_batcher):
+    engine = GatedEngine()
+    batcher = make_batcher(engine)
+    running = asyncio.ensure_future(batcher.submit([sentence(20)]))
+    await wait_until(engine.waiting.is_set, "engine busy")
+    queued = asyncio.ensure_future(batcher.submit([sentence(20, first=40)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "queued")
+    queued.cancel()
+    running.cancel()
+    await asyncio.gather(queued, running, return_exceptions=True)
+    assert batcher.queue_depth == 0
+    engine.allow(1)
+    await wait_until(lambda: engine.dropped == [0], "running row dropped")
+    assert engine.active_rows == 0
+
+
+@pytest.mark.anyio
+async def test_engine_failure_fails_the_batch_and_the_batcher_recovers(make_batcher):
+    engine = FakeEngine()
+    batcher = make_batcher(engine)
+    engine.fail_next_step = True
+    with pytest.raises(EngineFailure, match="device lost"):
+        await batcher.submit([sentence(4)])
+    [result] = await batcher.submit([sentence(4)])
+    assert result.tokens == FakeEngine.expected(sentence(4).src_ids)
+
+
+@pytest.mark.anyio
+async def test_shutdown_finishes_in_flight_work_and_refuses_new(make_batcher):
+    engine = GatedEngine()
+    batcher = make_batcher(engine)
+    running = asyncio.ensure_future(batcher.submit([sentence(5)]))
+    await wait_until(engine.waiting.is_set, "engine busy")
+    batcher.begin_shutdown()
+    with pytest.raises(NotAccepting):
+        await batcher.submit([sentence(3)])
+    engine.allow(100)
+    assert await batcher.shutdown(grace_s=30) is True
+    [result] = await running
+    assert result.tokens == FakeEngine.expected(sentence(5).src_ids)
+
+
+@pytest.mark.anyio
+async def test_shutdown_after_the_grace_fails_what_is_left(make_batcher):
+    engine = SlowEngine()
+    batcher = make_batcher(engine)
+    endless = asyncio.ensure_future(batcher.submit([sentence(10_000)]))  # 10k slow steps
+    await wait_until(lambda: engine.steps > 0, "decoding")
+    assert await batcher.shutdown(grace_s=0.01) is False
+    with pytest.raises(NotAccepting):
+        await endless
+    assert engine.dropped == [0]
+
+
+@pytest.mark.anyio
+async def test_metrics_count_steps_rows_and_tokens(make_batcher):
+    engine = FakeEngine()
+    batcher = make_batcher(engine)
+    await batcher.submit([sentence(4), sentence(6, first=20)])
+    registry = batcher.metrics.registry
+    assert registry.get_sample_value("mt_decode_steps_total") == engine.steps == 5
+    assert registry.get_sample_value("mt_generated_tokens_total") == 3 + 5
+    assert registry.get_sample_value("mt_batch_rows_sum") == sum(engine.rows_per_step)
+    assert registry.get_sample_value("mt_batch_rows_count") == 5
+    assert registry.get_sample_value("mt_queue_wait_seconds_count") == 2
