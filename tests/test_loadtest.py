@@ -1,0 +1,483 @@
+"""The load-test tooling's pure parts: input sampling, the Poisson schedule, percentile and
+report math, the sweep's stop rule, and the open-loop sender's independence from responses.
+
+No assertion here depends on how fast the machine is: the sender tests check recorded
+offsets against the schedule and the order of events, with wide tolerances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import sys
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from loadtest.client import (
+    STATUS_DROPPED,
+    RequestRecord,
+    check_target,
+    is_loopback_url,
+    parse_prometheus_text,
+    send_translate,
+    spawned_server,
+)
+from loadtest.closed_loop import run_closed_loop
+from loadtest.inputs import CATEGORIES, HELP_PARAGRAPHS, UI_STRINGS, InputSampler, parse_weights
+from loadtest.open_loop import poisson_schedule, run_open_loop
+from loadtest.report import (
+    histogram_quantile,
+    percentile,
+    server_metrics_delta,
+    summarize,
+)
+from loadtest.sweep import judge_step, run_sweep, sweep_rates
+
+URL = "http://loadtest.invalid"  # MockTransport: nothing leaves the process
+
+
+def ok_record(
+    index: int, latency_s: float, *, scheduled_s: float = 0.0, tokens: int = 3
+) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        scheduled_s=scheduled_s,
+        sent_s=scheduled_s,
+        latency_s=latency_s,
+        status=200,
+        output_chars=10,
+        output_tokens=tokens,
+    )
+
+
+# --- inputs -------------------------------------------------------------------------------
+
+
+def test_input_pool_has_about_150_distinct_strings():
+    assert len(set(UI_STRINGS)) == len(UI_STRINGS) >= 90
+    assert len(set(HELP_PARAGRAPHS)) == len(HELP_PARAGRAPHS) >= 40
+    assert all(len(p) > 100 and p.count(". ") >= 1 for p in HELP_PARAGRAPHS)
+
+
+def test_sampler_is_deterministic_for_a_seed_and_differs_across_seeds():
+    a = InputSampler(seed=7)
+    b = InputSampler(seed=7)
+    c = InputSampler(seed=8)
+    seq_a = [a.next_payload() for _ in range(50)]
+    assert seq_a == [b.next_payload() for _ in range(50)]
+    assert seq_a != [c.next_payload() for _ in range(50)]
+
+
+def test_sampler_follows_the_category_weights():
+    sampler = InputSampler(seed=1, weights={"ui": 0.8, "help": 0.2})
+    help_texts = set(HELP_PARAGRAPHS)
+    draws = [sampler.next_text() for _ in range(4000)]
+    help_share = sum(text in help_texts for text in draws) / len(draws)
+    assert help_share == pytest.approx(0.2, abs=0.03)
+    only_ui = InputSampler(seed=1, weights={"ui": 1.0, "help": 0.0})
+    assert all(only_ui.next_text() in UI_STRINGS for _ in range(200))
+
+
+def test_payload_carries_lists_and_decoding_options():
+    payload = InputSampler(
+        seed=0, texts_per_request=3, beam_size=4, max_new_tokens=32
+    ).next_payload()
+    assert isinstance(payload["text"], list) and len(payload["text"]) == 3
+    assert payload["beam_size"] == 4 and payload["max_new_tokens"] == 32
+    assert set(InputSampler(seed=0).next_payload()) == {"text"}
+
+
+def test_mix_parsing_rejects_unknown_categories():
+    assert parse_weights("ui=0.6, help=0.4") == {"ui": 0.6, "help": 0.4}
+    with pytest.raises(ValueError):
+        parse_weights("poetry=1")
+    with pytest.raises(ValueError):
+        InputSampler(weights={"ui": 0.0, "help": 0.0})
+    assert set(CATEGORIES) == {"ui", "help"}
+
+
+# --- Poisson schedule ---------------------------------------------------------------------
+
+
+def test_poisson_schedule_mean_interarrival_matches_the_rate():
+    rate = 5.0
+    offsets = poisson_schedule(rate, count=4000, seed=3)
+    gaps = np.diff([0.0, *offsets])
+    assert len(offsets) == 4000
+    assert gaps.mean() == pytest.approx(1 / rate, rel=0.05)
+    # Exponential gaps: standard deviation equals the mean.
+    assert gaps.std() == pytest.approx(1 / rate, rel=0.1)
+    assert all(b > a for a, b in zip(offsets, offsets[1:], strict=False))
+
+
+def test_poisson_schedule_is_reproducible_and_bounded_by_duration():
+    assert poisson_schedule(2.0, duration_s=30, seed=1) == poisson_schedule(
+        2.0, duration_s=30, seed=1
+    )
+    offsets = poisson_schedule(10.0, duration_s=60, seed=2)
+    assert offsets[-1] <= 60
+    assert len(offsets) == pytest.approx(600, rel=0.15)
+    assert len(poisson_schedule(10.0, duration_s=60, count=25, seed=2)) == 25
+    with pytest.raises(ValueError):
+        poisson_schedule(1.0)
+
+
+# --- percentiles and the report -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("q", [0, 1, 50, 90, 99, 100])
+def test_percentile_matches_numpy_linear_interpolation(q):
+    values = [float(v) for v in np.random.default_rng(0).exponential(0.2, size=101)]
+    assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    assert percentile([4.0], q) == 4.0
+    assert math.isnan(percentile([], q))
+
+
+def test_summary_counts_statuses_and_takes_percentiles_over_successes_only():
+    records = [ok_record(i, latency_s=(i + 1) / 100, scheduled_s=i / 10) for i in range(100)]
+    records += [
+        RequestRecord(index=100, scheduled_s=1.0, sent_s=1.0, latency_s=9.0, status=429),
+        RequestRecord(
+            index=101, scheduled_s=1.0, sent_s=1.0, latency_s=30.0, status=0, error="timeout"
+        ),
+        RequestRecord(index=102, scheduled_s=1.0, status=STATUS_DROPPED),
+    ]
+    summary = summarize(records, duration_s=10.0)
+    assert summary["requests"] == 103 and summary["ok"] == 100 and summary["failed"] == 3
+    assert summary["by_status"] == {"200": 100, "429": 1, "dropped": 1, "transport_error": 1}
+    assert summary["error_rate"] == pytest.approx(3 / 103)
+    assert summary["latency_ms"]["p50"] == pytest.approx(505.0)
+    assert summary["latency_ms"]["p99"] == pytest.approx(990.1)
+    assert summary["latency_ms"]["max"] == pytest.approx(1000.0)
+    assert summary["throughput_rps"] == pytest.approx(10.0)
+    assert summary["offered_rps"] == pytest.approx(10.3)
+    # No /metrics: tokens come from the response bodies.
+    assert summary["tokens_source"] == "responses" and summary["tokens_per_s"] == pytest.approx(
+        30.0
+    )
+    assert summary["server"] == {"available": False}
+
+
+METRICS_BEFORE = """\
+# HELP mt_queue_wait_seconds Time a sentence waited.
+# TYPE mt_queue_wait_seconds histogram
+mt_queue_wait_seconds_bucket{le="0.01"} 5.0
+mt_queue_wait_seconds_bucket{le="0.1"} 5.0
+mt_queue_wait_seconds_bucket{le="1.0"} 5.0
+mt_queue_wait_seconds_bucket{le="+Inf"} 5.0
+mt_queue_wait_seconds_count 5.0
+mt_queue_wait_seconds_sum 0.02
+mt_generated_tokens_total 100.0
+mt_generated_tokens_created 1.7e9
+mt_batch_rows_bucket{le="1.0"} 0.0
+mt_batch_rows_bucket{le="4.0"} 0.0
+mt_batch_rows_bucket{le="+Inf"} 0.0
+mt_batch_rows_count 0.0
+mt_batch_rows_sum 0.0
+mt_batch_admitted_rows_bucket{le="+Inf"} 7.0
+mt_batch_admitted_rows_count 7.0
+mt_batch_admitted_rows_sum 70.0
+mt_requests_total{route="/v1/translate",status="200"} 5.0
+"""
+
+METRICS_AFTER = """\
+mt_queue_wait_seconds_bucket{le="0.01"} 5.0
+mt_queue_wait_seconds_bucket{le="0.1"} 15.0
+mt_queue_wait_seconds_bucket{le="1.0"} 25.0
+mt_queue_wait_seconds_bucket{le="+Inf"} 25.0
+mt_queue_wait_seconds_count 25.0
+mt_queue_wait_seconds_sum 4.02
+mt_generated_tokens_total 400.0
+mt_generated_tokens_created 1.7e9
+mt_batch_rows_bucket{le="1.0"} 2.0
+mt_batch_rows_bucket{le="4.0"} 10.0
+mt_batch_rows_bucket{le="+Inf"} 10.0
+mt_batch_rows_count 10.0
+mt_batch_rows_sum 30.0
+mt_requests_total{route="/v1/translate",status="200"} 25.0
+"""
+
+
+def test_server_metrics_are_found_by_pattern_and_differenced():
+    before, after = parse_prometheus_text(METRICS_BEFORE), parse_prometheus_text(METRICS_AFTER)
+    delta = server_metrics_delta(before, after)
+    queue_wait = delta["queue_wait"]
+    assert queue_wait["metric"] == "mt_queue_wait_seconds"
+    assert queue_wait["count"] == 20
+    assert queue_wait["mean_ms"] == pytest.approx(200.0)
+    # 20 new observations: 10 in (0.01, 0.1], 10 in (0.1, 1]; the median is the 0.1 bound.
+    assert queue_wait["p50_ms"] == pytest.approx(100.0)
+    assert queue_wait["p90_ms"] == pytest.approx(820.0)
+    assert delta["generated_tokens"] == {"metric": "mt_generated_tokens_total", "delta": 300.0}
+    assert delta["batch_rows"]["metric"] == "mt_batch_rows"  # not mt_batch_admitted_rows
+    assert delta["batch_rows"]["mean"] == pytest.approx(3.0)
+    assert delta["cache_hits"] is None
+
+    records = [ok_record(i, 0.1) for i in range(20)]
+    summary = summarize(records, duration_s=10.0, metrics_before=before, metrics_after=after)
+    assert summary["tokens_source"] == "server_metrics" and summary[
+        "tokens_per_s"
+    ] == pytest.approx(30.0)
+
+
+def test_report_degrades_when_metrics_are_missing():
+    empty = parse_prometheus_text("# nothing here\nsome_other_metric 1\n")
+    delta = server_metrics_delta(empty, empty)
+    assert delta["available"] is True
+    assert delta["queue_wait"] is None and delta["generated_tokens"] is None
+    records = [
+        RequestRecord(
+            index=0, scheduled_s=0.0, sent_s=0.0, latency_s=0.1, status=200, output_chars=12
+        )
+    ]
+    summary = summarize(records, duration_s=1.0, metrics_before=empty, metrics_after=empty)
+    assert summary["tokens_per_s"] is None and summary["output_chars_per_s"] == pytest.approx(12.0)
+
+
+def test_histogram_quantile_follows_prometheus_rules():
+    buckets = {0.1: 10.0, 0.5: 20.0, math.inf: 20.0}
+    assert histogram_quantile(0.25, buckets) == pytest.approx(0.05)
+    assert histogram_quantile(0.75, buckets) == pytest.approx(0.3)
+    assert histogram_quantile(0.99, {0.1: 1.0, math.inf: 10.0}) == pytest.approx(0.1)
+    assert histogram_quantile(0.5, {math.inf: 0.0}) is None
+
+
+def test_prometheus_parser_keeps_labels_apart():
+    samples = parse_prometheus_text(
+        'a_total{route="/x",status="200"} 3\na_total{route="/x",status="429"} 1\n'
+        'b{msg="has \\"quotes\\", and commas"} 2.5 1700000000\n'
+    )
+    assert samples[("a_total", (("route", "/x"), ("status", "200")))] == 3.0
+    assert samples[("a_total", (("route", "/x"), ("status", "429")))] == 1.0
+    assert len(samples) == 3
+
+
+# --- sweep stop rule ----------------------------------------------------------------------
+
+
+def synthetic_summary(rate: float, capacity: float = 10.0, service_ms: float = 100.0) -> dict:
+    """An M/M/1-like service: latency grows as 1/(1 - utilisation); beyond capacity it fails."""
+    if rate >= capacity:
+        return {"error_rate": 0.5, "latency_ms": {"p99": 30_000.0}}
+    p99 = service_ms * math.log(100) / (1 - rate / capacity)
+    return {"error_rate": 0.0, "latency_ms": {"p99": p99}}
+
+
+def test_sweep_stops_at_the_first_rate_over_the_slo():
+    rates = sweep_rates(1.0, growth=1.5, increment=None, max_rate=100, max_steps=12)
+    measured: list[float] = []
+
+    def measure(rate: float) -> dict:
+        measured.append(rate)
+        return synthetic_summary(rate)
+
+    # p99 = 460.5 / (1 - rate/10) ms; it exceeds 1000 ms above rate 5.395.
+    outcome = run_sweep(rates, measure, slo_p99_ms=1000.0, max_error_rate=0.01)
+    assert measured == [1.0, 1.5, 2.25, 3.375, 5.0625, 7.5938]
+    assert outcome.max_sustainable_rate == pytest.approx(5.0625)
+    assert not outcome.steps[-1].passed and "p99" in outcome.steps[-1].reason
+    assert all(step.passed for step in outcome.steps[:-1])
+
+
+def test_sweep_stops_on_errors_even_when_latency_is_fine():
+    rates = sweep_rates(2.0, growth=2, increment=None, max_rate=64, max_steps=10)
+    outcome = run_sweep(
+        rates, lambda r: synthetic_summary(r, capacity=5.0), slo_p99_ms=1e9, max_error_rate=0.01
+    )
+    assert outcome.max_sustainable_rate == 4.0
+    assert "error rate" in outcome.steps[-1].reason
+
+
+def test_sweep_reports_none_when_the_first_step_fails_and_respects_the_time_budget():
+    outcome = run_sweep([20.0, 30.0], synthetic_summary, slo_p99_ms=1000, max_error_rate=0.01)
+    assert outcome.max_sustainable_rate is None and len(outcome.steps) == 1
+    budget = iter([100.0, 100.0, 5.0])
+    outcome = run_sweep(
+        [1.0, 2.0, 3.0], synthetic_summary, slo_p99_ms=1e9, max_error_rate=0.01,
+        time_left_s=lambda: next(budget), step_cost_s=50.0,
+    )  # fmt: skip
+    assert outcome.max_sustainable_rate == 2.0 and "time budget" in outcome.stop_reason
+    assert not judge_step(
+        1.0, {"error_rate": 0.0, "latency_ms": {"p99": None}}, slo_p99_ms=1, max_error_rate=0
+    ).passed
+
+
+def test_sweep_rates_grow_geometrically_or_linearly_within_bounds():
+    assert sweep_rates(1.0, growth=2.0, increment=None, max_rate=10, max_steps=10) == [
+        1.0,
+        2.0,
+        4.0,
+        8.0,
+    ]
+    assert sweep_rates(1.0, growth=2.0, increment=0.5, max_rate=10, max_steps=3) == [1.0, 1.5, 2.0]
+
+
+# --- the open-loop sender does not wait on responses --------------------------------------
+
+
+def gated_transport(
+    expected: int, release_timeout_s: float = 10.0
+) -> tuple[httpx.MockTransport, dict]:
+    """A mock service whose handler holds every request until ``expected`` requests have
+    arrived (or the timeout passes). A sender that waited on responses would deliver one
+    request at a time and every response would be released by the timeout instead."""
+    state = {"arrived": 0, "released_by_gate": 0, "released_by_timeout": 0}
+    gate = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        state["arrived"] += 1
+        if state["arrived"] >= expected:
+            gate.set()
+        try:
+            await asyncio.wait_for(gate.wait(), release_timeout_s)
+            state["released_by_gate"] += 1
+        except TimeoutError:
+            state["released_by_timeout"] += 1
+            gate.set()  # the verdict is in; don't make a broken sender pay the timeout per request
+        return httpx.Response(
+            200,
+            json={
+                "translations": [{"text": "ok", "tokens": 1, "sentences": 1}],
+                "usage": {"output_tokens": 1},
+            },
+        )
+
+    return httpx.MockTransport(handler), state
+
+
+def test_open_loop_sends_on_schedule_while_responses_are_held_back():
+    schedule = [
+        0.02 * i for i in range(15)
+    ]  # 15 arrivals over 0.28 s; nothing returns before all arrive
+    transport, state = gated_transport(expected=len(schedule))
+
+    async def scenario() -> list[RequestRecord]:
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await run_open_loop(
+                client, URL, schedule, InputSampler(seed=0), max_in_flight=64
+            )
+
+    records = asyncio.run(scenario())
+    assert state["released_by_gate"] == len(schedule) and state["released_by_timeout"] == 0
+    assert [r.scheduled_s for r in records] == schedule
+    assert all(r.ok for r in records)
+    # Sent at (not before, and not long after) the scheduled offsets; generous for a busy box.
+    lags = [r.sent_s - r.scheduled_s for r in records]
+    assert min(lags) >= -0.005
+    assert statistics.median(lags) < 0.5
+    # Latency counts from the schedule: every request waited for the last arrival.
+    assert all(r.completed_s >= schedule[-1] - 0.005 for r in records)
+
+
+def test_latency_counts_from_the_scheduled_time_when_the_sender_is_late():
+    async def instant(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, json={"translations": [{"text": "x"}], "usage": {"output_tokens": 4}}
+        )
+
+    async def scenario() -> RequestRecord:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(instant)) as client:
+            record = RequestRecord(index=0, scheduled_s=0.0)
+            # The run "started" 1 s ago and this request was due then: it is sent 1 s late.
+            run_start = time.perf_counter() - 1.0
+            return await send_translate(client, URL, {"text": "Save changes"}, record, run_start)
+
+    record = asyncio.run(scenario())
+    assert record.ok and record.output_tokens == 4 and record.input_chars == len("Save changes")
+    assert record.sent_s >= 1.0 and record.latency_s >= record.sent_s
+
+
+def test_open_loop_drops_arrivals_beyond_the_in_flight_cap():
+    schedule = [0.0] * 6  # all due at once: the sender never yields before creating them
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.05)
+        return httpx.Response(200, json={"translations": [{"text": "x"}]})
+
+    async def scenario() -> list[RequestRecord]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(slow)) as client:
+            return await run_open_loop(client, URL, schedule, InputSampler(seed=0), max_in_flight=3)
+
+    records = asyncio.run(scenario())
+    assert [r.dropped for r in records] == [False] * 3 + [True] * 3
+    assert all(r.ok for r in records[:3])
+    assert summarize(records, duration_s=1.0)["by_status"] == {"200": 3, "dropped": 3}
+
+
+def test_open_loop_records_errors_without_raising():
+    async def failing(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/v1/translate":
+            return httpx.Response(404)
+        if b"Save" in request.content:
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(429, headers={"Retry-After": "2"}, json={"error": "queue full"})
+
+    async def scenario() -> list[RequestRecord]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(failing)) as client:
+            return await run_open_loop(client, URL, [0.0] * 20, InputSampler(seed=0))
+
+    records = asyncio.run(scenario())
+    statuses = {r.status for r in records}
+    assert statuses <= {0, 429} and 429 in statuses
+    assert all(r.retry_after_s == 2.0 for r in records if r.status == 429)
+    assert all(r.error for r in records)
+
+
+def test_closed_loop_keeps_at_most_concurrency_requests_outstanding():
+    state = {"now": 0, "peak": 0}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        state["now"] += 1
+        state["peak"] = max(state["peak"], state["now"])
+        await asyncio.sleep(0.01)
+        state["now"] -= 1
+        return httpx.Response(200, json={"translations": [{"text": "x", "tokens": 2}]})
+
+    async def scenario() -> list[RequestRecord]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await run_closed_loop(
+                client, URL, InputSampler(seed=0), concurrency=3, max_requests=12
+            )
+
+    records = asyncio.run(scenario())
+    assert len(records) == 12 and all(r.ok for r in records)
+    assert state["peak"] == 3
+    assert [r.index for r in records] == list(range(12))
+    assert all(r.output_tokens == 2 for r in records)
+
+
+# --- target safety and the spawned server --------------------------------------------------
+
+
+def test_only_loopback_targets_are_allowed_by_default():
+    assert is_loopback_url("http://127.0.0.1:8000") and is_loopback_url("http://localhost:1")
+    assert is_loopback_url("http://[::1]:8000")
+    assert not is_loopback_url("http://10.0.0.5:8000") and not is_loopback_url(
+        "https://example.com"
+    )
+    with pytest.raises(SystemExit):
+        check_target("http://example.com", allow_remote=False)
+    check_target("http://example.com", allow_remote=True)
+
+
+def test_spawned_stub_server_serves_a_short_closed_loop_and_stops(tmp_path):
+    command = [sys.executable, "-m", "loadtest.stub_server", "--port", "{port}", "--base-ms", "1"]
+    with spawned_server(
+        None, command=command, ready_timeout_s=60, log_path=tmp_path / "stub.log"
+    ) as url:
+        assert url.startswith("http://127.0.0.1:")
+
+        async def scenario() -> list[RequestRecord]:
+            async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
+                return await run_closed_loop(
+                    client, url, InputSampler(seed=0), concurrency=2, max_requests=6
+                )
+
+        records = asyncio.run(scenario())
+    assert [r.status for r in records] == [200] * 6
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/ready", timeout=2, trust_env=False)
