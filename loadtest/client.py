@@ -16,6 +16,7 @@ import contextlib
 import ipaddress
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -298,6 +299,12 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_name: str) 
         help="extra environment for --spawn-server, e.g. MT_MAX_BATCH_ROWS=32 (repeatable)",
     )
     target.add_argument(
+        "--server-command",
+        metavar="CMD",
+        help="with --spawn-server: run this instead of `python -m service --host 127.0.0.1 "
+        "--port {port}` ({port} is replaced by the free port)",
+    )
+    target.add_argument(
         "--ready-timeout", type=float, default=300.0, help="seconds to wait for /ready"
     )
     target.add_argument(
@@ -356,6 +363,7 @@ def target_url(args: argparse.Namespace) -> Iterator[str]:
         print(f"starting the service on {args.spawn_server} (log: {log_path}) ...", flush=True)
         with spawned_server(
             args.spawn_server,
+            command=shlex.split(args.server_command) if args.server_command else None,
             extra_env=parse_env_pairs(args.server_env),
             ready_timeout_s=args.ready_timeout,
             log_path=log_path,
