@@ -1,0 +1,123 @@
+"""A tiny real model for service tests: random Marian weights, a SentencePiece tokenizer
+trained in memory, exported to ONNX once per session.
+
+The translations are nonsense, but they come from the real export and the real engine, so
+the API, batching and batch-invariance tests exercise the code that serves production.
+Importing this module is cheap; torch and the exporter load only when the fixture runs.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import build_random_marian
+
+VOCAB_SIZE = 160
+SOURCE_LANG, TARGET_LANG = "en", "de"
+# The logits bias of eos: with this seed some sentences end after a few tokens and others run
+# to their max_new_tokens, so batches mix short and long rows (conftest's default of 9 ends
+# nearly every sentence at once).
+EOS_BIAS = 7.5
+
+_WORD_LIST = (
+    "save open close file files edit view help settings changes cancel delete new name "
+    "folder print copy paste undo redo search replace window tools about exit user password "
+    "login account the a an of to in for on with your this that is are was were not all "
+    "speichern öffnen schließen datei bearbeiten ansicht hilfe einstellungen änderungen "
+    "abbrechen löschen neu ordner drucken kopieren einfügen suchen ersetzen fenster konto "
+    "der die das ein eine von zu für mit ist sind nicht alle"
+)
+_WORDS = _WORD_LIST.split()
+
+
+def _training_sentences() -> list[str]:
+    """A few hundred deterministic sentences: enough text for a unigram model of VOCAB_SIZE."""
+    sentences = []
+    for index, (first, second, third) in enumerate(
+        itertools.product(_WORDS[:24], _WORDS[24:36], _WORDS[-20:])
+    ):
+        if index % 7 == 0:
+            sentences.append(f"{first.capitalize()} {second} {third} {index % 100}.")
+    sentences += [" ".join(_WORDS[start : start + 9]) for start in range(len(_WORDS))]
+    return sentences
+
+
+def train_tiny_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> None:
+    """Write a Marian-layout tokenizer (source.spm, target.spm, vocab.json, config) with the
+    default model's id convention: ``</s>`` = 0, ``<unk>`` = 1, placeholders, ``<pad>`` last."""
+    import sentencepiece as spm
+
+    from service.placeholders import PLACEHOLDER_SYMBOLS
+
+    model_bytes = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(_training_sentences()),
+        model_writer=model_bytes,
+        model_type="unigram",
+        vocab_size=vocab_size,
+        eos_id=0,
+        unk_id=1,
+        bos_id=-1,
+        pad_id=vocab_size - 1,
+        eos_piece="</s>",
+        unk_piece="<unk>",
+        pad_piece="<pad>",
+        user_defined_symbols=list(PLACEHOLDER_SYMBOLS),
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+    )
+    processor = spm.SentencePieceProcessor(model_proto=model_bytes.getvalue())
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "source.spm").write_bytes(model_bytes.getvalue())
+    (output_dir / "target.spm").write_bytes(model_bytes.getvalue())
+    vocab = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())}
+    (output_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    config = {
+        "source_lang": SOURCE_LANG,
+        "target_lang": TARGET_LANG,
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+        "separate_vocabs": False,
+    }
+    (output_dir / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def export_tiny_model(root: Path, eos_bias: float | None = EOS_BIAS) -> Path:
+    """Random Marian model + tiny tokenizer → ONNX export dir (returned)."""
+    import torch
+
+    from export.onnx_export import export_model
+    from models.checkpoint import load_pretrained
+
+    marian_dir = root / "marian"
+    hf_model = build_random_marian(
+        marian_dir,
+        seed=3,
+        vocab_size=VOCAB_SIZE,
+        pad_token_id=VOCAB_SIZE - 1,
+        decoder_start_token_id=VOCAB_SIZE - 1,
+        tie_word_embeddings=False,
+    )
+    if eos_bias is not None:
+        with torch.no_grad():
+            hf_model.final_logits_bias[0, 0] = eos_bias
+        hf_model.save_pretrained(marian_dir)
+    train_tiny_tokenizer(marian_dir)
+    onnx_dir = root / "onnx"
+    export_model(
+        load_pretrained(marian_dir), onnx_dir, tokenizer_dir=marian_dir, model_name="tiny-random"
+    )
+    return onnx_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """ONNX export dir of the tiny random model with its tokenizer files."""
+    return export_tiny_model(tmp_path_factory.mktemp("tiny_mt"))
