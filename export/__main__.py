@@ -1,0 +1,62 @@
+"""``python -m export --model DIR --output DIR [--int8] [--fp16] [--opset N] [--verify]``
+
+Writes the fp32 export to OUTPUT and each requested variant to a sibling dir with the same
+file names (``OUTPUT-int8``, ``OUTPUT-fp16``), so any of them can be served by pointing
+``MT_MODEL_DIR`` at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from export.onnx_export import DEFAULT_OPSET, export_model
+from export.variants import DEFAULT_INT8_MODE, INT8_MODES, make_fp16, make_int8
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m export", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, type=Path, help="our model dir or a Marian dir")
+    parser.add_argument("--output", required=True, type=Path)
+    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="20 (default) or 23")
+    parser.add_argument("--int8", action="store_true", help="also write OUTPUT-int8 (CPU)")
+    parser.add_argument("--int8-mode", choices=sorted(INT8_MODES), default=DEFAULT_INT8_MODE)
+    parser.add_argument("--fp16", action="store_true", help="also write OUTPUT-fp16 (CUDA)")
+    parser.add_argument(
+        "--verify", action="store_true", help="run export.verify on the fp32 export"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    warnings.filterwarnings("ignore")  # the dynamo exporter's axis-renaming chatter
+
+    from models.checkpoint import load_pretrained
+
+    started = time.perf_counter()
+    model = load_pretrained(args.model)
+    export_model(
+        model, args.output, args.opset, tokenizer_dir=args.model, model_name=args.model.name
+    )
+    print(f"wrote {args.output} (opset {args.opset}) in {time.perf_counter() - started:.1f} s")
+    if args.int8:
+        path = make_int8(args.output, Path(f"{args.output}-int8"), args.int8_mode)
+        print(f"wrote {path}")
+    if args.fp16:
+        path = make_fp16(args.output, Path(f"{args.output}-fp16"))
+        print(f"wrote {path}")
+    if args.verify:
+        from export.verify import verify
+
+        report = verify(model, args.output)
+        print(
+            f"verify: ok={report.ok} max error={max(report.errors.values()):.2e} decodes={report.decodes}"
+        )
+        return 0 if report.ok else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

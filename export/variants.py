@@ -1,0 +1,279 @@
+"""Variants of an fp32 export, each a complete export dir with the same file names.
+
+- int8: ORT dynamic quantization of the weights of MatMul/Gather (CPU). Plain signed QInt8
+  weights are inaccurate on CPUs without VNNI (the u8*s8 kernel saturates, TOOLCHAIN.md), so the
+  default is ``reduce_range`` (7-bit signed weights); ``quint8`` is the other accurate option.
+- fp16: for CUDA. Weights, activations and the KV caches are fp16 (half the cache traffic);
+  ``logits`` stay fp32 so host-side log-softmax / beam scores are unchanged.
+
+``python -m export.variants --fp32 DIR [--model DIR]`` measures every variant against fp32 on
+random sentences: token agreement of greedy and beam-4 outputs, and seconds per batch. Session
+graph optimizations (ORT_ENABLE_ALL) are always on in the runtime; the offline
+``onnxruntime.transformers.optimize_model`` pass is measured too (``--optimize``) and is not part
+of the default export because it brought nothing here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from export.onnx_export import (
+    DECODER_FILE,
+    ENCODER_FILE,
+    KV_CONCAT_FILE,
+    KV_SELECT_FILE,
+    write_kv_helpers,
+)
+
+INT8_MODES = {
+    # name: (weight type, reduce_range)
+    "reduce_range": ("QInt8", True),
+    "quint8": ("QUInt8", False),
+    "qint8": ("QInt8", False),  # inaccurate without VNNI; kept only to measure it
+}
+DEFAULT_INT8_MODE = "reduce_range"
+
+
+def _copy_side_files(source: Path, target: Path) -> dict:
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():
+        if path.is_file() and path.suffix != ".onnx":
+            shutil.copyfile(path, target / path.name)
+    return json.loads((source / "config.json").read_text())
+
+
+def _write_config(target: Path, config: dict) -> None:
+    (target / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def fold_transposed_weights(model: onnx.ModelProto) -> int:
+    """Replace ``MatMul(x, Transpose(W))`` for an initializer W by ``MatMul(x, W_t)``.
+
+    The tied output projection is exported as ``x @ embedding.T``; the quantizer skips a MatMul
+    whose B is not a constant, which would leave the largest matrix of the model (V x D) in
+    fp32. The embedding table itself stays as it is for the Gather. Returns how many folded."""
+    from onnx import numpy_helper
+
+    initializers = {tensor.name: tensor for tensor in model.graph.initializer}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    folded = 0
+    for node in list(model.graph.node):
+        if node.op_type != "Transpose" or node.input[0] not in initializers:
+            continue
+        users = consumers.get(node.output[0], [])
+        if not users or any(
+            user.op_type != "MatMul" or user.input[1] != node.output[0] for user in users
+        ):
+            continue
+        weight = numpy_helper.to_array(initializers[node.input[0]])
+        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+        transposed = numpy_helper.from_array(
+            np.ascontiguousarray(weight.transpose(perm)), f"{node.input[0]}.transposed"
+        )
+        model.graph.initializer.append(transposed)
+        for user in users:
+            user.input[1] = transposed.name
+        model.graph.node.remove(node)
+        folded += 1
+    return folded
+
+
+def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_INT8_MODE) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source, target = Path(fp32_dir), Path(output_dir)
+    config = _copy_side_files(source, target)
+    weight_type, reduce_range = INT8_MODES[mode]
+    for name in (ENCODER_FILE, DECODER_FILE):
+        model = onnx.load(source / name)
+        fold_transposed_weights(model)
+        prepared = target / f"{name}.prepared"
+        onnx.save(model, prepared)
+        quantize_dynamic(
+            prepared,
+            target / name,
+            weight_type=getattr(QuantType, weight_type),
+            reduce_range=reduce_range,
+            op_types_to_quantize=["MatMul", "Gemm"],
+        )
+        prepared.unlink()
+    for name in (KV_SELECT_FILE, KV_CONCAT_FILE):  # caches stay fp32
+        shutil.copyfile(source / name, target / name)
+    config.update(variant=f"int8-{mode}", model_name=f"{config.get('model_name', source.name)}")
+    _write_config(target, config)
+    return target
+
+
+def make_fp16(fp32_dir: str | Path, output_dir: str | Path) -> Path:
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    source, target = Path(fp32_dir), Path(output_dir)
+    config = _copy_side_files(source, target)
+    for name, keep_fp32 in ((ENCODER_FILE, []), (DECODER_FILE, ["logits"])):
+        model = onnx.load(source / name)
+        converted = convert_float_to_float16(model, keep_io_types=keep_fp32 or False)
+        onnx.save(converted, target / name)
+    write_kv_helpers(target, 2 * config["num_layers"], onnx.TensorProto.FLOAT16, config["opset"])
+    config.update(variant="fp16", kv_dtype="float16")
+    _write_config(target, config)
+    return target
+
+
+def make_optimized(fp32_dir: str | Path, output_dir: str | Path) -> Path:
+    """Offline transformer fusions (bart model type); measured, not used by default."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    source, target = Path(fp32_dir), Path(output_dir)
+    config = _copy_side_files(source, target)
+    for name in (ENCODER_FILE, DECODER_FILE):
+        optimized = optimize_model(
+            str(source / name), model_type="bart", num_heads=config["num_heads"], opt_level=1
+        )
+        optimized.save_model_to_file(str(target / name))
+    for name in (KV_SELECT_FILE, KV_CONCAT_FILE):
+        shutil.copyfile(source / name, target / name)
+    config.update(variant="fp32-optimized")
+    _write_config(target, config)
+    return target
+
+
+def random_sources(
+    vocab_size: int, special: set[int], eos_id: int, count: int, seed: int = 0
+) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    allowed = np.array([t for t in range(vocab_size) if t not in special])
+    lengths = rng.integers(4, 24, size=count)
+    return [rng.choice(allowed, size=length - 1).tolist() + [eos_id] for length in lengths]
+
+
+def agreement(reference: list[list[int]], other: list[list[int]]) -> dict[str, float]:
+    """Identical-output rate and position-wise token agreement (over the reference's length)."""
+    identical = sum(a == b for a, b in zip(reference, other, strict=True)) / len(reference)
+    same = total = 0
+    for a, b in zip(reference, other, strict=True):
+        total += max(len(a), len(b), 1)
+        same += sum(x == y for x, y in zip(a, b, strict=False)) + (not a and not b)
+    return {"identical": identical, "token_agreement": same / total}
+
+
+def top1_agreement(
+    fp32_dir: str | Path, other_dir: str | Path, sources: list[list[int]], steps: int = 16
+) -> float:
+    """Teacher-forced next-token agreement: both decoders see fp32's greedy prefix; the fraction
+    of (sentence, step) positions where their argmax (pad banned) is the same. Unlike comparing
+    whole outputs, one early disagreement does not count every later token as different."""
+    from service.onnx_model import OnnxSeq2Seq
+
+    models = [OnnxSeq2Seq(fp32_dir, "cpu"), OnnxSeq2Seq(other_dir, "cpu")]
+    info = models[0].info
+    rows = len(sources)
+    src_ids = np.full((rows, max(map(len, sources))), info.pad_id, dtype=np.int64)
+    src_mask = np.zeros_like(src_ids)
+    for row, source in enumerate(sources):
+        src_ids[row, : len(source)], src_mask[row, : len(source)] = source, 1
+    cross = [model.encode(src_ids, src_mask) for model in models]
+    past = [model.empty_cache(rows) for model in models]
+    tokens = np.full((rows, 1), info.decoder_start_id, dtype=np.int64)
+    same = 0
+    for step in range(steps):
+        positions = np.full((rows, 1), step, dtype=np.int64)
+        self_mask = np.ones((rows, step + 1), dtype=np.int64)
+        choices = []
+        for index, model in enumerate(models):
+            logits, past[index] = model.decode(
+                tokens, positions, self_mask, past[index], cross[index], src_mask
+            )
+            logits = logits[:, -1].astype(np.float32)
+            logits[:, info.pad_id] = -np.inf
+            choices.append(logits.argmax(axis=-1))
+        same += int((choices[0] == choices[1]).sum())
+        tokens = choices[0][:, None]
+    return same / (rows * steps)
+
+
+def compare(
+    fp32_dir: str | Path,
+    variant_dirs: dict[str, Path],
+    count: int = 32,
+    max_new_tokens: int = 24,
+    intra_op_threads: int = 0,
+) -> dict:
+    """Every variant against fp32 on ``count`` random sentences, greedy and beam 4, one batch."""
+    from service.engine import Engine
+
+    engines = {"fp32": Engine.from_dir(fp32_dir, provider="cpu", intra_op_threads=intra_op_threads)}
+    for name, path in variant_dirs.items():
+        engines[name] = Engine.from_dir(path, provider="cpu", intra_op_threads=intra_op_threads)
+    info = engines["fp32"].model.info
+    sources = random_sources(
+        info.vocab_size, {info.pad_id, info.eos_id, info.decoder_start_id}, info.eos_id, count
+    )
+    results: dict = {}
+    for beam in (1, 4):
+        outputs = {}
+        for name, engine in engines.items():
+            engine.warmup()
+            started = time.perf_counter()
+            outputs[name] = engine.translate_ids(
+                sources, beam_size=beam, max_new_tokens=max_new_tokens
+            )
+            results.setdefault(name, {})[f"beam{beam}_seconds"] = round(
+                time.perf_counter() - started, 3
+            )
+        for name in engines:
+            results[name].update(
+                {
+                    f"beam{beam}_{k}": round(v, 4)
+                    for k, v in agreement(outputs["fp32"], outputs[name]).items()
+                }
+            )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build and measure export variants against fp32.")
+    parser.add_argument("--fp32", required=True, type=Path, help="fp32 export dir")
+    parser.add_argument("--int8-modes", default="reduce_range,quint8,qint8")
+    parser.add_argument(
+        "--fp16", action="store_true", help="also build fp16 (CPU timings mean little)"
+    )
+    parser.add_argument(
+        "--optimize", action="store_true", help="also measure optimize_model fusions"
+    )
+    parser.add_argument("--count", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=24)
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args(argv)
+    variants: dict[str, Path] = {}
+    for mode in filter(None, args.int8_modes.split(",")):
+        variants[f"int8-{mode}"] = make_int8(args.fp32, Path(f"{args.fp32}-int8-{mode}"), mode)
+    if args.fp16:
+        variants["fp16"] = make_fp16(args.fp32, Path(f"{args.fp32}-fp16"))
+    if args.optimize:
+        variants["optimized"] = make_optimized(args.fp32, Path(f"{args.fp32}-optimized"))
+    results = compare(args.fp32, variants, args.count, args.max_new_tokens, args.threads)
+    info = json.loads((args.fp32 / "config.json").read_text())
+    special = set(info["special_ids"].values())
+    sources = random_sources(
+        info["vocab_size"], special, info["special_ids"]["eos_id"], args.count, seed=1
+    )
+    for name, path in variants.items():
+        results[name]["top1_agreement"] = round(
+            top1_agreement(args.fp32, path, sources, args.max_new_tokens), 4
+        )
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,207 @@
+"""Verify an export against the PyTorch model it came from.
+
+``python -m export.verify --model DIR --onnx DIR`` checks: ``onnx.checker`` on every graph; no
+control flow in the decoder; the encoder's cross K/V and the decoder's logits and presents
+against PyTorch at past length 0, 1 and > 1 on a padded batch of 3 (fp32 tolerance 1e-4);
+full greedy and beam-4 decodes through ``service.engine.Engine`` token-identical to
+``models.search``. Exits non-zero on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from export.onnx_export import (
+    DECODER_FILE,
+    ENCODER_FILE,
+    KV_CONCAT_FILE,
+    KV_SELECT_FILE,
+    control_flow_ops,
+)
+from models.checkpoint import load_pretrained
+from models.search import beam_search, greedy_search
+from models.transformer import Transformer
+
+
+@dataclass
+class Report:
+    checks: dict[str, bool] = field(default_factory=dict)
+    errors: dict[str, float] = field(default_factory=dict)
+    decodes: dict[str, float] = field(default_factory=dict)  # fraction of identical outputs
+
+    @property
+    def ok(self) -> bool:
+        return all(self.checks.values())
+
+
+def padded_source(
+    lengths: list[int], model: Transformer, seed: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, S) source ids ending in eos, right-padded with pad, and the mask."""
+    config = model.config
+    generator = torch.Generator().manual_seed(seed)
+    special = {config.pad_id, config.eos_id, config.decoder_start_id}
+    allowed = torch.tensor([t for t in range(config.src_vocab_size) if t not in special])
+    src_ids = torch.full((len(lengths), max(lengths)), config.pad_id)
+    src_mask = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        picks = torch.randint(0, len(allowed), (length - 1,), generator=generator)
+        src_ids[row, : length - 1] = allowed[picks]
+        src_ids[row, length - 1] = config.eos_id
+        src_mask[row, :length] = 1
+    return src_ids, src_mask
+
+
+def sessions(onnx_dir: Path) -> tuple[ort.InferenceSession, ort.InferenceSession]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    cpu = ["CPUExecutionProvider"]
+    return (
+        ort.InferenceSession(str(onnx_dir / ENCODER_FILE), options, providers=cpu),
+        ort.InferenceSession(str(onnx_dir / DECODER_FILE), options, providers=cpu),
+    )
+
+
+@torch.no_grad()
+def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) -> dict[str, float]:
+    """Max |ORT - PyTorch| of cross K/V, logits and presents; a padded batch of 3, with the first
+    row joining late (invalid left cache slots), at each past length; T = 1 and T = 2 new tokens."""
+    config = model.config
+    layers = config.decoder_layers
+    encoder, decoder = sessions(onnx_dir)
+    src_ids, src_mask = padded_source([7, 3, 5], model)
+    _, cross_keys, cross_values = model.encode(src_ids, src_mask)
+    outputs = encoder.run(None, {"input_ids": src_ids.numpy(), "attention_mask": src_mask.numpy()})
+    names = [o.name for o in encoder.get_outputs()]
+    errors = {"encoder_cross_kv": 0.0}
+    for i in range(layers):
+        for name, expected in (
+            (f"cross_key_{i}", cross_keys[i]),
+            (f"cross_value_{i}", cross_values[i]),
+        ):
+            got = outputs[names.index(name)]
+            errors["encoder_cross_kv"] = max(
+                errors["encoder_cross_kv"], float(np.abs(got - expected.numpy()).max())
+            )
+
+    generator = torch.Generator().manual_seed(2)
+    batch = src_ids.shape[0]
+    for past_len in past_lengths:
+        for new_len in (1, 2):
+            shape = (batch, config.decoder_heads, past_len, config.decoder_head_dim)
+            past_keys = tuple(torch.randn(shape, generator=generator) for _ in range(layers))
+            past_values = tuple(torch.randn(shape, generator=generator) for _ in range(layers))
+            input_ids = torch.randint(
+                1, config.tgt_vocab_size - 1, (batch, new_len), generator=generator
+            )
+            positions = (
+                torch.arange(past_len, past_len + new_len).expand(batch, new_len).contiguous()
+            )
+            self_mask = torch.ones(batch, past_len + new_len, dtype=torch.long)
+            if past_len:
+                self_mask[0, : past_len - (past_len > 1)] = 0  # row 0 joined late
+                positions[0] -= past_len - (past_len > 1)
+            expected = model.decode_step(
+                input_ids,
+                positions,
+                past_keys,
+                past_values,
+                cross_keys,
+                cross_values,
+                src_mask,
+                self_mask,
+            )
+            feeds = {
+                "input_ids": input_ids.numpy(),
+                "positions": positions.numpy(),
+                "self_attention_mask": self_mask.numpy(),
+                "encoder_attention_mask": src_mask.numpy(),
+            }
+            for i in range(layers):
+                feeds[f"past_key_{i}"] = past_keys[i].numpy()
+                feeds[f"past_value_{i}"] = past_values[i].numpy()
+                feeds[f"cross_key_{i}"] = cross_keys[i].numpy()
+                feeds[f"cross_value_{i}"] = cross_values[i].numpy()
+            got = decoder.run(None, feeds)
+            out_names = [o.name for o in decoder.get_outputs()]
+            logits_error = float(np.abs(got[out_names.index("logits")] - expected[0].numpy()).max())
+            cache_error = max(
+                float(
+                    np.abs(got[out_names.index(f"present_{kind}_{i}")] - tensors[i].numpy()).max()
+                )
+                for i in range(layers)
+                for kind, tensors in (("key", expected[1]), ("value", expected[2]))
+            )
+            errors[f"logits_P{past_len}_T{new_len}"] = logits_error
+            errors[f"present_P{past_len}_T{new_len}"] = cache_error
+    return errors
+
+
+def decode_agreement(
+    model: Transformer,
+    onnx_dir: Path,
+    lengths: list[int],
+    beam_sizes=(1, 4),
+    max_new_tokens: int = 16,
+    provider: str = "cpu",
+) -> dict[str, float]:
+    """Fraction of sentences whose engine output equals models.search's (greedy, beam)."""
+    from service.engine import Engine
+
+    engine = Engine.from_dir(onnx_dir, provider=provider)
+    src_ids, src_mask = padded_source(lengths, model, seed=3)
+    sources = [row[: int(mask.sum())].tolist() for row, mask in zip(src_ids, src_mask, strict=True)]
+    result = {}
+    for beam in beam_sizes:
+        if beam == 1:
+            expected = greedy_search(model, src_ids, src_mask, max_new_tokens=max_new_tokens)
+        else:
+            expected = beam_search(
+                model, src_ids, src_mask, beam_size=beam, max_new_tokens=max_new_tokens
+            )
+        actual = engine.translate_ids(sources, beam_size=beam, max_new_tokens=max_new_tokens)
+        same = sum(a == e for a, e in zip(actual, expected, strict=True))
+        result[f"beam{beam}"] = same / len(sources)
+    return result
+
+
+def verify(model: Transformer, onnx_dir: str | Path, tolerance: float = 1e-4) -> Report:
+    onnx_dir = Path(onnx_dir)
+    report = Report()
+    for name in (ENCODER_FILE, DECODER_FILE, KV_SELECT_FILE, KV_CONCAT_FILE):
+        onnx.checker.check_model(str(onnx_dir / name), full_check=True)
+        report.checks[f"checker:{name}"] = True
+    report.checks["decoder_has_no_control_flow"] = not control_flow_ops(
+        onnx.load(onnx_dir / DECODER_FILE)
+    )
+    report.errors = logits_errors(model, onnx_dir)
+    report.checks["logits_within_tolerance"] = max(report.errors.values()) <= tolerance
+    report.decodes = decode_agreement(model, onnx_dir, [12, 4, 8, 10, 6, 9, 7, 11])
+    report.checks["decodes_token_identical"] = all(
+        value == 1.0 for value in report.decodes.values()
+    )
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="PyTorch model dir (ours or Marian)")
+    parser.add_argument("--onnx", required=True, help="fp32 export dir written by python -m export")
+    parser.add_argument("--tolerance", type=float, default=1e-4)
+    args = parser.parse_args(argv)
+    report = verify(load_pretrained(args.model), args.onnx, args.tolerance)
+    print(json.dumps({"ok": report.ok, **report.__dict__}, indent=2))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The ONNX Runtime engine against the PyTorch reference search (models.search)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+
+from export.onnx_export import export_model
+from export.variants import make_int8, random_sources, top1_agreement
+from models.config import TransformerConfig
+from models.search import beam_search, greedy_search
+from models.transformer import Transformer
+from service.engine import DecodeRequest, Engine
+from tests.onnx_fixtures import padded_sources, reference
+
+MAX_NEW = 12
+LENGTHS = [12, 4, 8, 10, 6, 9, 7, 11]
+
+pytest_plugins = ["tests.onnx_fixtures"]  # the session-scoped `exported` fixture
+
+
+@pytest.fixture(scope="module")
+def engine(exported):
+    return Engine.from_dir(exported.onnx_dir, provider="cpu", intra_op_threads=1)
+
+
+def run_until_empty(engine: Engine, schedule: dict[int, list[DecodeRequest]]) -> dict:
+    """Add ``schedule[k]`` before the k-th step; step until all finish. id -> FinishedRequest."""
+    finished = {}
+    step = 0
+    while step <= max(schedule) or engine.active_requests:
+        engine.add(schedule.get(step, []))
+        for done in engine.step():
+            finished[done.request_id] = done
+        step += 1
+    return finished
+
+
+def test_engine_reports_model_and_cpu_provider(engine, exported):
+    assert engine.provider == "cpu"
+    assert engine.model_name == "tiny-marian"
+    info = engine.model.info
+    config = exported.model.config
+    assert (info.num_layers, info.num_heads, info.head_dim, info.vocab_size) == (
+        config.decoder_layers,
+        config.decoder_heads,
+        config.decoder_head_dim,
+        config.tgt_vocab_size,
+    )
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_engine_matches_reference_search_on_a_padded_mixed_length_batch(
+    engine, exported, beam_size
+):
+    src_ids, src_mask, sources = padded_sources(exported.model, LENGTHS)
+    if beam_size == 1:
+        expected = greedy_search(exported.model, src_ids, src_mask, max_new_tokens=MAX_NEW)
+    else:
+        expected = beam_search(
+            exported.model, src_ids, src_mask, beam_size=beam_size, max_new_tokens=MAX_NEW
+        )
+    actual = engine.translate_ids(sources, beam_size=beam_size, max_new_tokens=MAX_NEW)
+    assert actual == expected
+    # Meaningful only if outputs depend on the input and some stop on eos before the limit.
+    assert len({tuple(tokens) for tokens in expected}) > 1
+    assert any(len(tokens) < MAX_NEW for tokens in expected)
+    assert engine.active_requests == 0 and engine.active_rows == 0
+
+
+def test_beam_search_with_length_penalty_matches_reference(engine, exported):
+    _, _, sources = padded_sources(exported.model, LENGTHS[:4], seed=5)
+    expected = reference(
+        exported.model, sources, beam_size=3, max_new_tokens=MAX_NEW, length_penalty=0.6
+    )
+    assert (
+        engine.translate_ids(sources, beam_size=3, max_new_tokens=MAX_NEW, length_penalty=0.6)
+        == expected
+    )
+
+
+def test_greedy_output_in_a_batch_is_identical_to_a_batch_of_one(engine, exported):
+    _, _, sources = padded_sources(exported.model, LENGTHS, seed=7)
+    alone = [engine.translate_ids([source], max_new_tokens=MAX_NEW)[0] for source in sources]
+    assert engine.translate_ids(sources, max_new_tokens=MAX_NEW) == alone
+
+
+def test_requests_joining_at_different_steps_get_the_same_tokens_as_alone(engine, exported):
+    _, _, sources = padded_sources(exported.model, [5, 12, 3, 9, 7, 10], seed=11)
+    beams = [1, 4, 1, 2, 4, 1]
+    schedule = {
+        0: [
+            DecodeRequest("a", sources[0], beams[0], MAX_NEW),
+            DecodeRequest("b", sources[1], beams[1], MAX_NEW),
+        ],
+        2: [DecodeRequest("c", sources[2], beams[2], MAX_NEW)],
+        3: [
+            DecodeRequest("d", sources[3], beams[3], MAX_NEW),
+            DecodeRequest("e", sources[4], beams[4], MAX_NEW),
+        ],
+        7: [DecodeRequest("f", sources[5], beams[5], MAX_NEW)],
+    }
+    steps_before = engine.steps
+    finished = run_until_empty(engine, schedule)
+    assert sorted(finished) == list("abcdef")
+    for request_id, source, beam in zip("abcdef", sources, beams, strict=True):
+        expected = reference(exported.model, [source], beam_size=beam, max_new_tokens=MAX_NEW)[0]
+        assert finished[request_id].tokens == expected, request_id
+        # A request takes part in one step per generated token, plus the one that chose eos.
+        assert finished[request_id].steps <= MAX_NEW
+        if beam == 1:
+            assert finished[request_id].steps == min(len(expected) + 1, MAX_NEW)
+    assert engine.steps > steps_before
+    assert engine.active_requests == 0
+
+
+def test_dropped_requests_leave_and_the_others_are_unaffected(engine, exported):
+    _, _, sources = padded_sources(exported.model, [9, 6, 11], seed=13)
+    requests = [
+        DecodeRequest(i, source, beam, MAX_NEW)
+        for i, (source, beam) in enumerate(zip(sources, [2, 1, 4], strict=True))
+    ]
+    engine.add(requests)
+    assert (engine.active_requests, engine.active_rows) == (3, 7)
+    finished = {done.request_id: done for done in engine.step()}
+    engine.drop([1, "unknown"])
+    assert engine.active_requests == 3 - len(finished) - (1 not in finished)
+    while engine.active_requests:
+        finished.update({done.request_id: done for done in engine.step()})
+    for i, beam in ((0, 2), (2, 4)):
+        assert finished[i].tokens == reference(exported.model, [sources[i]], beam, MAX_NEW)[0]
+    assert 1 not in finished or finished[1].steps == 1
+
+
+def test_columns_no_row_needs_are_trimmed(engine, exported):
+    """After the long-source, early-joined request leaves, the batch keeps neither its source
+    padding nor cache slots that only it used."""
+    model = exported.model
+    _, _, candidates = padded_sources(model, [12] * 8 + [3], seed=17)
+    short_source = candidates[-1]
+    # A long source whose greedy output does not end within 2 steps, so it is still running.
+    long_source = next(s for s in candidates[:-1] if len(reference(model, [s], 1, 3)[0]) >= 2)
+    engine.add([DecodeRequest("long", long_source, 1, 3)])
+    engine.step()
+    engine.step()
+    engine.add([DecodeRequest("short", short_source, 2, MAX_NEW)])
+    batch = engine._batch
+    assert batch.encoder_mask.shape == (3, 12) and batch.self_mask.shape == (3, 2)
+    finished = []
+    while not any(done.request_id == "long" for done in finished):
+        finished += engine.step()
+    # "short" still runs (beam 2 cannot finish after 1 step): its 2 beams only, no padding
+    assert engine.active_requests == 1
+    batch = engine._batch
+    assert batch.encoder_mask.shape == (2, 3)
+    assert batch.self_mask.shape == (2, 1)  # the slots only "long" used are gone
+    assert batch.self_cache[0].shape() == [
+        2,
+        model.config.decoder_heads,
+        1,
+        model.config.decoder_head_dim,
+    ]
+    assert batch.cross_cache[0].shape()[2] == 3
+    engine.drop(["short"])
+    assert engine.active_requests == 0
+
+
+def test_empty_source_is_rejected(engine):
+    with pytest.raises(ValueError, match="empty source"):
+        engine.add([DecodeRequest("x", [])])
+    assert engine.active_requests == 0
+
+
+def test_warmup_leaves_the_batch_empty(engine):
+    assert engine.warmup() >= 0
+    assert engine.active_requests == 0
+
+
+def test_service_runtime_does_not_import_torch():
+    code = "import sys, service.engine, service.onnx_model, service.decoding; print('torch' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
+
+
+# --- int8 ---------------------------------------------------------------------------------
+
+# Teacher-forced next-token agreement of the int8 (reduce_range) decoder with fp32, measured on
+# this model (d_model 64, 2+2 layers, xavier init, 64 random sentences x 16 steps): 0.995
+# (quint8 0.999, plain qint8 0.998); on a Marian-base-sized random model see the report in
+# export/variants.py. 0.97 leaves room for platform differences in int8 kernels while still
+# failing on a broken quantization (a wrong scale or an unquantized-vs-quantized mixup gives
+# agreement near chance, < 0.1 here).
+INT8_MIN_AGREEMENT = 0.97
+
+
+@pytest.fixture(scope="module")
+def realistic_scale_export(tmp_path_factory):
+    """A tiny model with the default (xavier) init: activations at a realistic scale. The
+    Marian fixture's init_std=0.5 inflates activations ~10x, which no real checkpoint has."""
+    torch.manual_seed(0)
+    vocab = 256
+    config = TransformerConfig(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=64, encoder_layers=2, decoder_layers=2,
+        encoder_heads=4, decoder_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256,
+        max_positions=128, pad_id=vocab - 1, decoder_start_id=vocab - 1,
+    )  # fmt: skip
+    path = tmp_path_factory.mktemp("realistic") / "fp32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        export_model(Transformer(config).eval(), path)
+    return path
+
+
+def weight_bytes(path) -> int:
+    return sum(numpy_helper.to_array(tensor).nbytes for tensor in onnx.load(path).graph.initializer)
+
+
+def test_int8_variant_agrees_with_fp32_and_is_smaller(realistic_scale_export, tmp_path):
+    int8_dir = make_int8(realistic_scale_export, tmp_path / "int8")
+    sources = random_sources(256, {0, 255}, 0, count=64, seed=1)
+    assert top1_agreement(realistic_scale_export, int8_dir, sources, steps=16) >= INT8_MIN_AGREEMENT
+    # Weights, not file size: a tiny model's file is mostly graph structure.
+    fp32_bytes = weight_bytes(realistic_scale_export / "decoder.onnx")
+    assert weight_bytes(int8_dir / "decoder.onnx") < 0.5 * fp32_bytes
+    # The tied output projection (x @ embedding.T, the largest matrix at real sizes) is quantized.
+    names = {tensor.name for tensor in onnx.load(int8_dir / "decoder.onnx").graph.initializer}
+    assert "model.tgt_embed.weight.transposed_quantized" in names
+    engine = Engine.from_dir(int8_dir, provider="cpu")
+    assert engine.model.info.variant == "int8-reduce_range"
+    assert all(
+        len(tokens) <= 8
+        for tokens in engine.translate_ids(sources[:4], beam_size=2, max_new_tokens=8)
+    )
