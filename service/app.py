@@ -92,6 +92,9 @@ class ServiceState:
         self.source_lang, self.target_lang = read_language_pair(Path(settings.model_dir))
         self.model_name = settings.model_name or Path(settings.model_dir).name
         self.provider = settings.provider
+        # Set by the first begin_shutdown: the grace counts from SIGTERM, not from when the
+        # server gets round to the lifespan shutdown.
+        self.shutdown_deadline: float | None = None
 
     async def load(self, engine: Engine | None = None) -> None:
         """Load (unless given) and warm up the engine, then start the batcher."""
@@ -129,6 +132,8 @@ class ServiceState:
 
     def begin_shutdown(self) -> None:
         """SIGTERM: refuse new work with 503 from now on; in-flight work goes on."""
+        if self.shutdown_deadline is None:
+            self.shutdown_deadline = time.monotonic() + self.settings.shutdown_grace_s
         if self.phase != "failed":
             self.phase = "shutting_down"
         if self.batcher is not None:
@@ -137,7 +142,9 @@ class ServiceState:
     async def shutdown(self) -> None:
         self.begin_shutdown()
         if self.batcher is not None:
-            drained = await self.batcher.shutdown(self.settings.shutdown_grace_s)
+            assert self.shutdown_deadline is not None
+            grace_left = max(0.0, self.shutdown_deadline - time.monotonic())
+            drained = await self.batcher.shutdown(grace_left)
             if not drained:
                 logger.warning("shutdown grace elapsed with work unfinished; it was failed")
 

@@ -1,0 +1,72 @@
+"""``python -m service [--host HOST] [--port PORT] [--model-dir DIR]``: serve the app with uvicorn.
+
+Settings come from ``MT_*`` environment variables (service/settings.py); the flags override
+the matching ones. On SIGTERM (or Ctrl-C) new translation requests get 503 at once, requests
+in flight finish for up to ``MT_SHUTDOWN_GRACE_S`` seconds, then the process exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from service.app import create_app
+from service.settings import get_settings
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn, but the app hears about SIGTERM first: uvicorn alone keeps admitting requests
+    on open keep-alive connections while it waits for the in-flight ones to finish."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()  # sets flags only: safe inside a signal handler
+        super().handle_exit(sig, frame)
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = get_settings()
+    parser = argparse.ArgumentParser(prog="python -m service", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default=settings.host, help="MT_HOST (default %(default)s)")
+    parser.add_argument(
+        "--port", type=int, default=settings.port, help="MT_PORT (default %(default)s)"
+    )
+    parser.add_argument("--model-dir", type=Path, default=settings.model_dir, help="MT_MODEL_DIR")
+    parser.add_argument("--log-level", default=settings.log_level, help="MT_LOG_LEVEL")
+    args = parser.parse_args(argv)
+    settings = settings.model_copy(
+        update={
+            "host": args.host,
+            "port": args.port,
+            "model_dir": args.model_dir,
+            "log_level": args.log_level,
+        }
+    )
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        lifespan="on",
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+    )
+    server = GracefulServer(config, on_exit=app.state.service.begin_shutdown)
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
