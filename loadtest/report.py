@@ -280,8 +280,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         if queue_wait and queue_wait["count"]:
             lines.append(
                 f"queue wait ms (server histogram, {int(queue_wait['count'])} sentences)  mean "
-                f"{_fmt(queue_wait.get('mean_ms'))}  p50 {_fmt(queue_wait.get('p50_ms'))}  "
-                f"p99 {_fmt(queue_wait.get('p99_ms'))}"
+                f"{_fmt(queue_wait.get('mean_ms'))}  bucket estimates: p50 "
+                f"{_fmt(queue_wait.get('p50_ms'))}  p99 {_fmt(queue_wait.get('p99_ms'))}"
             )
         elif queue_wait is None:
             lines.append("queue wait: no queue-wait histogram in /metrics")
