@@ -1,0 +1,82 @@
+"""Optimum ``ORTModelForSeq2SeqLM`` worker for bench/peers.py; runs in bench/.venv-optimum.
+
+Optimum's ONNX Runtime seq2seq classes need transformers < 4.58 (TOOLCHAIN.md), so this runs in
+its own venv (``bash bench/setup_optimum.sh``) and imports nothing from the project:
+
+    bench/.venv-optimum/bin/python bench/optimum_worker.py REQUEST.json
+
+The request (see bench/peer_timing.py) gives ``marian_dir`` (a Hugging Face Marian directory)
+and ``artifact_dir``, where the build phase writes Optimum's own export, offline.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from peer_timing import RunFn, package_version, serve, strip_generated  # noqa: E402
+
+
+def build(request: dict[str, Any]) -> dict[str, Any]:
+    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+
+    exported = ORTModelForSeq2SeqLM.from_pretrained(request["marian_dir"], export=True)
+    exported.save_pretrained(request["artifact_dir"])
+    return {}
+
+
+def load(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
+    import onnxruntime as ort
+    import torch
+    import transformers
+    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+
+    threads = request["threads"]
+    torch.set_num_threads(threads)  # generate's logits processing and beam bookkeeping
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    model = ORTModelForSeq2SeqLM.from_pretrained(
+        request["artifact_dir"], provider="CPUExecutionProvider", session_options=options
+    )
+    pad_id, eos_id = request["pad_id"], request["eos_id"]
+
+    def run(sources: list[list[int]], beam_size: int, new_tokens: int) -> list[list[int]]:
+        width = max(len(ids) for ids in sources)
+        input_ids = torch.full((len(sources), width), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(sources), width), dtype=torch.long)
+        for row, ids in enumerate(sources):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+        with torch.inference_mode():
+            sequences = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                num_beams=beam_size,
+                do_sample=False,
+                min_new_tokens=new_tokens,
+                max_new_tokens=new_tokens,
+                forced_eos_token_id=None,
+                bad_words_ids=[[pad_id]],
+                length_penalty=1.0,
+            )
+        return strip_generated(sequences[:, 1:].tolist(), eos_id, pad_id)
+
+    versions = {
+        "optimum-onnx": package_version("optimum-onnx"),
+        "optimum": package_version("optimum"),
+        "transformers": transformers.__version__,
+        "onnxruntime": ort.__version__,
+        "torch": torch.__version__,
+    }
+    return run, {"versions": versions, "providers": model.encoder.session.get_providers()}
+
+
+if __name__ == "__main__":
+    serve(build, load)

@@ -1,0 +1,119 @@
+"""The timing loop and worker protocol shared by every system in ``bench/peers.py``.
+
+Standard library only: it runs in the main venv and in the Optimum venv (bench/optimum_worker.py).
+
+A worker is a process started as ``PYTHON WORKER REQUEST.json``. The request names the system,
+the phase, the model and artifact directories, the threads, the source ids and the cells
+(beam x batch). Phase "build" exports / converts the model into ``artifact_dir``; phase "time"
+loads the system, runs every cell and writes the result JSON to ``request["result_path"]``. One process per system keeps thread pools,
+OpenMP runtimes and allocators of one system from disturbing the next.
+
+A ``run(sources, beam_size, new_tokens)`` function returns the generated ids of every source
+(no start token, no eos); tokens/s counts those ids, so systems that stop early are not
+credited with tokens they did not produce.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RunFn = Callable[[list[list[int]], int, int], list[list[int]]]
+BuildFn = Callable[[dict[str, Any]], dict[str, Any]]  # request -> info for the result
+LoadFn = Callable[[dict[str, Any]], tuple[RunFn, dict[str, Any]]]
+
+COMPLETE_MARKER = ".complete"  # written into artifact_dir once a build has finished
+
+
+def time_cells(run: RunFn, request: dict[str, Any]) -> list[dict[str, Any]]:
+    """Warm up and time every cell; the figure is the median of the timed runs.
+
+    Each cell is warmed up by ``warmup`` runs of the same beam and batch (``warmup_tokens`` new
+    tokens each: the same kernels and shapes, cheaper than a full run), then timed ``repeats``
+    times, stopping early once ``max_cell_seconds`` of timed runs are spent (at least one).
+    """
+    sources: list[list[int]] = request["sources"]
+    new_tokens: int = request["new_tokens"]
+    results = []
+    for cell in request["cells"]:
+        beam, batch = cell["beam"], cell["batch"]
+        batch_sources = sources[:batch]
+        for _ in range(request["warmup"]):
+            run(batch_sources, beam, request["warmup_tokens"])
+        times: list[float] = []
+        outputs: list[list[int]] = []
+        for _ in range(request["repeats"]):
+            started = time.perf_counter()
+            generated = run(batch_sources, beam, new_tokens)
+            times.append(time.perf_counter() - started)
+            outputs = outputs or generated
+            if sum(times) >= request["max_cell_seconds"]:
+                break
+        median = statistics.median(times)
+        tokens = sum(len(ids) for ids in outputs)
+        results.append(
+            {
+                "beam": beam,
+                "batch": batch,
+                "times_s": [round(t, 4) for t in times],
+                "median_s": round(median, 4),
+                "tokens": tokens,
+                "tokens_per_s": round(tokens / median, 2),
+                "mean_length": round(tokens / len(outputs), 2),
+                "outputs": outputs,
+            }
+        )
+        print(
+            f"  {request['system']:>13} beam {beam} batch {batch:>3}: "
+            f"{tokens / median:8.1f} tok/s ({median:.3f} s, {len(times)} runs)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return results
+
+
+def serve(build: BuildFn, load: LoadFn) -> None:
+    """Worker entry point. Phase "build": write the system's artifacts (export, conversion) into
+    ``artifact_dir`` and mark it complete. Phase "time": load, time every cell, write the result.
+    Building runs in its own process so that the exporter's threads and memory are gone before
+    anything is timed."""
+    request = json.loads(Path(sys.argv[1]).read_text())
+    result: dict[str, Any] = {"system": request["system"], "phase": request["phase"]}
+    try:
+        started = time.perf_counter()
+        if request["phase"] == "build":
+            result.update(build(request))
+            Path(request["artifact_dir"], COMPLETE_MARKER).write_text("")
+            result["build_s"] = round(time.perf_counter() - started, 2)
+        else:
+            run, info = load(request)
+            result["load_s"] = round(time.perf_counter() - started, 2)
+            result.update(info)
+            result["cells"] = time_cells(run, request)
+    except Exception:  # reported by the orchestrator; one failing system must not stop the rest
+        result["error"] = traceback.format_exc()
+    Path(request["result_path"]).write_text(json.dumps(result) + "\n")
+
+
+def strip_generated(rows: list[list[int]], eos_id: int, pad_id: int) -> list[list[int]]:
+    """``generate`` output rows (start token removed) -> ids up to the first eos or pad."""
+    stripped = []
+    for row in rows:
+        end = next((i for i, token in enumerate(row) if token in (eos_id, pad_id)), len(row))
+        stripped.append(row[:end])
+    return stripped
+
+
+def package_version(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None

@@ -1,0 +1,202 @@
+"""Workers for bench/peers.py that run in the main venv: our engine, CTranslate2, transformers.
+
+    .venv/bin/python bench/peer_workers.py REQUEST.json
+
+System names (``request["system"]``):
+
+- ``ours``, ``ours-int8``: ``service.engine.Engine`` on our ONNX export of the Marian dir
+  (``export.onnx_export.export_from_dir``; int8 = the exporter's int8 variant);
+- ``ct2``, ``ct2-int8``: ``ctranslate2.Translator`` on ``TransformersConverter`` output;
+- ``transformers``: ``MarianMTModel.generate`` in eager PyTorch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+
+from peer_timing import RunFn, package_version, serve, strip_generated  # noqa: E402
+
+OURS_INT8_MODE = "reduce_range"  # the accurate int8 mode on CPUs without VNNI (TOOLCHAIN.md)
+
+
+# --- our engine --------------------------------------------------------------------------
+
+
+def build_ours(request: dict[str, Any]) -> dict[str, Any]:
+    from export.onnx_export import export_from_dir
+
+    artifact_dir = Path(request["artifact_dir"])
+    if request["system"] == "ours":
+        export_from_dir(request["marian_dir"], artifact_dir)
+        return {}
+    fp32_dir = Path(request["fp32_dir"])
+    if not (fp32_dir / "decoder.onnx").exists():
+        export_from_dir(request["marian_dir"], fp32_dir)
+    return {"int8_mode": make_int8(fp32_dir, artifact_dir)}
+
+
+def make_int8(fp32_dir: Path, output_dir: Path) -> str:
+    """The exporter's int8 variant when available (export/variants.py); otherwise the same
+    recipe here: ORT dynamic quantization of MatMul/Gemm weights, 7-bit signed (reduce_range)."""
+    try:
+        from export.variants import make_int8 as exporter_make_int8
+    except ImportError:
+        exporter_make_int8 = None
+    if exporter_make_int8 is not None:
+        exporter_make_int8(fp32_dir, output_dir, mode=OURS_INT8_MODE)
+        return f"export.variants.make_int8(mode={OURS_INT8_MODE!r})"
+
+    import shutil
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for path in fp32_dir.iterdir():
+        if path.is_file() and path.name not in ("encoder.onnx", "decoder.onnx"):
+            shutil.copyfile(path, output_dir / path.name)
+    for name in ("encoder.onnx", "decoder.onnx"):
+        quantize_dynamic(
+            fp32_dir / name,
+            output_dir / name,
+            weight_type=QuantType.QInt8,
+            reduce_range=True,
+            op_types_to_quantize=["MatMul", "Gemm"],
+        )
+    config = json.loads((output_dir / "config.json").read_text())
+    config["variant"] = "int8-reduce_range"
+    (output_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return "quantize_dynamic(QInt8, reduce_range=True) [bench fallback]"
+
+
+def load_ours(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
+    import onnxruntime as ort
+
+    from service.engine import Engine
+
+    engine = Engine.from_dir(
+        request["artifact_dir"], provider="cpu", intra_op_threads=request["threads"]
+    )
+
+    def run(sources: list[list[int]], beam_size: int, new_tokens: int) -> list[list[int]]:
+        # The engine has no minimum length: outputs are as long as the model makes them
+        # (bench/peers.py suppresses eos in its random models, so that is new_tokens).
+        return engine.translate_ids(sources, beam_size=beam_size, max_new_tokens=new_tokens)
+
+    versions = {"onnxruntime": ort.__version__, "numpy": package_version("numpy")}
+    return run, {"versions": versions, "provider": engine.provider}
+
+
+# --- CTranslate2 -------------------------------------------------------------------------
+
+
+def _ct2_quantization(system: str) -> str:
+    return "int8" if system.endswith("int8") else "float32"
+
+
+def build_ct2(request: dict[str, Any]) -> dict[str, Any]:
+    import ctranslate2
+
+    converter = ctranslate2.converters.TransformersConverter(request["marian_dir"])
+    quantization = _ct2_quantization(request["system"])
+    converter.convert(request["artifact_dir"], quantization=quantization, force=True)
+    return {"quantization": quantization}
+
+
+def load_ct2(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
+    import ctranslate2
+
+    translator = ctranslate2.Translator(
+        request["artifact_dir"],
+        device="cpu",
+        compute_type=_ct2_quantization(request["system"]),
+        intra_threads=request["threads"],
+        inter_threads=1,
+    )
+    # CTranslate2 speaks tokens, not ids: map through the Marian dir's vocab.json.
+    token_ids: dict[str, int] = json.loads(Path(request["marian_dir"], "vocab.json").read_text())
+    id_tokens = {index: token for token, index in token_ids.items()}
+
+    def run(sources: list[list[int]], beam_size: int, new_tokens: int) -> list[list[int]]:
+        results = translator.translate_batch(
+            [[id_tokens[index] for index in ids] for ids in sources],
+            beam_size=beam_size,
+            min_decoding_length=new_tokens,
+            max_decoding_length=new_tokens,
+            length_penalty=1.0,
+        )
+        return [[token_ids[token] for token in result.hypotheses[0]] for result in results]
+
+    return run, {"versions": {"ctranslate2": ctranslate2.__version__}}
+
+
+# --- transformers ------------------------------------------------------------------------
+
+
+def load_transformers(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
+    import torch
+    import transformers
+    from transformers import MarianMTModel
+
+    torch.set_num_threads(request["threads"])
+    model = MarianMTModel.from_pretrained(request["marian_dir"]).eval()
+    pad_id, eos_id = request["pad_id"], request["eos_id"]
+
+    def run(sources: list[list[int]], beam_size: int, new_tokens: int) -> list[list[int]]:
+        width = max(len(ids) for ids in sources)
+        input_ids = torch.full((len(sources), width), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(sources), width), dtype=torch.long)
+        for row, ids in enumerate(sources):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+        with torch.inference_mode():
+            sequences = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                num_beams=beam_size,
+                do_sample=False,
+                min_new_tokens=new_tokens,
+                max_new_tokens=new_tokens,
+                forced_eos_token_id=None,
+                bad_words_ids=[[pad_id]],
+                length_penalty=1.0,
+            )
+        return strip_generated(sequences[:, 1:].tolist(), eos_id, pad_id)
+
+    versions = {"transformers": transformers.__version__, "torch": torch.__version__}
+    return run, {"versions": versions, "torch_threads": torch.get_num_threads()}
+
+
+# --- dispatch ------------------------------------------------------------------------------
+
+
+def build(request: dict[str, Any]) -> dict[str, Any]:
+    system = request["system"]
+    if system.startswith("ours"):
+        return build_ours(request)
+    if system.startswith("ct2"):
+        return build_ct2(request)
+    raise ValueError(f"{system} has nothing to build")
+
+
+def load(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
+    system = request["system"]
+    if system.startswith("ours"):
+        return load_ours(request)
+    if system.startswith("ct2"):
+        return load_ct2(request)
+    if system == "transformers":
+        return load_transformers(request)
+    raise ValueError(f"unknown system {system!r}")
+
+
+if __name__ == "__main__":
+    serve(build, load)
