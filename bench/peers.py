@@ -266,7 +266,7 @@ def run_system(
     if artifacts is not None and not (artifacts / COMPLETE_MARKER).exists():
         shutil.rmtree(artifacts, ignore_errors=True)
         artifacts.mkdir(parents=True)
-        print(f"[{system}] building {artifacts.relative_to(REPO_ROOT)} ...", file=sys.stderr)
+        print(f"[{system}] building {artifacts} ...", file=sys.stderr)
         built = call_worker({**request, "phase": "build"}, work_dir, threads)
         if "error" in built:
             return {"system": system, "error": built["error"], "build": built}
