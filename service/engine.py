@@ -276,7 +276,10 @@ class Engine:
         max_new_tokens: int = 128,
         length_penalty: float = 1.0,
     ) -> list[list[int]]:
-        """Offline: add all sentences, step until they finish; results in input order."""
+        """Offline: add all sentences, step until they finish; results in input order.
+
+        For an engine nobody else drives (scripts, warm-up, tests): results of other requests
+        that finish meanwhile are not returned to anyone."""
         ids = [("translate_ids", self.steps, index) for index in range(len(src_ids))]
         self.add(
             [

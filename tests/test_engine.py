@@ -6,6 +6,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -16,6 +17,7 @@ from export.variants import make_int8, random_sources, top1_agreement
 from models.config import TransformerConfig
 from models.search import beam_search, greedy_search
 from models.transformer import Transformer
+from service.decoding import row_top_k
 from service.engine import DecodeRequest, Engine
 from tests.onnx_fixtures import padded_sources, reference
 
@@ -120,6 +122,17 @@ def test_requests_joining_at_different_steps_get_the_same_tokens_as_alone(engine
     assert engine.active_requests == 0
 
 
+def test_several_adds_before_a_step_merge_empty_caches(engine, exported):
+    _, _, sources = padded_sources(exported.model, [4, 9, 6], seed=19)
+    beams = [1, 2, 3]
+    for i, (source, beam) in enumerate(zip(sources, beams, strict=True)):
+        engine.add([DecodeRequest(i, source, beam, MAX_NEW)])
+    assert (engine.active_requests, engine.active_rows) == (3, 6)
+    finished = run_until_empty(engine, {0: []})
+    for i, (source, beam) in enumerate(zip(sources, beams, strict=True)):
+        assert finished[i].tokens == reference(exported.model, [source], beam, MAX_NEW)[0]
+
+
 def test_dropped_requests_leave_and_the_others_are_unaffected(engine, exported):
     _, _, sources = padded_sources(exported.model, [9, 6, 11], seed=13)
     requests = [
@@ -180,6 +193,24 @@ def test_empty_source_is_rejected(engine):
 def test_warmup_leaves_the_batch_empty(engine):
     assert engine.warmup() >= 0
     assert engine.active_requests == 0
+
+
+@pytest.mark.parametrize("vocab", [5, 96, 129, 58101])
+def test_row_top_k_selects_the_same_entries_as_a_full_sort(vocab):
+    rng = np.random.default_rng(vocab)
+    values = rng.standard_normal((4, vocab)).astype(np.float32)
+    values[:, vocab // 2] = -np.inf  # a banned token
+    values[1] = -1e9  # a dead beam: all equal
+    values[1, 3] = 0.0
+    for k in (1, 4, 5):
+        expected = np.sort(np.argsort(-values, axis=1, kind="stable")[:, :k], axis=1)
+        chosen = np.sort(row_top_k(values, k), axis=1)
+        assert (chosen[[0, 2, 3]] == expected[[0, 2, 3]]).all()
+        assert 3 in chosen[1]  # among ties, only the one distinct best entry is certain
+        assert (
+            np.sort(np.take_along_axis(values, chosen, 1))
+            == np.sort(np.take_along_axis(values, expected, 1))
+        ).all()
 
 
 def test_service_runtime_does_not_import_torch():
