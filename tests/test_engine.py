@@ -19,7 +19,7 @@ from models.search import beam_search, greedy_search
 from models.transformer import Transformer
 from service.decoding import row_top_k
 from service.engine import DecodeRequest, Engine
-from tests.onnx_fixtures import padded_sources, reference
+from tests.onnx_helpers import padded_sources, reference
 
 MAX_NEW = 12
 LENGTHS = [12, 4, 8, 10, 6, 9, 7, 11]

@@ -8,7 +8,7 @@ import pytest
 
 from service.engine import DecodeRequest, Engine
 from service.onnx_model import cuda_is_usable
-from tests.onnx_fixtures import padded_sources, reference
+from tests.onnx_helpers import padded_sources, reference
 
 pytestmark = [
     pytest.mark.cuda,
