@@ -118,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
             outputs[(name, beam, batch_size)] = produced[-1]
             print(json.dumps({"engine": name, **row}), flush=True)
 
-    # PyTorch first: after torch.onnx.export in the same process, eager decoding of this model
-    # ran ~20x slower here (not understood; see the report), which would flatter ORT.
+    # PyTorch first, before any export or ORT session exists in the process (ORT's spinning
+    # worker threads would take CPU from it). On a 2-core machine shared with other jobs, eager
+    # PyTorch with 2 threads intermittently ran 20-30x slower (its OpenMP threads waiting on a
+    # descheduled sibling); --threads 1 gives stable figures there.
     if "torch" in engines_wanted:
 
         def run_torch(batch: list[list[int]], beam: int) -> list[list[int]]:
