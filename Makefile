@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 venv: $(VENV)/.installed
 
-$(ONNX)/decoder.onnx: $(VENV)/.installed
+$(ONNX)/decoder.onnx: $(VENV)/.installed $(MODEL)/model.safetensors $(MODEL)/config.json
 	$(PY) -m export --model $(MODEL) --output $(ONNX)
 
 onnx: $(ONNX)/decoder.onnx
