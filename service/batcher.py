@@ -201,14 +201,19 @@ class ContinuousBatcher:
         await asyncio.to_thread(self.close)
         return drained
 
-    def close(self) -> None:
-        """Stop the engine thread now; unfinished requests fail with :class:`NotAccepting`."""
+    def close(self, join_timeout_s: float = 10.0) -> None:
+        """Stop the engine thread after its current step; unfinished requests fail with
+        :class:`NotAccepting`."""
         with self._cond:
             self._accepting = False
             self._stopping = True
             self._cond.notify()
         if self._thread is not None:
-            self._thread.join()
+            # A step that never returns (a hung device) must not keep the process alive:
+            # the thread is a daemon, so giving up on it lets the process exit.
+            self._thread.join(join_timeout_s)
+            if self._thread.is_alive():
+                logger.error("the engine thread did not stop within %.0f s", join_timeout_s)
 
     def _abandon(self, jobs: Sequence[_Job]) -> None:
         # Cancelling the gather has already cancelled the futures: "unfinished" is every job

@@ -117,7 +117,18 @@ def export_tiny_model(root: Path, eos_bias: float | None = EOS_BIAS) -> Path:
     return onnx_dir
 
 
+_exported: dict[str, Path] = {}
+
+
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model's ONNX export dir, built on first use and shared by the whole session
+    (test modules wrap this in a fixture of their own name)."""
+    if "tiny" not in _exported:
+        _exported["tiny"] = export_tiny_model(tmp_path_factory.mktemp("tiny_mt"))
+    return _exported["tiny"]
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """ONNX export dir of the tiny random model with its tokenizer files."""
-    return export_tiny_model(tmp_path_factory.mktemp("tiny_mt"))
+    return tiny_model(tmp_path_factory)

@@ -16,7 +16,7 @@ from service.app import create_app
 from service.engine import Engine
 from service.placeholders import protect, restore
 from service.settings import Settings
-from tests.service_fixtures import tiny_model_dir  # noqa: F401 - a fixture
+from tests.service_fixtures import tiny_model
 
 LIMITS = dict(
     max_texts_per_request=8,
@@ -26,6 +26,12 @@ LIMITS = dict(
     max_beam_size=4,
     max_body_bytes=4096,
 )
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """The tiny exported model (built once per session)."""
+    return tiny_model(tmp_path_factory)
 
 
 def make_settings(model_dir, **overrides) -> Settings:
@@ -43,17 +49,17 @@ def wait_ready(client: TestClient) -> None:
 
 
 @pytest.fixture(scope="module")
-def client(tiny_model_dir):  # noqa: F811
-    with TestClient(create_app(make_settings(tiny_model_dir))) as test_client:
+def client(model_dir):
+    with TestClient(create_app(make_settings(model_dir))) as test_client:
         wait_ready(test_client)
         yield test_client
 
 
 @pytest.fixture(scope="module")
-def solo(tiny_model_dir):  # noqa: F811
+def solo(model_dir):
     """``solo(sentence, max_new_tokens, beam_size)``: the engine's translation of the
     sentence alone, placeholders masked and restored as the service does."""
-    engine = Engine.from_dir(tiny_model_dir, provider="cpu", intra_op_threads=1)
+    engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
     tokenizer = engine.tokenizer
 
     def translate(sentence: str, max_new_tokens: int, beam_size: int = 1) -> str:

@@ -1,0 +1,379 @@
+"""Many clients at once, against the real app, engine and tiny ONNX model.
+
+A gate around the real engine lets a test hold decoder steps until the requests it needs are
+queued, so every assertion is about step counts and results, never about wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Hashable
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+
+from service.app import create_app
+from service.engine import DecodeRequest, Engine, FinishedRequest
+from service.placeholders import protect, restore
+from service.settings import Settings
+from service.translator import ApiError
+from tests.service_fixtures import tiny_model
+
+BASE_TEXTS = [
+    "Save changes",
+    "Open the file in a new window",
+    "Delete all files",
+    "Login",
+    "Print this folder with your account",
+    "Search and replace in all files of this folder",
+    "Your password is not valid",
+    "Close",
+    "Cancel the changes to this file",
+    "Copy",
+    "Paste all files to the new folder",
+    "Undo",
+    "Edit the settings of your account",
+    "New name",
+    "Help about the tools",
+    "Exit",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """The tiny exported model (built once per session)."""
+    return tiny_model(tmp_path_factory)
+
+
+class GatedEngine:
+    """The real engine behind a gate: while closed, each decoder step waits for a permit.
+
+    Records the step count at which each request joined and finished, and what was dropped.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._gate = threading.Condition()
+        self._closed = False  # guarded by _gate
+        self._permits = 0  # guarded by _gate
+        self.waiting = threading.Event()  # a step is waiting for a permit
+        self.admitted_at: dict[Hashable, int] = {}
+        self.src_ids: dict[Hashable, tuple[int, ...]] = {}
+        self.finished_at: dict[Hashable, int] = {}
+        self.dropped: list[Hashable] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+    def add(self, requests: list[DecodeRequest]) -> None:
+        for request in requests:
+            self.admitted_at[request.request_id] = self._engine.steps
+            self.src_ids[request.request_id] = tuple(request.src_ids)
+        self._engine.add(requests)
+
+    def step(self) -> list[FinishedRequest]:
+        with self._gate:
+            while self._closed and self._permits == 0:
+                self.waiting.set()
+                self._gate.wait()
+            self.waiting.clear()
+            if self._closed:
+                self._permits -= 1
+        finished = self._engine.step()
+        for done in finished:
+            self.finished_at[done.request_id] = self._engine.steps
+        return finished
+
+    def drop(self, request_ids) -> None:
+        request_ids = list(request_ids)
+        self.dropped += [i for i in request_ids if i in self.admitted_at]
+        self._engine.drop(request_ids)
+
+    def close(self) -> None:
+        with self._gate:
+            self._closed, self._permits = True, 0
+
+    def allow(self, steps: int) -> None:
+        with self._gate:
+            self._permits += steps
+            self._gate.notify_all()
+
+    def open(self) -> None:
+        with self._gate:
+            self._closed = False
+            self._gate.notify_all()
+
+
+def settings_for(model_dir, **overrides) -> Settings:
+    return Settings(model_dir=model_dir, provider="cpu", intra_op_threads=1, **overrides)
+
+
+async def wait_until(predicate, what: str) -> None:
+    for _ in range(5000):
+        if predicate():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"never happened: {what}")
+
+
+@asynccontextmanager
+async def serving(app) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its lifespan running, an httpx client on it, once /ready says so."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mt") as client:
+            for _ in range(3000):
+                if (await client.get("/ready")).status_code == 200:
+                    break
+                await asyncio.sleep(0.01)
+            yield client
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def gated_engine(model_dir):
+    gate = GatedEngine(Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1))
+    yield gate
+    gate.open()
+
+
+@pytest.fixture(scope="module")
+def solo(model_dir):
+    """The engine's translation of one sentence alone (greedy); symbols the model invents
+    are removed, as the service does."""
+    engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
+    tokenizer = engine.tokenizer
+
+    def translate(text: str, max_new_tokens: int) -> str:
+        masked, originals = protect(text)
+        [tokens] = engine.translate_ids(
+            [tokenizer.encode_one(masked)], max_new_tokens=max_new_tokens
+        )
+        return restore(tokenizer.decode(tokens), originals)
+
+    return translate
+
+
+def id_of(gate: GatedEngine, text: str) -> Hashable:
+    """The request id under which the engine saw ``text``."""
+    src = tuple(gate.tokenizer.encode_one(text))
+    [request_id] = [i for i, ids in gate.src_ids.items() if ids == src]
+    return request_id
+
+
+@pytest.mark.anyio
+async def test_64_concurrent_requests_each_get_what_they_get_alone(model_dir, gated_engine, solo):
+    requests = [
+        (f"{BASE_TEXTS[i % 16]} {BASE_TEXTS[(i * 5 + 3) % 16].lower()}" if i >= 16 else BASE_TEXTS[i], 4 + (i * 7) % 40)
+        for i in range(64)
+    ]  # fmt: skip
+    app = create_app(settings_for(model_dir), engine=gated_engine)
+    async with serving(app) as client:
+        gated_engine.close()
+        batcher = app.state.service.batcher
+        tasks = [
+            asyncio.ensure_future(
+                client.post("/v1/translate", json={"text": text, "max_new_tokens": tokens})
+            )
+            for text, tokens in requests
+        ]
+        await wait_until(
+            lambda: batcher.queue_depth + gated_engine.active_requests == 64, "all 64 submitted"
+        )
+        gated_engine.open()
+        responses = await asyncio.gather(*tasks)
+        metrics = app.state.service.metrics.registry
+
+    assert [r.status_code for r in responses] == [200] * 64
+    got = [r.json()["translations"][0]["text"] for r in responses]
+    assert got == [solo(text, tokens) for text, tokens in requests]
+    lengths = {r.json()["translations"][0]["tokens"] for r in responses}
+    assert len(lengths) > 5  # mixed lengths: rows left the batch at different steps
+    steps = metrics.get_sample_value("mt_batch_rows_count")
+    rows = metrics.get_sample_value("mt_batch_rows_sum")
+    one_row_steps = metrics.get_sample_value("mt_batch_rows_bucket", {"le": "1.0"})
+    assert rows / steps > 1 and one_row_steps < steps
+    assert (
+        metrics.get_sample_value("mt_batch_rows_bucket", {"le": "32.0"}) < steps
+    )  # > 32 rows once
+
+
+@pytest.mark.anyio
+async def test_request_arriving_during_a_long_decode_is_admitted_before_it_ends(
+    model_dir,
+    gated_engine,
+    solo,
+):
+    long_text, short_text = "Print this folder with your account", "Login"
+    app = create_app(settings_for(model_dir), engine=gated_engine)
+    async with serving(app) as client:
+        gated_engine.close()
+        batcher = app.state.service.batcher
+        start = gated_engine.steps  # warm-up ran steps already
+        long_task = asyncio.ensure_future(
+            client.post("/v1/translate", json={"text": long_text, "max_new_tokens": 60})
+        )
+        await wait_until(gated_engine.waiting.is_set, "long request decoding")
+        gated_engine.allow(5)
+        await wait_until(
+            lambda: gated_engine.steps == start + 5 and gated_engine.waiting.is_set(), "5 steps"
+        )
+        short_task = asyncio.ensure_future(
+            client.post("/v1/translate", json={"text": short_text, "max_new_tokens": 3})
+        )
+        await wait_until(lambda: batcher.queue_depth == 1, "short request queued")
+        gated_engine.open()
+        long_response, short_response = await asyncio.gather(long_task, short_task)
+
+    long_id, short_id = id_of(gated_engine, long_text), id_of(gated_engine, short_text)
+    assert long_response.json()["translations"][0]["tokens"] == 60  # a long decode indeed
+    assert gated_engine.admitted_at[long_id] == start
+    assert gated_engine.finished_at[long_id] == start + 60
+    # Queued during the long request's step 6, the short one joined right after it, and was
+    # done long before the long one.
+    assert gated_engine.admitted_at[short_id] == start + 6
+    assert gated_engine.finished_at[short_id] <= start + 6 + 3 < gated_engine.finished_at[long_id]
+    assert short_response.json()["translations"][0]["text"] == solo(short_text, 3)
+    assert long_response.json()["translations"][0]["text"] == solo(long_text, 60)
+
+
+@pytest.mark.anyio
+async def test_full_queue_answers_429_with_retry_after(model_dir, gated_engine):
+    app = create_app(settings_for(model_dir, max_queue=2, retry_after_s=3), engine=gated_engine)
+    async with serving(app) as client:
+        gated_engine.close()
+        batcher = app.state.service.batcher
+        running = asyncio.ensure_future(client.post("/v1/translate", json={"text": "Login"}))
+        await wait_until(gated_engine.waiting.is_set, "engine busy")
+        queued = [
+            asyncio.ensure_future(client.post("/v1/translate", json={"text": text}))
+            for text in ("Save", "Close")
+        ]
+        await wait_until(lambda: batcher.queue_depth == 2, "queue full")
+
+        refused = await client.post("/v1/translate", json={"text": "Open"})
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "3"
+        assert refused.json()["code"] == "queue_full"
+        assert "MT_MAX_QUEUE=2" in refused.json()["error"]
+        too_big = await client.post("/v1/translate", json={"text": "Save. Open. Close."})
+        assert too_big.status_code == 413 and "MT_MAX_QUEUE=2" in too_big.json()["error"]
+
+        gated_engine.open()
+        assert [r.status_code for r in await asyncio.gather(running, *queued)] == [200] * 3
+        rejections = app.state.service.metrics.registry.get_sample_value(
+            "mt_rejections_total", {"reason": "queue_full"}
+        )
+        assert rejections == 1
+
+
+@pytest.mark.anyio
+async def test_timeout_answers_504_and_drops_the_rows(model_dir, gated_engine):
+    app = create_app(settings_for(model_dir, request_timeout_s=0.2), engine=gated_engine)
+    async with serving(app) as client:
+        gated_engine.close()
+        response = await client.post("/v1/translate", json={"text": "Print this folder"})
+        assert response.status_code == 504
+        assert "MT_REQUEST_TIMEOUT_S=0.2" in response.json()["error"]
+        gated_engine.open()
+        await wait_until(lambda: gated_engine.dropped, "rows dropped")
+        assert gated_engine.active_rows == 0
+        assert gated_engine.finished_at == {}  # it never ran to the end
+        again = await client.post("/v1/translate", json={"text": "Save"})
+        assert again.status_code == 200
+
+
+class HungUpRequest:
+    """Stands in for a Starlette request whose client hangs up once its rows are decoding."""
+
+    def __init__(self, gate: GatedEngine) -> None:
+        self.gate = gate
+
+    async def is_disconnected(self) -> bool:
+        return self.gate.waiting.is_set()
+
+
+@pytest.mark.anyio
+async def test_client_that_hangs_up_has_its_rows_dropped(model_dir, gated_engine):
+    app = create_app(settings_for(model_dir, disconnect_poll_s=0.01), engine=gated_engine)
+    async with serving(app):
+        service = app.state.service
+        gated_engine.close()
+        options = service.translator.options(None, None)
+        # Two sentences that decode for many steps (they run to their max_new_tokens).
+        text = (
+            "Print this folder with your account. Search and replace in all files of this folder."
+        )
+        work = service.translator.translate([text], options)
+        with pytest.raises(ApiError) as refusal:
+            await service.run(HungUpRequest(gated_engine), work)
+        assert refusal.value.status_code == 499
+        gated_engine.open()
+        await wait_until(lambda: len(gated_engine.dropped) == 2, "both sentences dropped")
+        assert gated_engine.active_rows == 0 and service.batcher.queue_depth == 0
+        assert gated_engine.finished_at == {}
+
+
+@pytest.mark.anyio
+async def test_shutdown_refuses_new_work_and_finishes_what_is_in_flight(
+    model_dir,
+    gated_engine,
+):
+    app = create_app(settings_for(model_dir), engine=gated_engine)
+    async with serving(app) as client:
+        gated_engine.close()
+        in_flight = asyncio.ensure_future(client.post("/v1/translate", json={"text": "Login"}))
+        await wait_until(gated_engine.waiting.is_set, "decoding")
+        app.state.service.begin_shutdown()  # what SIGTERM does (service/__main__.py)
+
+        refused = await client.post("/v1/translate", json={"text": "Save"})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert "shutting down" in refused.json()["error"]
+        assert (await client.get("/ready")).status_code == 503
+        gated_engine.open()
+        assert (await in_flight).status_code == 200
+        batcher = app.state.service.batcher
+    assert not batcher._thread.is_alive()  # the lifespan shutdown stopped the engine loop
+
+
+class SlowWarmup:
+    """An engine whose warm-up waits for the test."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+    def warmup(self) -> None:
+        self.release.wait()
+        self._engine.warmup()
+
+
+@pytest.mark.anyio
+async def test_not_ready_until_warmed_up(model_dir):
+    engine = SlowWarmup(Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1))
+    app = create_app(settings_for(model_dir), engine=engine)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://mt") as client:
+                assert (await client.get("/health")).status_code == 200
+                ready = await client.get("/ready")
+                assert ready.status_code == 503 and ready.json()["status"] == "loading"
+                refused = await client.post("/v1/translate", json={"text": "Save"})
+                assert refused.status_code == 503 and "retry-after" in refused.headers
+                engine.release.set()
+                await wait_until(lambda: app.state.service.phase == "ready", "ready")
+                assert (
+                    await client.post("/v1/translate", json={"text": "Save"})
+                ).status_code == 200
+    finally:
+        engine.release.set()
