@@ -135,6 +135,7 @@ class Translator:
         settings: Settings,
         source_lang: str = "en",
     ) -> None:
+        self.metrics = batcher.metrics
         self.tokenizer = tokenizer
         self.batcher = batcher
         self.settings = settings
@@ -250,6 +251,7 @@ class Translator:
         if self.cache is not None and (hit := self.cache.get(self._cache_key(sentence, options))):
             sentence.finish(*hit)
             sentence.from_cache = True
+            self.metrics.cache_hits.inc()
             return sentence
         src_ids = self.tokenizer.encode_one(masked)
         if len(src_ids) > self.settings.max_input_tokens:

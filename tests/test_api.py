@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.engine import Engine
 from service.placeholders import protect, restore
+from service.segmenter import sentence_spans
 from service.settings import Settings
 from tests.service_fixtures import tiny_model
 
@@ -342,3 +343,53 @@ def test_a_model_that_fails_to_load_is_never_ready(tmp_path):
         assert response.status_code == 503
         assert response.headers["retry-after"] == "1"
         assert "failed" in response.json()["error"]
+
+
+# --- translation cache -----------------------------------------------------------------------
+
+
+def test_cache_answers_repeated_sentences_without_the_model(model_dir):
+    with TestClient(create_app(make_settings(model_dir, translation_cache_size=16))) as cached:
+        wait_ready(cached)
+        body = {"text": "Save changes. Open the file.", "max_new_tokens": 12}
+        first = cached.post("/v1/translate", json=body).json()
+        second = cached.post("/v1/translate", json=body).json()
+        other_options = cached.post("/v1/translate", json={**body, "max_new_tokens": 11}).json()
+        registry = cached.app.state.service.metrics.registry
+    assert first["usage"]["cached_sentences"] == 0 and first["usage"]["sentences"] == 2
+    assert second["usage"]["cached_sentences"] == 2 and second["usage"]["sentences"] == 0
+    assert second["translations"] == first["translations"]
+    assert other_options["usage"]["cached_sentences"] == 0  # options are part of the key
+    assert registry.get_sample_value("mt_cache_hits_total") == 2
+
+
+# --- sentence splitting ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "language", "sentences"),
+    [
+        ("Hello world. How are you?  Fine!", "en", ["Hello world.", "How are you?", "Fine!"]),
+        ("Dr. Smith left. He was late.", "en", ["Dr. Smith left.", "He was late."]),
+        ("See e.g. the manual. Then go.", "en", ["See e.g. the manual.", "Then go."]),
+        ("U.S. Army units. Next.", "en", ["U.S. Army units.", "Next."]),
+        (
+            "Das ist z. B. gut. Am 3. Oktober kommt er.",
+            "de",
+            ["Das ist z. B. gut.", "Am 3. Oktober kommt er."],
+        ),
+        ("Vraiment ? Oui. Non !", "fr", ["Vraiment ?", "Oui.", "Non !"]),
+        ("¿Qué? ¡Hola! Sí, Sr. López.", "es", ["¿Qué?", "¡Hola!", "Sí, Sr. López."]),
+        ("Wait... What?", "en", ["Wait...", "What?"]),
+        ('"Stop." He said.', "en", ['"Stop."', "He said."]),
+        (
+            "version 2.1 is out. see www.x.org/a.b now",
+            "en",
+            ["version 2.1 is out. see www.x.org/a.b now"],
+        ),
+        ("One\nTwo\r\n\nThree", "en", ["One", "Two", "Three"]),
+        ("   ", "en", []),
+    ],
+)
+def test_sentence_splitting(text, language, sentences):
+    assert [text[a:b] for a, b in sentence_spans(text, language)] == sentences
