@@ -125,7 +125,14 @@ class ServiceState:
             metrics=self.metrics,
         )
         self.batcher.start()
-        self.translator = Translator(engine.tokenizer, self.batcher, settings, self.source_lang)
+        model_info = getattr(getattr(engine, "model", None), "info", None)
+        self.translator = Translator(
+            engine.tokenizer,
+            self.batcher,
+            settings,
+            self.source_lang,
+            model_positions=getattr(model_info, "max_positions", None),
+        )
         if self.phase == "loading":
             self.phase = "ready"
             logger.info("model %s ready on %s", self.model_name, self.provider)

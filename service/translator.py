@@ -134,7 +134,11 @@ class Translator:
         batcher: ContinuousBatcher,
         settings: Settings,
         source_lang: str = "en",
+        model_positions: int | None = None,
     ) -> None:
+        """``model_positions``: the model's position table size; longer sources cannot be
+        encoded, so the sentence limit is the smaller of it and ``MT_MAX_INPUT_TOKENS``."""
+        self.max_input_tokens = min(settings.max_input_tokens, model_positions or 1 << 30)
         self.metrics = batcher.metrics
         self.tokenizer = tokenizer
         self.batcher = batcher
@@ -254,13 +258,15 @@ class Translator:
             self.metrics.cache_hits.inc()
             return sentence
         src_ids = self.tokenizer.encode_one(masked)
-        if len(src_ids) > self.settings.max_input_tokens:
+        if len(src_ids) > self.max_input_tokens:
+            limit = f"MT_MAX_INPUT_TOKENS={self.settings.max_input_tokens}"
+            if self.max_input_tokens < self.settings.max_input_tokens:
+                limit = f"{self.max_input_tokens}, the model's positions ({limit})"
             raise ApiError(
                 413,
                 "sentence_too_long",
                 f"a sentence of text {text_index} has {len(src_ids)} tokens; the limit is "
-                f"MT_MAX_INPUT_TOKENS={self.settings.max_input_tokens} "
-                f"(sentence starts: {text[:60]!r})",
+                f"{limit} (sentence starts: {text[:60]!r})",
             )
         sentence.src_ids = tuple(src_ids)
         return sentence

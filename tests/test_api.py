@@ -286,6 +286,16 @@ def test_body_over_the_limit_is_413_by_content_length(client):
     assert "MT_MAX_BODY_BYTES=4096" in response.json()["error"]
 
 
+def test_sentence_longer_than_the_model_positions_is_413_not_an_engine_error(model_dir):
+    # The tiny model has 128 positions; MT_MAX_INPUT_TOKENS allows more.
+    settings = make_settings(model_dir, max_input_tokens=1000, max_chars_per_text=5000)
+    with TestClient(create_app(settings)) as roomy:
+        wait_ready(roomy)
+        response = roomy.post("/v1/translate", json={"text": "save " * 300})
+    assert response.status_code == 413
+    assert "the model's positions (MT_MAX_INPUT_TOKENS=1000)" in response.json()["error"]
+
+
 def test_chunked_body_over_the_limit_is_413(client):
     def chunks():
         yield b'{"text": "'
