@@ -1,4 +1,4 @@
-"""``python -m loadtest {open,closed,sweep,stub} [options]``: one entry point for the scripts.
+"""``python -m loadtest {open,closed,sweep,compare,stub} [options]``: one entry point for the scripts.
 
 Each subcommand is also runnable on its own (``python -m loadtest.open_loop`` ...); ``--help``
 on any of them lists its options. See loadtest/README.md.
@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": (
         "loadtest.sweep",
         "raise the open-loop rate until p99 > --slo-p99-ms; highest sustainable rate",
+    ),
+    "compare": (
+        "loadtest.compare_batching",
+        "the same open-loop load against MT_BATCHING=continuous, then static; side by side",
     ),
     "stub": ("loadtest.stub_server", "a stand-in service for trying the tools without a model"),
 }

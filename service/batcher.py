@@ -15,6 +15,19 @@ thread resolves with ``loop.call_soon_threadsafe``.
 
 The batcher works on token ids; text (segmenting, placeholders, tokenizing) is the
 translator's business (service/translator.py).
+
+Two admission policies (``MT_BATCHING``), one loop; only *when* admission is open differs:
+
+``continuous`` (default)
+    Admission is open at every step, as above.
+``static``
+    The request-level "dynamic batcher" of Triton and most serving stacks, kept as a baseline
+    to measure the continuous policy against (``python -m loadtest compare``). While the
+    engine is idle, queued sentences wait until ``max_batch_rows`` rows are queued or the
+    oldest has waited ``static_max_wait_s`` (``MT_STATIC_MAX_WAIT_MS``, like Triton's
+    ``max_queue_delay_microseconds``); then one batch is admitted (same row and token
+    budgets) and stepped until every row in it has finished, with admission closed: a
+    sentence that arrives meanwhile waits for the whole batch, however long its longest row.
 """
 
 from __future__ import annotations
@@ -28,12 +41,15 @@ import time
 from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from service.engine import DecodeRequest, FinishedRequest
 from service.metrics import ServiceMetrics
+from service.settings import get_settings
 
 logger = logging.getLogger(__name__)
+
+BatchingPolicy = Literal["continuous", "static"]
 
 
 class DecodeEngine(Protocol):
@@ -109,6 +125,10 @@ class ContinuousBatcher:
     source of the running batch (rows x longest source), which is what the cross-attention
     keys/values and the encoder cost; ``max_queue`` bounds waiting sentences (beyond it
     ``submit`` raises :class:`QueueFull` at once rather than letting latency grow).
+
+    ``batching`` picks the admission policy (see the module docstring); ``static_max_wait_s``
+    is the static policy's longest wait for a full batch. Left as None, both come from the
+    ``MT_BATCHING`` and ``MT_STATIC_MAX_WAIT_MS`` settings.
     """
 
     def __init__(
@@ -120,11 +140,22 @@ class ContinuousBatcher:
         max_queue: int = 256,
         metrics: ServiceMetrics | None = None,
         admission_window: int | None = None,
+        batching: BatchingPolicy | None = None,
+        static_max_wait_s: float | None = None,
     ) -> None:
         self.engine = engine
         self.max_batch_rows = max_batch_rows
         self.max_batch_tokens = max_batch_tokens
         self.max_queue = max_queue
+        if batching is None or static_max_wait_s is None:
+            settings = get_settings()
+            batching = batching or settings.batching
+            if static_max_wait_s is None:
+                static_max_wait_s = settings.static_max_wait_ms / 1000
+        if batching not in ("continuous", "static"):
+            raise ValueError(f"unknown batching policy {batching!r}")
+        self.batching: BatchingPolicy = batching
+        self.static_max_wait_s = static_max_wait_s
         self.metrics = metrics if metrics is not None else ServiceMetrics()
         # How far past the head of the queue admission looks for sentences that fit the
         # running batch's width; bounded, so a sentence is overtaken only so often.
@@ -147,6 +178,13 @@ class ContinuousBatcher:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
             self._thread.start()
+            logger.info(
+                "batching: %s%s",
+                self.batching,
+                f" (max wait {self.static_max_wait_s * 1000:g} ms)"
+                if self.batching == "static"
+                else "",
+            )
 
     @property
     def accepting(self) -> bool:
@@ -238,16 +276,21 @@ class ContinuousBatcher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not (self._queue or self._running or self._to_drop or self._stopping):
-                    self._idle.set()
-                    self._cond.wait()
+                while not (self._running or self._to_drop or self._stopping):
+                    if not self._queue:
+                        self._idle.set()
+                        self._cond.wait()
+                    elif (wait_s := self._admission_wait_locked()) > 0:
+                        self._cond.wait(wait_s)  # a submit wakes it earlier
+                    else:
+                        break
                 if self._stopping:
                     leftovers = list(self._queue) + list(self._running.values())
                     self._queue.clear()
                     break
                 dropped = [job_id for job_id in self._to_drop if job_id in self._running]
                 self._to_drop.clear()
-                newcomers = self._admit_locked(dropped)
+                newcomers = self._admit_locked(dropped) if self._admission_open_locked() else []
                 self.metrics.queue_depth.set(len(self._queue))
             if dropped:
                 self._drop(dropped)
@@ -260,6 +303,25 @@ class ContinuousBatcher:
             self._fail(job, NotAccepting("shutting_down"))
         self.metrics.queue_depth.set(0)
         self._idle.set()
+
+    def _admission_wait_locked(self) -> float:
+        """Seconds until the queue may be admitted into an idle engine (holds ``_cond``; the
+        queue is not empty). Continuous: at once. Static: once ``max_batch_rows`` rows are
+        queued or the oldest queued sentence has waited ``static_max_wait_s``."""
+        if self.batching == "continuous":
+            return 0.0
+        if sum(job.rows for job in self._queue) >= self.max_batch_rows:
+            return 0.0
+        due = self._queue[0].enqueued_at + self.static_max_wait_s
+        return max(0.0, due - time.monotonic())
+
+    def _admission_open_locked(self) -> bool:
+        """Whether queued sentences may join the batch at this step (holds ``_cond``).
+        Continuous: always. Static: only into an idle engine, once the batch is due; the
+        running batch takes no one until all of its rows have finished."""
+        if self.batching == "continuous":
+            return True
+        return bool(self._queue) and not self._running and self._admission_wait_locked() <= 0
 
     def _admit_locked(self, dropped: Sequence[int]) -> list[_Job]:
         """Choose the queued sentences that join the batch at this step (holds ``_cond``).

@@ -44,6 +44,20 @@ class Settings(BaseSettings):
     max_queue: int = Field(
         256, ge=1, description="Most queued sentences; beyond it requests get 429."
     )
+    batching: Literal["continuous", "static"] = Field(
+        "continuous",
+        description="Admission policy. `continuous`: queued sentences join the running batch "
+        "at every decoder step and finished rows leave at once. `static` (a baseline for "
+        "comparison, like Triton's dynamic batcher): while the engine is idle, wait until "
+        "max_batch_rows rows are queued or the oldest has waited static_max_wait_ms, admit "
+        "that batch, and step it until all of its rows have finished before admitting again.",
+    )
+    static_max_wait_ms: float = Field(
+        10.0,
+        ge=0,
+        description="`static` batching only: longest time the oldest queued sentence waits "
+        "for a full batch while the engine is idle (Triton's max_queue_delay).",
+    )
 
     # --- per-request limits ------------------------------------------------------------
     max_texts_per_request: int = Field(64, ge=1)

@@ -125,6 +125,7 @@ def make_batcher():
     batchers: list[ContinuousBatcher] = []
 
     def make(engine, **limits) -> ContinuousBatcher:
+        limits.setdefault("batching", "continuous")  # not whatever MT_BATCHING says
         batcher = ContinuousBatcher(engine, **limits)
         batcher.start()
         batchers.append(batcher)
@@ -344,3 +345,81 @@ async def test_metrics_count_steps_rows_and_tokens(make_batcher):
     assert registry.get_sample_value("mt_batch_rows_sum") == sum(engine.rows_per_step)
     assert registry.get_sample_value("mt_batch_rows_count") == 5
     assert registry.get_sample_value("mt_queue_wait_seconds_count") == 2
+
+
+# --- the static ("wait for a batch, run it to the end") policy -------------------------------
+
+
+@pytest.mark.anyio
+async def test_static_batch_collects_queued_requests_into_one_batch(make_batcher):
+    engine = FakeEngine()
+    # The wait is far longer than the test: only the third row can make the batch due.
+    batcher = make_batcher(engine, batching="static", max_batch_rows=3, static_max_wait_s=60)
+    rows = [sentence(length, first=10 * i + 1) for i, length in enumerate([4, 7, 2])]
+    tasks = [asyncio.ensure_future(batcher.submit([row])) for row in rows]
+    await wait_until(lambda: engine.admissions, "the batch admitted")
+    results = await asyncio.gather(*tasks)
+    assert [r[0].tokens for r in results] == [FakeEngine.expected(row.src_ids) for row in rows]
+    assert len(engine.admissions) == 1 and len(engine.admissions[0][1]) == 3
+    assert engine.rows_per_step[0] == 3
+    assert all(r[0].admitted_step == 0 for r in results)
+
+
+@pytest.mark.anyio
+async def test_static_batch_runs_to_the_end_before_a_newcomer_is_admitted(make_batcher):
+    engine = GatedEngine()
+    batcher = make_batcher(engine, batching="static", max_batch_rows=2, static_max_wait_s=60)
+    long_task = asyncio.ensure_future(batcher.submit([sentence(10)]))
+    short_task = asyncio.ensure_future(batcher.submit([sentence(3, first=100)]))
+    engine.allow(3)
+    await wait_until(lambda: engine.steps == 3 and engine.waiting.is_set(), "three steps")
+    assert engine.active_rows == 1  # the short row finished at step 2; the long one runs on
+
+    # Two newcomers fill a batch (the wait alone would take a minute), yet neither joins
+    # while a row of the static batch is still decoding, though a row is free.
+    newcomers = [
+        asyncio.ensure_future(batcher.submit([sentence(3, first=200 + 10 * i)])) for i in range(2)
+    ]
+    await wait_until(lambda: batcher.queue_depth == 2, "newcomers queued")
+    engine.allow(1000)
+    [long], [short] = await asyncio.gather(long_task, short_task)
+    later = [result for [result] in await asyncio.gather(*newcomers)]
+
+    assert (long.admitted_step, long.finished_step) == (0, 9)
+    assert (short.admitted_step, short.finished_step) == (0, 2)
+    assert [r.admitted_step for r in later] == [9, 9]  # after the batch's last row, together
+    assert [r.finished_step for r in later] == [11, 11]
+    assert engine.rows_per_step == [2, 2] + [1] * 7 + [2, 2]
+    assert [r.tokens for r in later] == [
+        FakeEngine.expected(sentence(3, first=200 + 10 * i).src_ids) for i in range(2)
+    ]
+
+
+@pytest.mark.anyio
+async def test_continuous_admits_the_same_newcomer_at_the_next_step(make_batcher):
+    """The contrast to the test above, same arrivals: the newcomer joins a running batch."""
+    engine = GatedEngine()
+    batcher = make_batcher(engine, max_batch_rows=2)
+    long_task = asyncio.ensure_future(batcher.submit([sentence(10)]))
+    await wait_until(engine.waiting.is_set, "first step waiting")
+    engine.allow(3)
+    await wait_until(lambda: engine.steps == 3 and engine.waiting.is_set(), "three steps")
+    newcomer = asyncio.ensure_future(batcher.submit([sentence(3, first=200)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
+    engine.allow(1000)
+    [long], [late] = await asyncio.gather(long_task, newcomer)
+    assert late.admitted_step == 4 and late.finished_step == 6 < long.finished_step == 9
+
+
+@pytest.mark.anyio
+async def test_static_batch_below_max_rows_starts_after_the_max_wait(make_batcher):
+    engine = FakeEngine()
+    batcher = make_batcher(engine, batching="static", max_batch_rows=64, static_max_wait_s=0.02)
+    [result] = await batcher.submit([sentence(5)])
+    assert result.tokens == FakeEngine.expected(sentence(5).src_ids)
+    assert result.queue_wait_s >= 0.02  # a lone sentence waits out the max wait
+
+
+def test_unknown_batching_policy_is_refused():
+    with pytest.raises(ValueError, match="batching policy"):
+        ContinuousBatcher(FakeEngine(), batching="eager", static_max_wait_s=0.0)  # type: ignore[arg-type]

@@ -1,0 +1,319 @@
+"""Continuous against static batching: the same open-loop load against the service twice.
+
+The service is started on a free loopback port with ``MT_BATCHING=continuous``, loaded with
+an open-loop Poisson schedule, stopped; then started again with ``MT_BATCHING=static`` (wait
+up to ``--static-max-wait-ms`` for a full batch, run it to the end, like Triton's dynamic
+batcher; see service/batcher.py) and loaded with the *same* schedule and inputs (same seed,
+rate, duration and mix of short UI strings and multi-sentence help paragraphs). Both runs
+use the same model directory and ``--server-env`` settings; only the policy differs.
+
+The report puts the two side by side, with static/continuous ratios: latency p50/p90/p99
+(from the scheduled send time, 200s only), throughput (req/s, generated tokens/s), the
+server's mean queue wait and mean rows per decoder step. It writes
+``loadtest/results/compare-batching.json`` (config, both summaries and request records, the
+table) and ``compare-batching.png`` (latency CDFs and percentile bars).
+
+The rate: by default the ``max_sustainable_rate`` of a previous sweep
+(``loadtest/results/sweep.json``, i.e. near the continuous batcher's capacity), else
+2 req/s; ``--rate`` overrides both.
+
+    .venv/bin/python -m loadtest sweep --spawn-server build/onnx/default
+    .venv/bin/python -m loadtest compare --spawn-server build/onnx/default --duration 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from loadtest.client import (
+    RESULTS_DIR,
+    RequestRecord,
+    add_common_arguments,
+    parse_env_pairs,
+    run_async,
+    sampler_from_args,
+    spawned_server,
+)
+from loadtest.open_loop import DEFAULT_MAX_IN_FLIGHT, measure_open_loop
+from loadtest.report import (
+    PERCENTILES,
+    _pyplot,
+    format_summary,
+    percentile,
+    write_json,
+)
+
+POLICIES = ("continuous", "static")
+DEFAULT_RATE = 2.0
+DEFAULT_DURATION_S = 120.0
+DEFAULT_STATIC_MAX_WAIT_MS = 10.0
+DEFAULT_SWEEP_JSON = RESULTS_DIR / "sweep.json"
+
+# (key in the table, label, where it sits in a run summary)
+METRICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("p50_ms", "latency p50 (ms)", ("latency_ms", "p50")),
+    ("p90_ms", "latency p90 (ms)", ("latency_ms", "p90")),
+    ("p99_ms", "latency p99 (ms)", ("latency_ms", "p99")),
+    ("throughput_rps", "throughput (req/s)", ("throughput_rps",)),
+    ("tokens_per_s", "generated tokens/s", ("tokens_per_s",)),
+    ("queue_wait_mean_ms", "mean queue wait (ms)", ("server", "queue_wait", "mean_ms")),
+    ("rows_per_step_mean", "mean rows per step", ("server", "batch_rows", "mean")),
+    ("error_rate", "error rate", ("error_rate",)),
+)
+
+
+def rate_from_sweep(path: Path) -> float | None:
+    """The ``max_sustainable_rate`` of a sweep's JSON, or None (no file, no passing step)."""
+    try:
+        rate = json.loads(path.read_text()).get("max_sustainable_rate")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(rate) if isinstance(rate, int | float) and rate > 0 else None
+
+
+def resolve_rate(rate: float | None, sweep_json: Path) -> tuple[float, str]:
+    """The rate to offer and where it came from."""
+    if rate is not None:
+        return rate, "--rate"
+    swept = rate_from_sweep(sweep_json)
+    if swept is not None:
+        return swept, f"max_sustainable_rate of {sweep_json}"
+    return DEFAULT_RATE, f"default (no sweep result in {sweep_json})"
+
+
+def policy_env(policy: str, static_max_wait_ms: float, extra: Mapping[str, str]) -> dict[str, str]:
+    """The spawned service's environment: ``--server-env``, then the policy (which wins)."""
+    return {
+        **extra,
+        "MT_BATCHING": policy,
+        "MT_STATIC_MAX_WAIT_MS": f"{static_max_wait_ms:g}",
+    }
+
+
+def _lookup(summary: Mapping[str, Any], path: Sequence[str]) -> float | None:
+    value: Any = summary
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def compare_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{metric: {"continuous": x, "static": y, "static/continuous": y / x}}``; a value
+    the run lacks (no server metrics, no successes) is None, and so is its ratio."""
+    table: dict[str, dict[str, Any]] = {}
+    for key, _, path in METRICS:
+        row: dict[str, Any] = {policy: _lookup(summaries[policy], path) for policy in POLICIES}
+        base, other = row["continuous"], row["static"]
+        row["static/continuous"] = (
+            round(other / base, 3) if base not in (None, 0) and other is not None else None
+        )
+        table[key] = row
+    return table
+
+
+def format_comparison(table: Mapping[str, Mapping[str, Any]]) -> str:
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = [f"{'':<22}{'continuous':>12}{'static':>12}{'static/cont.':>14}"]
+    for key, label, _ in METRICS:
+        row = table[key]
+        lines.append(
+            f"{label:<22}{cell(row['continuous']):>12}{cell(row['static']):>12}"
+            f"{cell(row['static/continuous']):>14}"
+        )
+    return "\n".join(lines)
+
+
+def plot_comparison(
+    path: Path,
+    records: Mapping[str, Sequence[RequestRecord]],
+    table: Mapping[str, Mapping[str, Any]],
+    title: str,
+) -> Path | None:
+    """Latency CDF of both runs beside their p50/p90/p99 bars."""
+    try:
+        plt = _pyplot()
+    except ImportError:
+        print("matplotlib is not installed; no plot")
+        return None
+    figure, (cdf, bars) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for policy in POLICIES:
+        runs = records[policy]
+        latencies_ms = sorted(r.latency_s * 1000 for r in runs if r.ok and r.latency_s is not None)
+        if not latencies_ms:
+            continue
+        # Over all requests, so failures keep the curve below 1 instead of vanishing.
+        fractions = [(i + 1) / len(runs) for i in range(len(latencies_ms))]
+        cdf.step(latencies_ms, fractions, where="post", label=policy)
+        p99 = percentile(latencies_ms, 99)
+        cdf.axvline(p99, linestyle=":", color=cdf.lines[-1].get_color(), linewidth=1)
+    cdf.set_xscale("log")
+    cdf.set_xlabel("latency (ms, log scale; dotted: p99)")
+    cdf.set_ylabel("fraction of requests answered 200")
+    cdf.set_ylim(0, 1.02)
+    cdf.set_title("latency CDF")
+    cdf.legend(loc="lower right")
+    width = 0.38
+    for offset, policy in zip((-width / 2, width / 2), POLICIES, strict=True):
+        values = [table[f"p{q}_ms"][policy] for q in PERCENTILES]
+        positions = [i + offset for i in range(len(PERCENTILES))]
+        heights = [math.nan if v is None else v for v in values]
+        drawn = bars.bar(positions, heights, width, label=policy)
+        bars.bar_label(drawn, fmt="%.0f", fontsize=8)
+    bars.set_xticks(range(len(PERCENTILES)), [f"p{q}" for q in PERCENTILES])
+    bars.set_ylabel("latency (ms)")
+    bars.set_title("latency percentiles (200 only)")
+    bars.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def run_policy(
+    args: argparse.Namespace, policy: str, rate: float
+) -> tuple[list[RequestRecord], dict[str, Any]]:
+    """Start the service with ``policy``, run the open-loop schedule, stop the service."""
+    log_path = args.results_dir / f"{args.name}.{policy}.server.log"
+    print(f"\n=== {policy}: starting the service (log: {log_path}) ...", flush=True)
+    with spawned_server(
+        args.spawn_server,
+        command=shlex.split(args.server_command) if args.server_command else None,
+        extra_env=policy_env(policy, args.static_max_wait_ms, parse_env_pairs(args.server_env)),
+        ready_timeout_s=args.ready_timeout,
+        log_path=log_path,
+    ) as url:
+        print(f"{policy}: {rate:g} req/s Poisson for {args.duration:g} s against {url}", flush=True)
+        records, summary = run_async(
+            measure_open_loop(
+                url,
+                rate,
+                sampler_from_args(args),  # a fresh sampler: the same inputs for both policies
+                duration_s=args.duration,
+                count=None,
+                seed=args.seed,
+                max_in_flight=args.max_in_flight,
+                timeout_s=args.timeout,
+            )
+        )
+    print(format_summary(summary), flush=True)
+    return records, summary
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.compare_batching",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="arrivals per second (default: max_sustainable_rate from --sweep-json, "
+        f"else {DEFAULT_RATE:g})",
+    )
+    parser.add_argument(
+        "--sweep-json",
+        type=Path,
+        default=DEFAULT_SWEEP_JSON,
+        help="sweep result the default rate is read from (default %(default)s)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=DEFAULT_DURATION_S,
+        help="seconds of arrivals per policy (default %(default)s)",
+    )
+    parser.add_argument(
+        "--static-max-wait-ms",
+        type=float,
+        default=DEFAULT_STATIC_MAX_WAIT_MS,
+        help="MT_STATIC_MAX_WAIT_MS of the static run (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=DEFAULT_MAX_IN_FLIGHT,
+        help="outstanding-request cap; beyond it arrivals are dropped",
+    )
+    add_common_arguments(parser, default_name="compare-batching")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.spawn_server:
+        parser.error("--spawn-server MODEL_DIR is required: the service is started once per policy")
+    if args.rate is not None and args.rate <= 0:
+        parser.error("--rate must be positive")
+    rate, rate_source = resolve_rate(args.rate, args.sweep_json)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    print(
+        f"comparing {' and '.join(POLICIES)} batching at {rate:g} req/s ({rate_source}), "
+        f"{args.duration:g} s each, seed {args.seed}",
+        flush=True,
+    )
+    records: dict[str, list[RequestRecord]] = {}
+    summaries: dict[str, dict[str, Any]] = {}
+    for policy in POLICIES:
+        records[policy], summaries[policy] = run_policy(args, policy, rate)
+    table = compare_summaries(summaries)
+    print("\n" + format_comparison(table))
+    for policy in POLICIES:
+        if not summaries[policy]["server"].get("available"):
+            print(f"warning: no /metrics from the {policy} run; queue wait and rows are missing")
+    document = {
+        "kind": "compare_batching",
+        "started_at": started_at,
+        "config": {
+            "rate": rate,
+            "rate_source": rate_source,
+            "duration_s": args.duration,
+            "static_max_wait_ms": args.static_max_wait_ms,
+            "max_in_flight": args.max_in_flight,
+            "timeout_s": args.timeout,
+            "model_dir": args.spawn_server,
+            "server_env": parse_env_pairs(args.server_env),
+            "inputs": sampler_from_args(args).describe(),
+        },
+        "comparison": table,
+        "runs": {
+            policy: {
+                "summary": summaries[policy],
+                "records": [r.as_dict() for r in records[policy]],
+            }
+            for policy in POLICIES
+        },
+    }
+    json_path = write_json(args.results_dir / f"{args.name}.json", document)
+    print(f"wrote {json_path}")
+    if not args.no_plot:
+        plot = plot_comparison(
+            args.results_dir / f"{args.name}.png",
+            records,
+            table,
+            f"continuous vs static batching, {rate:g} req/s Poisson, {args.duration:g} s each "
+            f"(static max wait {args.static_max_wait_ms:g} ms)",
+        )
+        if plot:
+            print(f"wrote {plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
