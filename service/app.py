@@ -123,6 +123,8 @@ class ServiceState:
             max_batch_tokens=settings.max_batch_tokens,
             max_queue=settings.max_queue,
             metrics=self.metrics,
+            batching=settings.batching,
+            static_max_wait_s=settings.static_max_wait_ms / 1000,
         )
         self.batcher.start()
         model_info = getattr(getattr(engine, "model", None), "info", None)

@@ -45,7 +45,6 @@ from typing import Literal, Protocol
 
 from service.engine import DecodeRequest, FinishedRequest
 from service.metrics import ServiceMetrics
-from service.settings import get_settings
 
 logger = logging.getLogger(__name__)
 
@@ -140,18 +139,13 @@ class ContinuousBatcher:
         max_queue: int = 256,
         metrics: ServiceMetrics | None = None,
         admission_window: int | None = None,
-        batching: BatchingPolicy | None = None,
-        static_max_wait_s: float | None = None,
+        batching: BatchingPolicy = "continuous",
+        static_max_wait_s: float = 0.01,
     ) -> None:
         self.engine = engine
         self.max_batch_rows = max_batch_rows
         self.max_batch_tokens = max_batch_tokens
         self.max_queue = max_queue
-        if batching is None or static_max_wait_s is None:
-            settings = get_settings()
-            batching = batching or settings.batching
-            if static_max_wait_s is None:
-                static_max_wait_s = settings.static_max_wait_ms / 1000
         if batching not in ("continuous", "static"):
             raise ValueError(f"unknown batching policy {batching!r}")
         self.batching: BatchingPolicy = batching
