@@ -82,9 +82,16 @@ class Engine:
 
     @classmethod
     def from_dir(
-        cls, model_dir: str | Path, provider: ProviderName = "auto", intra_op_threads: int = 0
+        cls,
+        model_dir: str | Path,
+        provider: ProviderName = "auto",
+        intra_op_threads: int = 0,
+        host_kv: bool | None = None,
     ) -> Engine:
-        model = OnnxSeq2Seq(model_dir, provider=provider, intra_op_threads=intra_op_threads)
+        """``host_kv``: see ``OnnxSeq2Seq`` (default: numpy caches exactly on CPU)."""
+        model = OnnxSeq2Seq(
+            model_dir, provider=provider, intra_op_threads=intra_op_threads, host_kv=host_kv
+        )
         return cls(model=model, model_dir=Path(model_dir), model_name=model.info.model_name)
 
     # --- read-only properties --------------------------------------------------------------
@@ -252,14 +259,18 @@ class Engine:
         if not self._requests:
             self._batch = None
             return
-        num_rows = batch.self_mask.shape[0]
+        num_rows, past_len = batch.self_mask.shape
         rows = np.concatenate(cache_rows)
-        self_mask = batch.self_mask[rows]
-        # Left cache slots invalid for every row (their rows have retired) are dropped.
-        start = int(self_mask.any(axis=0).argmax())
-        if start > 0 or not np.array_equal(rows, np.arange(num_rows)):
-            batch.self_cache = self.model.select(batch.self_cache, rows, start, self_mask.shape[1])
-            batch.self_mask = self_mask[:, start:]
+        start = 0
+        if rows_left:
+            # Left cache slots invalid for every remaining row (only rows that left used them)
+            # are dropped. Only rows leaving can create such slots: a request's beams share
+            # one mask (reordering them changes nothing), and newcomers' invalid slots lie
+            # under the valid ones of the rows they joined.
+            start = int(batch.self_mask[rows].any(axis=0).argmax())
+        if start > 0 or len(rows) != num_rows or not (rows == np.arange(num_rows)).all():
+            batch.self_cache = self.model.select(batch.self_cache, rows, start, past_len)
+            batch.self_mask = batch.self_mask[rows, start:]
         if rows_left:
             # A request's beams share identical cross K/V: its own rows, unpermuted, suffice.
             cross_rows = np.concatenate(own_rows)
@@ -313,4 +324,8 @@ class Engine:
 
 def _pad_columns(mask: np.ndarray, width: int) -> np.ndarray:
     """(N, S) -> (N, width), zeros on the right."""
-    return np.pad(mask, ((0, 0), (0, width - mask.shape[1])))
+    if mask.shape[1] == width:
+        return mask
+    padded = np.zeros((mask.shape[0], width), dtype=mask.dtype)
+    padded[:, : mask.shape[1]] = mask
+    return padded

@@ -7,8 +7,14 @@ Caches are lists of ``OrtValue`` living on the session's device, always in the o
 binding: cache outputs are bound to the device and fed back as inputs of the next step, and
 row gathers / column slices / concatenation run in two tiny helper graphs on the same provider
 (``kv_select.onnx``, ``kv_concat.onnx``, written by ``python -m export``). Only token ids,
-positions, masks (host int64, a few bytes per row) go in and logits come out. On CPU the same
-code path runs with CPU OrtValues, which is how the CUDA path is tested without a GPU.
+positions, masks (host int64, a few bytes per row) go in and logits come out.
+
+On the CPU provider the caches are host memory anyway, so by default (``host_kv``) they are
+plain numpy arrays: the graphs run with ``InferenceSession.run`` on numpy inputs and row
+gathers / column slices / concatenation are numpy indexing, which is several times cheaper
+than a helper-graph call plus IO binding for the small tensors of one decoder step. The device
+path (IO binding, helper graphs) still runs on CPU with ``host_kv=False``, which is how the
+CUDA path is tested without a GPU; both paths compute the same graphs on the same values.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ import onnxruntime as ort
 log = logging.getLogger(__name__)
 
 ProviderName = Literal["auto", "cuda", "cpu"]
-Cache = list[ort.OrtValue]  # 2L tensors (N, H, length, Dh): keys of every layer, then values
+# 2L tensors (N, H, length, Dh): keys of every layer, then values. OrtValues on the device path,
+# C-contiguous numpy arrays on the host path (``OnnxSeq2Seq.host_kv``).
+Cache = list[ort.OrtValue] | list[np.ndarray]
 
 _NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -84,8 +92,14 @@ class OnnxSeq2Seq:
     """Encoder, decoder and cache helpers of one export directory on one execution provider."""
 
     def __init__(
-        self, model_dir: str | Path, provider: ProviderName = "auto", intra_op_threads: int = 0
+        self,
+        model_dir: str | Path,
+        provider: ProviderName = "auto",
+        intra_op_threads: int = 0,
+        host_kv: bool | None = None,
     ):
+        """``host_kv``: keep the caches as numpy arrays and gather/concatenate them with numpy
+        (None: exactly when the provider is CPU; True needs the CPU provider)."""
         self.model_dir = Path(model_dir)
         config = json.loads((self.model_dir / "config.json").read_text())
         self.info = ModelInfo.from_config(config, self.model_dir.name)
@@ -111,14 +125,21 @@ class OnnxSeq2Seq:
         self.decoder = ort.InferenceSession(
             str(self.model_dir / "decoder.onnx"), options, providers=providers
         )
-        self.kv_select = ort.InferenceSession(
-            str(self.model_dir / "kv_select.onnx"), options, providers=providers
-        )
-        self.kv_concat = ort.InferenceSession(
-            str(self.model_dir / "kv_concat.onnx"), options, providers=providers
-        )
+        if host_kv and self.provider != "cpu":
+            raise ValueError(f"host_kv needs the CPU provider, the model runs on {self.provider}")
+        self.host_kv = self.provider == "cpu" if host_kv is None else host_kv
+        self.kv_select: ort.InferenceSession | None = None
+        self.kv_concat: ort.InferenceSession | None = None
+        if not self.host_kv:
+            self.kv_select = ort.InferenceSession(
+                str(self.model_dir / "kv_select.onnx"), options, providers=providers
+            )
+            self.kv_concat = ort.InferenceSession(
+                str(self.model_dir / "kv_concat.onnx"), options, providers=providers
+            )
         self.device_type = "cuda" if self.provider == "cuda" else "cpu"
         self.device_id = 0
+        self._decoder_outputs = ["logits", *self.present_names]
 
     # --- sessions ---------------------------------------------------------------------------
 
@@ -161,6 +182,8 @@ class OnnxSeq2Seq:
         """2L caches of length 0, (rows, H, 0, Dh), on the device."""
         shape = (rows, self.info.num_heads, 0, self.info.head_dim)
         empty = np.zeros(shape, dtype=self.kv_dtype)
+        if self.host_kv:
+            return [empty] * (2 * self.info.num_layers)  # no data: sharing one is safe
         return [
             ort.OrtValue.ortvalue_from_numpy(empty, self.device_type, self.device_id)
             for _ in range(2 * self.info.num_layers)
@@ -174,6 +197,14 @@ class OnnxSeq2Seq:
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Cache:
         """input_ids, attention_mask (M, S) int64 -> cross keys/values (M, H, S, Dh) on the device."""
+        if self.host_kv:
+            return self.encoder.run(
+                self.cross_names,
+                {
+                    "input_ids": np.ascontiguousarray(input_ids, dtype=np.int64),
+                    "attention_mask": np.ascontiguousarray(attention_mask, dtype=np.int64),
+                },
+            )
         binding = self.encoder.io_binding()
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
         binding.bind_cpu_input(
@@ -196,6 +227,19 @@ class OnnxSeq2Seq:
         """One decoder call. input_ids, positions (N, T); self_attention_mask (N, P+T);
         past (N, H, P, Dh) x 2L; cross (N, H, S, Dh) x 2L; encoder_attention_mask (N, S).
         Returns logits (N, T, V) as a host float32 array and the present caches (N, H, P+T, Dh)."""
+        if self.host_kv:
+            feeds = {
+                "input_ids": np.ascontiguousarray(input_ids, dtype=np.int64),
+                "positions": np.ascontiguousarray(positions, dtype=np.int64),
+                "self_attention_mask": np.ascontiguousarray(self_attention_mask, dtype=np.int64),
+                "encoder_attention_mask": np.ascontiguousarray(
+                    encoder_attention_mask, dtype=np.int64
+                ),
+            }
+            feeds.update(zip(self.past_names, past, strict=True))
+            feeds.update(zip(self.cross_names, cross, strict=True))
+            logits, *present = self.decoder.run(self._decoder_outputs, feeds)
+            return logits.astype(np.float32, copy=False), present
         binding = self.decoder.io_binding()
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
         binding.bind_cpu_input("positions", np.ascontiguousarray(positions, dtype=np.int64))
@@ -219,6 +263,10 @@ class OnnxSeq2Seq:
 
     def select(self, cache: Cache, rows: np.ndarray, start: int, end: int) -> Cache:
         """cache (N, H, L, Dh) x 2L -> cache[rows][:, :, start:end] on the device."""
+        if self.host_kv:
+            # Basic slicing first (a view), then one gather copy along axis 0: contiguous.
+            return [np.take(value[:, :, start:end], rows, axis=0) for value in cache]
+        assert self.kv_select is not None
         binding = self.kv_select.io_binding()
         for j, value in enumerate(cache):
             binding.bind_ortvalue_input(f"x_{j}", value)
@@ -232,6 +280,9 @@ class OnnxSeq2Seq:
 
     def concat(self, first: Cache, second: Cache) -> Cache:
         """Rows of ``first`` then ``second``, both zero-padded at the end of axis 2 to the longer."""
+        if self.host_kv:
+            return [_host_concat(a, b) for a, b in zip(first, second, strict=True)]
+        assert self.kv_concat is not None
         binding = self.kv_concat.io_binding()
         for j, (a, b) in enumerate(zip(first, second, strict=True)):
             binding.bind_ortvalue_input(f"a_{j}", a)
@@ -240,3 +291,16 @@ class OnnxSeq2Seq:
         self.kv_concat.run_with_iobinding(binding)
         binding.synchronize_outputs()
         return list(binding.get_outputs())
+
+
+def _host_concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """kv_concat on host arrays: (Na, H, La, Dh), (Nb, H, Lb, Dh) -> (Na+Nb, H, max, Dh)."""
+    if a.shape[2] == b.shape[2]:
+        return np.concatenate([a, b])
+    length = max(a.shape[2], b.shape[2])
+    out = np.zeros((a.shape[0] + b.shape[0], a.shape[1], length, a.shape[3]), dtype=a.dtype)
+    if a.shape[2]:
+        out[: a.shape[0], :, : a.shape[2]] = a
+    if b.shape[2]:
+        out[a.shape[0] :, :, : b.shape[2]] = b
+    return out

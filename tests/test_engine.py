@@ -27,9 +27,17 @@ LENGTHS = [12, 4, 8, 10, 6, 9, 7, 11]
 pytest_plugins = ["tests.onnx_fixtures"]  # the session-scoped `exported` fixture
 
 
-@pytest.fixture(scope="module")
-def engine(exported):
-    return Engine.from_dir(exported.onnx_dir, provider="cpu", intra_op_threads=1)
+@pytest.fixture(scope="module", params=["host", "device"])
+def engine(exported, request):
+    """Both cache paths on CPU: numpy caches (the CPU default) and the device path (OrtValues,
+    IO binding, helper graphs) that CUDA runs."""
+    return Engine.from_dir(
+        exported.onnx_dir, provider="cpu", intra_op_threads=1, host_kv=request.param == "host"
+    )
+
+
+def cache_shape(value) -> list[int]:
+    return list(value.shape) if isinstance(value, np.ndarray) else value.shape()
 
 
 def run_until_empty(engine: Engine, schedule: dict[int, list[DecodeRequest]]) -> dict:
@@ -173,15 +181,63 @@ def test_columns_no_row_needs_are_trimmed(engine, exported):
     batch = engine._batch
     assert batch.encoder_mask.shape == (2, 3)
     assert batch.self_mask.shape == (2, 1)  # the slots only "long" used are gone
-    assert batch.self_cache[0].shape() == [
+    assert cache_shape(batch.self_cache[0]) == [
         2,
         model.config.decoder_heads,
         1,
         model.config.decoder_head_dim,
     ]
-    assert batch.cross_cache[0].shape()[2] == 3
+    assert cache_shape(batch.cross_cache[0])[2] == 3
     engine.drop(["short"])
     assert engine.active_requests == 0
+
+
+def test_host_and_device_cache_paths_give_identical_tokens_and_caches(exported):
+    """Joins at different steps, beams, retirements, a drop: numpy caches and helper graphs
+    agree token for token, and the caches they hold are the same values."""
+    engines = {
+        host_kv: Engine.from_dir(
+            exported.onnx_dir, provider="cpu", intra_op_threads=1, host_kv=host_kv
+        )
+        for host_kv in (True, False)
+    }
+    assert engines[True].model.host_kv and engines[True].model.kv_select is None
+    assert not engines[False].model.host_kv and engines[False].model.kv_select is not None
+    _, _, sources = padded_sources(exported.model, [5, 12, 3, 9, 7, 10, 4], seed=23)
+    beams = [1, 4, 1, 2, 3, 1, 2]
+    schedule = {0: [0, 1], 1: [2], 3: [3, 4], 4: [5], 6: [6]}
+    results = {}
+    for host_kv, engine in engines.items():
+        finished, snapshots = {}, []
+        for step in range(200):
+            engine.add(
+                [DecodeRequest(i, sources[i], beams[i], MAX_NEW) for i in schedule.get(step, [])]
+            )
+            if step == 5:
+                engine.drop([4])
+            finished.update({done.request_id: done.tokens for done in engine.step()})
+            batch = engine._batch
+            if batch is not None:
+                snapshots.append(
+                    [np.asarray(v if host_kv else v.numpy()).copy() for v in batch.self_cache]
+                    + [np.asarray(v if host_kv else v.numpy()).copy() for v in batch.cross_cache]
+                    + [batch.self_mask.copy(), batch.encoder_mask.copy()]
+                )
+                assert all(
+                    isinstance(v, np.ndarray) == host_kv
+                    for v in batch.self_cache + batch.cross_cache
+                )
+            if step > max(schedule) and not engine.active_requests:
+                break
+        results[host_kv] = finished, snapshots
+    (host_finished, host_snaps), (device_finished, device_snaps) = results[True], results[False]
+    assert host_finished == device_finished and 4 not in host_finished
+    assert len(host_snaps) == len(device_snaps)
+    for host_step, device_step in zip(host_snaps, device_snaps, strict=True):
+        for a, b in zip(host_step, device_step, strict=True):
+            assert a.shape == b.shape and np.array_equal(a, b)
+    for i in (0, 1, 2, 3, 5, 6):
+        assert host_finished[i] == reference(exported.model, [sources[i]], beams[i], MAX_NEW)[0]
 
 
 def test_empty_source_is_rejected(engine):

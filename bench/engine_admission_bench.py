@@ -1,0 +1,311 @@
+"""Deterministic replay of what the continuous batcher does to the engine at low load.
+
+    .venv/bin/python bench/engine_admission_bench.py [--model /tmp/interim_onnx] [--ref HEAD]
+        [--every 4] [--reps 5] [--beams 1,4] [--threads 1] [--output FILE]
+
+Scenario ("mixed"): one long request (a paragraph, capped at ``--long-tokens`` output tokens)
+starts decoding; a short request (a UI string, ~4-8 tokens out) joins every ``--every`` steps
+while the long one runs. Exactly the batcher's engine-thread loop: ``add`` before a step,
+``step``, collect finished. Baseline ("alone"): every request of the replay run alone
+(add, step until done) on the same engine.
+
+Reported per variant (times in ms, medians over ``--reps`` replays): per-step wall time, time
+in ``add`` (and the encoder inside it), in the decoder graph, in cache select/trim/concat
+(``OnnxSeq2Seq.select`` / ``concat`` and anything else the engine reports through
+``Engine.timings``), the rest of ``step`` (host overhead); per-request latency (from its
+``add`` to the step that finished it) mixed vs alone.
+
+``--ref`` loads ``service/engine.py`` and ``service/onnx_model.py`` of a git revision into a
+private package and replays them interleaved with the working tree's (A/B in one process, so
+a background load affects both alike); ratios are new / ref. Tokens must be identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from service.engine import DecodeRequest, Engine  # noqa: E402
+
+LONG_TEXT = (
+    "To change your password, open the settings of your account, enter the old password, then "
+    "the new password twice, and confirm with the button at the bottom of the page."
+)
+SHORT_TEXTS = [
+    "Save",
+    "Close",
+    "Copy",
+    "Paste",
+    "Undo",
+    "Exit",
+    "Login",
+    "Help",
+    "Print",
+    "Search",
+    "Settings",
+    "Delete file",
+    "Open folder",
+]
+
+
+def load_ref(revision: str) -> type:
+    """``Engine`` of ``revision`` (its engine.py + onnx_model.py; decoding.py of the tree)."""
+    package = Path(tempfile.mkdtemp(prefix="engine_ref_")) / "_ref_service"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("engine.py", "onnx_model.py"):
+        source = subprocess.run(
+            ["git", "show", f"{revision}:service/{name}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        source = source.replace("from service.onnx_model", "from _ref_service.onnx_model")
+        (package / name).write_text(source)
+    sys.path.insert(0, str(package.parent))
+    return importlib.import_module("_ref_service.engine").Engine
+
+
+class Timers:
+    """Wraps methods of an object with wall-clock accumulators (seconds per key)."""
+
+    def __init__(self) -> None:
+        self.total: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def wrap(self, owner: object, name: str, key: str) -> None:
+        method = getattr(owner, name, None)
+        if method is None:
+            return
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.total[key] += time.perf_counter() - started
+                self.calls[key] += 1
+
+        setattr(owner, name, timed)
+
+    def reset(self) -> None:
+        self.total.clear()
+        self.calls.clear()
+
+
+def instrument(engine: Engine) -> Timers:
+    timers = Timers()
+    model = engine.model
+    timers.wrap(model, "encode", "encode")
+    timers.wrap(model, "decode", "decode")
+    # Device helper graphs (and host fast paths, if the model has them under these names).
+    for name in ("select", "concat", "host_select", "host_concat"):
+        timers.wrap(model, name, "kv_" + name.removeprefix("host_"))
+    timers.wrap(engine, "_rearrange", "rearrange")
+    return timers
+
+
+def replay(engine: Engine, timers: Timers, schedule: dict[int, list[DecodeRequest]]) -> dict:
+    """The batcher's loop over ``schedule`` (step -> requests added before it)."""
+    timers.reset()
+    added_at: dict = {}
+    latency: dict = {}
+    tokens: dict = {}
+    step_times: list[float] = []
+    add_total = 0.0
+    step = 0
+    while step <= max(schedule) or engine.active_requests:
+        requests = schedule.get(step, [])
+        if requests:
+            started = time.perf_counter()
+            for request in requests:
+                added_at[request.request_id] = started
+            engine.add(requests)
+            add_total += time.perf_counter() - started
+        started = time.perf_counter()
+        finished = engine.step()
+        now = time.perf_counter()
+        step_times.append(now - started)
+        for done in finished:
+            latency[done.request_id] = now - added_at[done.request_id]
+            tokens[done.request_id] = done.tokens
+        step += 1
+    step_total = sum(step_times)
+    kv = sum(timers.total[key] for key in ("kv_select", "kv_concat"))
+    return {
+        "steps": len(step_times),
+        "wall_s": step_total + add_total,
+        "step_total_s": step_total,
+        "add_total_s": add_total,
+        "encode_s": timers.total["encode"],
+        "decode_s": timers.total["decode"],
+        "kv_select_s": timers.total["kv_select"],
+        "kv_concat_s": timers.total["kv_concat"],
+        "rearrange_s": timers.total["rearrange"],  # includes kv_select called from it
+        # add minus the encoder: padding, concatenation of the running batch
+        "add_host_s": add_total - timers.total["encode"] - timers.total["kv_concat"],
+        # step minus the decoder graph and the rearrange (search, masks, inputs)
+        "step_host_s": step_total - timers.total["decode"] - timers.total["rearrange"],
+        "kv_total_s": kv,
+        "latency_s": latency,
+        "tokens": tokens,
+    }
+
+
+def make_schedules(
+    tokenizer, beam: int, every: int, long_tokens: int, short_count: int
+) -> tuple[dict, list[DecodeRequest]]:
+    long_request = DecodeRequest("long", tokenizer.encode_one(LONG_TEXT), beam, long_tokens)
+    shorts = [
+        DecodeRequest(
+            f"short{i}", tokenizer.encode_one(SHORT_TEXTS[i % len(SHORT_TEXTS)]), beam, 16
+        )
+        for i in range(short_count)
+    ]
+    schedule: dict[int, list[DecodeRequest]] = {0: [long_request]}
+    for i, request in enumerate(shorts):
+        schedule[1 + i * every] = [request]
+    return schedule, [long_request, *shorts]
+
+
+def summarize(runs: list[dict], ids: list) -> dict:
+    med = lambda key: statistics.median(run[key] for run in runs)  # noqa: E731
+    out = {
+        key: round(med(key) * 1000, 3)
+        for key in (
+            "wall_s",
+            "step_total_s",
+            "add_total_s",
+            "encode_s",
+            "decode_s",
+            "kv_select_s",
+            "kv_concat_s",
+            "rearrange_s",
+            "add_host_s",
+            "step_host_s",
+        )
+    }
+    out = {key.removesuffix("_s") + "_ms": value for key, value in out.items()}
+    steps = runs[0]["steps"]
+    out["steps"] = steps
+    out["per_step_ms"] = round(out["step_total_ms"] / steps, 4)
+    out["latency_ms"] = {
+        str(i): round(statistics.median(run["latency_s"][i] for run in runs) * 1000, 3) for i in ids
+    }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="/tmp/interim_onnx")
+    parser.add_argument("--ref", default="", help="git revision to compare against (A/B)")
+    parser.add_argument("--every", type=int, default=4, help="a short request every N steps")
+    parser.add_argument("--long-tokens", type=int, default=60)
+    parser.add_argument("--shorts", type=int, default=14)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--beams", default="1,4")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--output", default="")
+    args = parser.parse_args()
+
+    variants: dict[str, Engine] = {}
+    if args.ref:
+        ref_engine_cls = load_ref(args.ref)
+        variants["ref"] = ref_engine_cls.from_dir(
+            args.model, provider="cpu", intra_op_threads=args.threads
+        )
+    variants["new"] = Engine.from_dir(args.model, provider="cpu", intra_op_threads=args.threads)
+    timers = {name: instrument(engine) for name, engine in variants.items()}
+    tokenizer = variants["new"].tokenizer
+    for engine in variants.values():
+        engine.warmup()
+
+    report: dict = {
+        "model": args.model,
+        "ref": args.ref,
+        "every": args.every,
+        "reps": args.reps,
+        "threads": args.threads,
+        "python": platform.python_version(),
+        "scenarios": {},
+    }
+    for beam in [int(b) for b in args.beams.split(",")]:
+        schedule, requests = make_schedules(
+            tokenizer, beam, args.every, args.long_tokens, args.shorts
+        )
+        ids = [request.request_id for request in requests]
+        mixed: dict[str, list] = defaultdict(list)
+        alone: dict[str, list] = defaultdict(list)
+        for _ in range(args.reps):  # interleaved: ref, new, ref, new, ...
+            for name, engine in variants.items():
+                mixed[name].append(replay(engine, timers[name], schedule))
+                runs = [replay(engine, timers[name], {0: [request]}) for request in requests]
+                merged = {
+                    key: sum(run[key] for run in runs)
+                    for key in runs[0]
+                    if key not in ("latency_s", "tokens")
+                }
+                merged["latency_s"] = {k: v for run in runs for k, v in run["latency_s"].items()}
+                merged["tokens"] = {k: v for run in runs for k, v in run["tokens"].items()}
+                alone[name].append(merged)
+        scenario: dict = {}
+        reference_tokens = mixed["new"][0]["tokens"]
+        for name in variants:
+            for run in mixed[name] + alone[name]:
+                assert run["tokens"] == reference_tokens, f"{name}: tokens differ"
+            m, a = summarize(mixed[name], ids), summarize(alone[name], ids)
+            short_ids = [str(i) for i in ids[1:]]
+            ratios = [m["latency_ms"][i] / a["latency_ms"][i] for i in short_ids]
+            scenario[name] = {
+                "mixed": m,
+                "alone": a,
+                "long_latency_vs_alone": round(
+                    m["latency_ms"]["long"] / a["latency_ms"]["long"], 3
+                ),
+                "short_latency_vs_alone_mean": round(statistics.mean(ratios), 3),
+                "short_latency_mixed_mean_ms": round(
+                    statistics.mean(m["latency_ms"][i] for i in short_ids), 3
+                ),
+                "short_latency_alone_mean_ms": round(
+                    statistics.mean(a["latency_ms"][i] for i in short_ids), 3
+                ),
+            }
+        scenario["tokens_out"] = {str(k): len(v) for k, v in reference_tokens.items()}
+        if "ref" in variants:
+            new, ref = scenario["new"], scenario["ref"]
+            scenario["new_over_ref"] = {
+                "mixed_wall": round(new["mixed"]["wall_ms"] / ref["mixed"]["wall_ms"], 3),
+                "mixed_per_step": round(
+                    new["mixed"]["per_step_ms"] / ref["mixed"]["per_step_ms"], 3
+                ),
+                "mixed_add": round(new["mixed"]["add_total_ms"] / ref["mixed"]["add_total_ms"], 3),
+                "alone_wall": round(new["alone"]["wall_ms"] / ref["alone"]["wall_ms"], 3),
+                "short_latency_mixed": round(
+                    new["short_latency_mixed_mean_ms"] / ref["short_latency_mixed_mean_ms"], 3
+                ),
+                "long_latency_mixed": round(
+                    new["mixed"]["latency_ms"]["long"] / ref["mixed"]["latency_ms"]["long"], 3
+                ),
+            }
+        report["scenarios"][f"beam{beam}"] = scenario
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
