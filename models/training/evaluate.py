@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import sacrebleu
@@ -25,50 +26,83 @@ from service.placeholders import placeholder_strings, protect, restore, survival
 from service.tokenizer import Tokenizer
 
 
-def translate(
-    model: Transformer,
+def translate_with(
+    decode_ids: Callable[[list[list[int]], int], list[list[int]]],
     tokenizer: Tokenizer,
     texts: list[str],
-    beam_size: int = 1,
     batch_size: int = 64,
 ) -> list[str]:
-    """Translate with placeholder protection, batching sentences of similar length."""
-    model.eval()
-    config = model.config
+    """Protect placeholders, tokenize, decode in length-sorted batches, detokenize, restore.
+
+    ``decode_ids(src_ids, max_new_tokens)`` is the backend: the PyTorch reference search or the
+    ONNX Runtime engine, so both are scored through exactly the same text handling.
+    """
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     translated: dict[int, str] = {}
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
         protected = [protect(texts[i]) for i in indices]
         ids = tokenizer.encode([masked for masked, _ in protected])
-        src_len = max(len(row) for row in ids)
-        src_ids = torch.full((len(ids), src_len), config.pad_id)
-        for row, row_ids in enumerate(ids):
-            src_ids[row, : len(row_ids)] = torch.tensor(row_ids)
-        src_mask = (src_ids != config.pad_id).long()
-        max_new_tokens = min(config.max_positions - 1, int(src_len * 1.5) + 10)
-        if beam_size == 1:
-            hypotheses = greedy_search(model, src_ids, src_mask, max_new_tokens=max_new_tokens)
-        else:
-            hypotheses = beam_search(
-                model, src_ids, src_mask, beam_size=beam_size, max_new_tokens=max_new_tokens
-            )
+        max_new_tokens = int(max(len(row) for row in ids) * 1.5) + 10
+        hypotheses = decode_ids(ids, max_new_tokens)
         for index, tokens, (_, originals) in zip(indices, hypotheses, protected, strict=True):
             translated[index] = restore(tokenizer.decode(tokens), originals)
     return [translated[i] for i in range(len(texts))]
 
 
-def evaluate(model_dir: Path, corpus: Path, beam_size: int, limit: int | None) -> dict:
-    model = load_pretrained(model_dir)
-    tokenizer = Tokenizer.from_dir(model_dir)
+def torch_decoder(
+    model: Transformer, beam_size: int = 1
+) -> Callable[[list[list[int]], int], list[list[int]]]:
+    """The PyTorch reference search as a ``decode_ids`` backend."""
+    config = model.config
+
+    def decode_ids(ids: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        model.eval()
+        src_ids = torch.full((len(ids), max(len(row) for row in ids)), config.pad_id)
+        for row, row_ids in enumerate(ids):
+            src_ids[row, : len(row_ids)] = torch.tensor(row_ids)
+        src_mask = (src_ids != config.pad_id).long()
+        max_new_tokens = min(max_new_tokens, config.max_positions - 1)
+        if beam_size == 1:
+            return greedy_search(model, src_ids, src_mask, max_new_tokens=max_new_tokens)
+        return beam_search(
+            model, src_ids, src_mask, beam_size=beam_size, max_new_tokens=max_new_tokens
+        )
+
+    return decode_ids
+
+
+def translate(
+    model: Transformer, tokenizer: Tokenizer, texts: list[str], beam_size: int = 1
+) -> list[str]:
+    """Translate with the PyTorch reference (used for validation during training)."""
+    return translate_with(torch_decoder(model, beam_size), tokenizer, texts)
+
+
+def evaluate(
+    model_dir: Path, corpus: Path, beam_size: int, limit: int | None, onnx_dir: Path | None
+) -> dict:
+    if onnx_dir is None:
+        tokenizer = Tokenizer.from_dir(model_dir)
+        decode_ids = torch_decoder(load_pretrained(model_dir), beam_size)
+    else:
+        from service.engine import Engine
+
+        engine = Engine.from_dir(onnx_dir, provider="cpu")
+        tokenizer = engine.tokenizer
+
+        def decode_ids(ids: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+            return engine.translate_ids(ids, beam_size=beam_size, max_new_tokens=max_new_tokens)
+
     pairs = read_tsv(corpus / "test.tsv")[:limit]
     sources, references = [p.source for p in pairs], [p.target for p in pairs]
     started = time.perf_counter()
-    hypotheses = translate(model, tokenizer, sources, beam_size=beam_size)
+    hypotheses = translate_with(decode_ids, tokenizer, sources)
     seconds = time.perf_counter() - started
     with_placeholders = [i for i, source in enumerate(sources) if placeholder_strings(source)]
     return {
         "model": str(model_dir),
+        "backend": "pytorch" if onnx_dir is None else f"onnxruntime ({onnx_dir})",
         "test_pairs": len(pairs),
         "beam_size": beam_size,
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
@@ -98,12 +132,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--corpus", type=Path, default=Path("build/corpus"))
     parser.add_argument("--beam-size", type=int, default=1)
     parser.add_argument(
+        "--onnx",
+        type=Path,
+        default=None,
+        help="score this ONNX export with the serving engine instead of PyTorch",
+    )
+    parser.add_argument(
         "--limit", type=int, default=None, help="evaluate on the first N test pairs only"
     )
     parser.add_argument("--output", type=Path, default=Path("build/eval/scores.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    result = evaluate(args.model, args.corpus, args.beam_size, args.limit)
+    result = evaluate(args.model, args.corpus, args.beam_size, args.limit, args.onnx)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     for example in result["examples"]:
