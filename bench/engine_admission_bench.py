@@ -208,6 +208,130 @@ def summarize(runs: list[dict], ids: list) -> dict:
     return out
 
 
+# --- high-arrival replay: the real batcher + translator in one process, no HTTP ---------------
+
+
+async def _load_run(
+    model: str,
+    policy: str,
+    rate: float,
+    duration: float,
+    seed: int,
+    threads: int,
+    profile: bool = False,
+) -> dict:
+    """Open-loop Poisson arrivals (``loadtest`` input mix) into a real ``ContinuousBatcher``
+    over a real ``Engine`` in this process; per-request latency from the scheduled arrival."""
+    import asyncio
+    import random
+
+    from loadtest.inputs import InputSampler
+    from service.batcher import ContinuousBatcher
+    from service.settings import Settings
+    from service.translator import Translator
+
+    settings = Settings(model_dir=Path(model), batching=policy)
+    engine = Engine.from_dir(model, provider="cpu", intra_op_threads=threads)
+    engine.warmup()
+    timers = instrument(engine)
+    batcher = ContinuousBatcher(
+        engine,
+        max_batch_rows=settings.max_batch_rows,
+        max_batch_tokens=settings.max_batch_tokens,
+        max_queue=settings.max_queue,
+        batching=policy,
+        static_max_wait_s=settings.static_max_wait_ms / 1000,
+    )
+    translator = Translator(
+        engine.tokenizer, batcher, settings, model_positions=engine.model.info.max_positions
+    )
+    if profile:  # the engine thread, where the work is
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        inner_run = batcher._run
+
+        def profiled_run() -> None:
+            profiler.enable()
+            try:
+                inner_run()
+            finally:
+                profiler.disable()
+                pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+
+        batcher._run = profiled_run  # type: ignore[method-assign]
+    sampler = InputSampler(seed=seed)
+    rng = random.Random(seed)
+    arrivals, t = [], 0.0
+    while True:
+        t += rng.expovariate(rate)
+        if t >= duration:
+            break
+        arrivals.append((t, sampler.next_payload()["text"]))
+    options = translator.options(None, None)
+    latencies: list[float] = []
+    failures = 0
+    batcher.start()
+    start = time.perf_counter()
+
+    async def one(at: float, text: str) -> None:
+        nonlocal failures
+        await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
+        try:
+            await translator.translate([text], options)
+            latencies.append(time.perf_counter() - start - at)
+        except Exception:  # noqa: BLE001 - counted
+            failures += 1
+
+    steps0 = engine.steps
+    rows_total = slots_total = 0
+    inner_step = engine.step
+    timers.reset()
+
+    def counted_step():
+        nonlocal rows_total, slots_total
+        rows_total += engine.active_rows
+        slots_total += engine.active_rows * engine.past_len
+        return inner_step()
+
+    engine.step = counted_step
+    await asyncio.gather(*(one(at, text) for at, text in arrivals))
+    wall = time.perf_counter() - start
+    steps = engine.steps - steps0
+    batcher.close()
+    latencies.sort()
+    pct = lambda q: round(1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))], 1)  # noqa: E731
+    return {
+        "policy": policy,
+        "requests": len(arrivals),
+        "failures": failures,
+        "wall_s": round(wall, 2),
+        "throughput_rps": round(len(latencies) / wall, 2),
+        "p50_ms": pct(0.5),
+        "p90_ms": pct(0.9),
+        "p99_ms": pct(0.99),
+        "steps": steps,
+        "rows_per_step": round(rows_total / max(1, steps), 2),
+        "row_steps": rows_total,
+        "mean_past_len": round(slots_total / max(1, rows_total), 1),
+        "engine_s": {key: round(value, 2) for key, value in timers.total.items()},
+        "calls": dict(timers.calls),
+    }
+
+
+def load_main(args: argparse.Namespace) -> None:
+    import asyncio
+
+    results = []
+    for policy in args.policies.split(","):
+        run = _load_run(
+            args.model, policy, args.load, args.duration, args.seed, args.threads, args.profile
+        )
+        results.append(asyncio.run(run))
+        print(json.dumps(results[-1]), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="/tmp/interim_onnx")
@@ -219,7 +343,17 @@ def main() -> None:
     parser.add_argument("--beams", default="1,4")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", default="")
+    parser.add_argument(
+        "--load", type=float, default=0.0, help="high-arrival replay at this rate (req/s)"
+    )
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--policies", default="continuous,static")
+    parser.add_argument("--profile", action="store_true", help="cProfile the continuous run")
     args = parser.parse_args()
+    if args.load:
+        load_main(args)
+        return
 
     variants: dict[str, Engine] = {}
     if args.ref:

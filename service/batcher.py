@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -141,6 +141,9 @@ class ContinuousBatcher:
         admission_window: int | None = None,
         batching: BatchingPolicy = "continuous",
         static_max_wait_s: float = 0.01,
+        admission_ratio: float | None = None,
+        admission_max_wait_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
         self.max_batch_rows = max_batch_rows
@@ -150,6 +153,17 @@ class ContinuousBatcher:
             raise ValueError(f"unknown batching policy {batching!r}")
         self.batching: BatchingPolicy = batching
         self.static_max_wait_s = static_max_wait_s
+        if admission_ratio is None or admission_max_wait_s is None:
+            from service.settings import get_settings
+
+            settings = get_settings()
+            if admission_ratio is None:
+                admission_ratio = settings.admission_ratio
+            if admission_max_wait_s is None:
+                admission_max_wait_s = settings.admission_max_wait_ms / 1000
+        self.admission_ratio = admission_ratio
+        self.admission_max_wait_s = admission_max_wait_s
+        self._clock = clock
         self.metrics = metrics if metrics is not None else ServiceMetrics()
         # How far past the head of the queue admission looks for sentences that fit the
         # running batch's width; bounded, so a sentence is overtaken only so often.
@@ -200,7 +214,10 @@ class ContinuousBatcher:
         if not rows:
             return []
         loop = asyncio.get_running_loop()
-        jobs = [_Job(next(self._ids), row, loop.create_future(), loop) for row in rows]
+        now = self._clock()
+        jobs = [
+            _Job(next(self._ids), row, loop.create_future(), loop, enqueued_at=now) for row in rows
+        ]
         with self._cond:
             if not self._accepting:
                 raise NotAccepting("shutting_down")
@@ -307,15 +324,29 @@ class ContinuousBatcher:
         if sum(job.rows for job in self._queue) >= self.max_batch_rows:
             return 0.0
         due = self._queue[0].enqueued_at + self.static_max_wait_s
-        return max(0.0, due - time.monotonic())
+        return max(0.0, due - self._clock())
 
     def _admission_open_locked(self) -> bool:
         """Whether queued sentences may join the batch at this step (holds ``_cond``).
         Continuous: always. Static: only into an idle engine, once the batch is due; the
         running batch takes no one until all of its rows have finished."""
-        if self.batching == "continuous":
+        if not self._queue:
+            return False
+        if self.batching == "static":
+            return not self._running and self._admission_wait_locked() <= 0
+        # Continuous: every admission costs an encoder call and a copy of the whole running
+        # cache (rows x (P + S)), so newcomers are coalesced while the batch is busy: admit
+        # into an empty batch at once, else once the queued rows are a fair share of the
+        # running ones (or would fill the batch), or the oldest has waited a short bound.
+        running = sum(job.rows for job in self._running.values())
+        if running == 0:
             return True
-        return bool(self._queue) and not self._running and self._admission_wait_locked() <= 0
+        queued = sum(job.rows for job in self._queue)
+        return (
+            queued >= self.admission_ratio * running
+            or queued + running >= self.max_batch_rows
+            or self._clock() - self._queue[0].enqueued_at >= self.admission_max_wait_s
+        )
 
     def _admit_locked(self, dropped: Sequence[int]) -> list[_Job]:
         """Choose the queued sentences that join the batch at this step (holds ``_cond``).
@@ -331,11 +362,15 @@ class ContinuousBatcher:
         rows = sum(job.rows for job in staying)
         width = max((job.src_len for job in staying), default=0)
 
+        # Every row of the batch holds P self-attention slots (newcomers are padded to the
+        # running batch's past length) besides its padded source: both count in the budget.
+        past_len = getattr(self.engine, "past_len", 0) if staying else 0
+
         def fits(job: _Job) -> bool:
             new_rows = rows + job.rows
             return (
                 new_rows <= self.max_batch_rows
-                and new_rows * max(width, job.src_len) <= self.max_batch_tokens
+                and new_rows * (max(width, job.src_len) + past_len) <= self.max_batch_tokens
             )
 
         head = self._queue[0]
@@ -360,7 +395,7 @@ class ContinuousBatcher:
 
     def _add(self, newcomers: list[_Job]) -> None:
         admitted_step = self.engine.steps
-        now = time.monotonic()
+        now = self._clock()
         requests = [
             DecodeRequest(
                 request_id=job.job_id,

@@ -70,14 +70,37 @@ class _Batch:
     encoder_mask: np.ndarray  # (N, S) int64
 
 
+@dataclass(eq=False)
+class _Group:
+    """Requests that share one dense batch (one decoder call per step)."""
+
+    requests: list[_Active]
+    batch: _Batch
+    rows: int = -1
+
+    def __post_init__(self) -> None:
+        if self.rows < 0:
+            self.rows = sum(active.num_rows for active in self.requests)
+
+    @property
+    def past_len(self) -> int:
+        return self.batch.self_mask.shape[1]
+
+
 @dataclass
 class Engine:
     model: OnnxSeq2Seq
     model_dir: Path
     model_name: str = ""
     steps: int = 0
-    _requests: list[_Active] = field(default_factory=list)
-    _batch: _Batch | None = None
+    # Cohorts: rows that joined at about the same time share one dense batch (one decoder
+    # call per group and step), so a newcomer is not padded to the past length of a row that
+    # has decoded for a hundred steps. Newcomers join the youngest group while its past is at
+    # most ``merge_past`` (or ``max_groups`` groups exist), else they open a group; groups
+    # whose past lengths come within ``merge_past`` of each other merge. 1 = one batch.
+    max_groups: int = 3
+    merge_past: int = 8
+    _groups: list[_Group] = field(default_factory=list)
     _tokenizer: Any = None
 
     @classmethod
@@ -112,12 +135,48 @@ class Engine:
         return self._tokenizer
 
     @property
+    def _requests(self) -> list[_Active]:
+        return [active for group in self._groups for active in group.requests]
+
+    @property
+    def _batch(self) -> _Batch | None:
+        """The youngest group's tensors (the only group's, when there is one)."""
+        return self._groups[-1].batch if self._groups else None
+
+    @property
     def active_requests(self) -> int:
-        return len(self._requests)
+        return sum(len(group.requests) for group in self._groups)
 
     @property
     def active_rows(self) -> int:
-        return sum(active.num_rows for active in self._requests)
+        return sum(group.rows for group in self._groups)
+
+    @property
+    def groups(self) -> int:
+        return len(self._groups)
+
+    @property
+    def past_len(self) -> int:
+        """P that newcomers would be padded to now: the youngest group's past length if they
+        would join it, else 0 (they would open a group of their own)."""
+        target = self._join_target()
+        return 0 if target is None else target.past_len
+
+    def _grouping(self) -> bool:
+        # Merging groups of different past lengths left-pads a cache: host arrays only.
+        return self.model.host_kv and self.max_groups > 1
+
+    def _join_target(self) -> _Group | None:
+        if not self._groups:
+            return None
+        youngest = self._groups[-1]
+        if (
+            not self._grouping()
+            or youngest.past_len <= self.merge_past
+            or len(self._groups) >= self.max_groups
+        ):
+            return youngest
+        return None
 
     # --- batch operations ------------------------------------------------------------------
 
@@ -167,41 +226,88 @@ class Engine:
                 cross, np.repeat(np.arange(len(requests)), repeats), 0, src_len
             )
         encoder_mask = np.repeat(attention_mask, repeats, axis=0)  # (R, S')
-
-        batch = self._batch
-        if batch is None:
-            self._batch = _Batch(
+        group = _Group(
+            newcomers,
+            _Batch(
                 self_cache=self.model.empty_cache(new_rows),
                 cross_cache=cross,
                 self_mask=np.zeros((new_rows, 0), dtype=np.int64),
                 encoder_mask=encoder_mask,
-            )
+            ),
+        )
+        target = self._join_target()
+        if target is None:
+            self._groups.append(group)
         else:
-            past_len = batch.self_mask.shape[1]
-            width = max(batch.encoder_mask.shape[1], src_len)
-            self._batch = _Batch(
-                # the newcomers' empty caches are zero-padded to P: invalid slots
-                self_cache=self.model.concat(batch.self_cache, self.model.empty_cache(new_rows)),
-                cross_cache=self.model.concat(batch.cross_cache, cross),
-                self_mask=np.concatenate(
-                    [batch.self_mask, np.zeros((new_rows, past_len), dtype=np.int64)]
-                ),
-                encoder_mask=np.concatenate(
-                    [_pad_columns(batch.encoder_mask, width), _pad_columns(encoder_mask, width)]
-                ),
-            )
-        self._requests.extend(newcomers)
+            self._merge_into(target, group)
+
+    def _merge_into(self, target: _Group, other: _Group) -> None:
+        """``other``'s rows after ``target``'s, in ``target``: self caches left-padded to the
+        longer past (invalid slots, masked), sources right-padded to the wider source."""
+        a, b = target.batch, other.batch
+        past_len = max(a.self_mask.shape[1], b.self_mask.shape[1])
+        width = max(a.encoder_mask.shape[1], b.encoder_mask.shape[1])
+        if self.model.host_kv:
+            # One copy of both into arrays sized for everyone, padding only zero-filled.
+            self_cache = [
+                _host_merge(x, y, past_len, left=True)
+                for x, y in zip(a.self_cache, b.self_cache, strict=True)
+            ]
+            cross_cache = [
+                _host_merge(x, y, width, left=False)
+                for x, y in zip(a.cross_cache, b.cross_cache, strict=True)
+            ]
+        else:  # only newcomers (past 0) join a group here: no left padding needed
+            assert b.self_mask.shape[1] == 0
+            self_cache = self.model.concat(a.self_cache, b.self_cache)
+            cross_cache = self.model.concat(a.cross_cache, b.cross_cache)
+        target.batch = _Batch(
+            self_cache=self_cache,
+            cross_cache=cross_cache,
+            self_mask=np.concatenate(
+                [
+                    _pad_columns(a.self_mask, past_len, left=True),
+                    _pad_columns(b.self_mask, past_len, left=True),
+                ]
+            ),
+            encoder_mask=np.concatenate(
+                [_pad_columns(a.encoder_mask, width), _pad_columns(b.encoder_mask, width)]
+            ),
+        )
+        target.requests.extend(other.requests)
+        target.rows += other.rows
 
     def step(self) -> list[FinishedRequest]:
         """One decoder step over all active rows; returns the requests that finished in it."""
-        batch = self._batch
-        if batch is None:
+        if not self._groups:
             return []
-        input_ids = np.concatenate([active.next_tokens for active in self._requests])[
-            :, None
-        ]  # (N, 1)
+        finished: list[FinishedRequest] = []
+        for group in self._groups:
+            finished += self._step_group(group)
+        self.steps += 1
+        self._groups = [group for group in self._groups if group.requests]
+        if finished:
+            self._merge_close_groups()
+        return finished
+
+    def _merge_close_groups(self) -> None:
+        """Neighbouring groups whose past lengths came close (rows left, the caches were
+        trimmed) become one: fewer decoder calls for little padding."""
+        merged = self._groups[:1]
+        for group in self._groups[1:]:
+            last = merged[-1]
+            if abs(last.past_len - group.past_len) <= self.merge_past:
+                self._merge_into(last, group)
+            else:
+                merged.append(group)
+        self._groups = merged
+
+    def _step_group(self, group: _Group) -> list[FinishedRequest]:
+        batch = group.batch
+        requests = group.requests
+        input_ids = np.concatenate([active.next_tokens for active in requests])[:, None]  # (N, 1)
         positions = np.concatenate(
-            [np.full(active.num_rows, active.steps, dtype=np.int64) for active in self._requests]
+            [np.full(active.num_rows, active.steps, dtype=np.int64) for active in requests]
         )[:, None]  # (N, 1)
         self_mask = np.concatenate(
             [batch.self_mask, np.ones((len(input_ids), 1), dtype=np.int64)], axis=1
@@ -210,14 +316,13 @@ class Engine:
             input_ids, positions, self_mask, batch.self_cache, batch.cross_cache, batch.encoder_mask
         )  # (N, 1, V), 2L x (N, H, P+1, Dh)
         batch.self_cache, batch.self_mask = present, self_mask
-        self.steps += 1
 
         finished: list[FinishedRequest] = []
         remaining: list[_Active] = []
         cache_rows: list[np.ndarray] = []  # per remaining request: the rows its beams continue
         own_rows: list[np.ndarray] = []  # per remaining request: its rows, unpermuted
         offset = 0
-        for active in self._requests:
+        for active in requests:
             rows = active.num_rows
             next_tokens, parents = active.search.advance(logits[offset : offset + rows, -1])
             active.steps += 1
@@ -231,33 +336,39 @@ class Engine:
                 cache_rows.append(offset + parents)
                 own_rows.append(offset + np.arange(rows))
             offset += rows
-        self._requests = remaining
-        self._rearrange(cache_rows, own_rows, rows_left=len(finished) > 0)
+        group.requests = remaining
+        group.rows = sum(active.num_rows for active in remaining)
+        self._rearrange(group, cache_rows, own_rows, rows_left=len(finished) > 0)
         return finished
 
     def drop(self, request_ids: Iterable[Hashable]) -> None:
         """Cancelled requests leave the batch (unknown ids are ignored)."""
         dropped = set(request_ids)
-        remaining, kept_rows = [], []
-        offset = 0
-        for active in self._requests:
-            if active.request.request_id not in dropped:
-                remaining.append(active)
-                kept_rows.append(offset + np.arange(active.num_rows))
-            offset += active.num_rows
-        if len(remaining) == len(self._requests):
-            return
-        self._requests = remaining
-        self._rearrange(kept_rows, kept_rows, rows_left=True)
+        for group in self._groups:
+            remaining, kept_rows = [], []
+            offset = 0
+            for active in group.requests:
+                if active.request.request_id not in dropped:
+                    remaining.append(active)
+                    kept_rows.append(offset + np.arange(active.num_rows))
+                offset += active.num_rows
+            if len(remaining) == len(group.requests):
+                continue
+            group.requests = remaining
+            group.rows = sum(active.num_rows for active in remaining)
+            self._rearrange(group, kept_rows, kept_rows, rows_left=True)
+        self._groups = [group for group in self._groups if group.requests]
 
     def _rearrange(
-        self, cache_rows: list[np.ndarray], own_rows: list[np.ndarray], rows_left: bool
+        self,
+        group: _Group,
+        cache_rows: list[np.ndarray],
+        own_rows: list[np.ndarray],
+        rows_left: bool,
     ) -> None:
         """Gather the self-attention cache rows (beam reorder, retire) and trim columns."""
-        batch = self._batch
-        assert batch is not None
-        if not self._requests:
-            self._batch = None
+        batch = group.batch
+        if not group.requests:
             return
         num_rows, past_len = batch.self_mask.shape
         rows = np.concatenate(cache_rows)
@@ -274,7 +385,7 @@ class Engine:
         if rows_left:
             # A request's beams share identical cross K/V: its own rows, unpermuted, suffice.
             cross_rows = np.concatenate(own_rows)
-            end = max(active.src_len for active in self._requests)
+            end = max(active.src_len for active in group.requests)
             batch.cross_cache = self.model.select(batch.cross_cache, cross_rows, 0, end)
             batch.encoder_mask = batch.encoder_mask[cross_rows, :end]
 
@@ -322,10 +433,31 @@ class Engine:
         return elapsed
 
 
-def _pad_columns(mask: np.ndarray, width: int) -> np.ndarray:
-    """(N, S) -> (N, width), zeros on the right."""
+def _pad_columns(mask: np.ndarray, width: int, left: bool = False) -> np.ndarray:
+    """(N, S) -> (N, width), zeros on the right (or on the left)."""
     if mask.shape[1] == width:
         return mask
     padded = np.zeros((mask.shape[0], width), dtype=mask.dtype)
-    padded[:, : mask.shape[1]] = mask
+    if left:
+        padded[:, width - mask.shape[1] :] = mask
+    else:
+        padded[:, : mask.shape[1]] = mask
     return padded
+
+
+def _host_merge(a: np.ndarray, b: np.ndarray, length: int, left: bool) -> np.ndarray:
+    """Host caches (Na, H, La, Dh), (Nb, H, Lb, Dh) -> (Na+Nb, H, length, Dh): rows of ``a``
+    then ``b``, each zero-padded on axis 2 (on the left or the right); one pass over the data."""
+    n = a.shape[0]
+    out = np.empty((n + b.shape[0], a.shape[1], length, a.shape[3]), dtype=a.dtype)
+    for part, rows in ((a, slice(0, n)), (b, slice(n, None))):
+        pad = length - part.shape[2]
+        if left:
+            out[rows, :, pad:] = part
+            if pad:
+                out[rows, :, :pad] = 0
+        else:
+            out[rows, :, : part.shape[2]] = part
+            if pad:
+                out[rows, :, part.shape[2] :] = 0
+    return out

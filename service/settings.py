@@ -59,6 +59,21 @@ class Settings(BaseSettings):
         "for a full batch while the engine is idle (Triton's max_queue_delay).",
     )
 
+    admission_ratio: float = Field(
+        0.25,
+        ge=0,
+        description="`continuous` batching only: while the batch is running, queued sentences "
+        "join it once their rows are at least this fraction of the running rows (or would fill "
+        "the batch, or the oldest has waited admission_max_wait_ms); one encoder call and one "
+        "cache merge then serve several newcomers. 0 admits at every step.",
+    )
+    admission_max_wait_ms: float = Field(
+        5.0,
+        ge=0,
+        description="`continuous` batching only: longest time the oldest queued sentence waits "
+        "for admission into a running batch (see admission_ratio).",
+    )
+
     # --- per-request limits ------------------------------------------------------------
     max_texts_per_request: int = Field(64, ge=1)
     max_chars_per_text: int = Field(5000, ge=1)

@@ -423,3 +423,107 @@ async def test_static_batch_below_max_rows_starts_after_the_max_wait(make_batche
 def test_unknown_batching_policy_is_refused():
     with pytest.raises(ValueError, match="batching policy"):
         ContinuousBatcher(FakeEngine(), batching="eager", static_max_wait_s=0.0)  # type: ignore[arg-type]
+
+
+class FakeClock:
+    """A clock the test moves by hand (admission waits without wall-clock asserts)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.anyio
+async def test_continuous_coalesces_newcomers_while_the_batch_is_busy(make_batcher):
+    """With 8 rows running and ratio 0.25, one queued row waits (no encoder call, no cache
+    merge for it alone); a second makes 2 >= 0.25 x 8 and both join in one admission."""
+    engine = GatedEngine()
+    clock = FakeClock()
+    batcher = make_batcher(engine, admission_ratio=0.25, admission_max_wait_s=1.0, clock=clock)
+    longs = asyncio.ensure_future(
+        batcher.submit([sentence(30, first=1 + 40 * i) for i in range(8)])
+    )
+    await wait_until(engine.waiting.is_set, "first step waiting")
+    engine.allow(2)
+    await wait_until(lambda: engine.steps == 2 and engine.waiting.is_set(), "two steps")
+    first = asyncio.ensure_future(batcher.submit([sentence(3, first=500)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "first newcomer queued")
+    engine.allow(2)
+    await wait_until(lambda: engine.steps == 4 and engine.waiting.is_set(), "four steps")
+    assert batcher.queue_depth == 1 and len(engine.admissions) == 1  # still waiting
+    second = asyncio.ensure_future(batcher.submit([sentence(3, first=600)]))
+    await wait_until(lambda: batcher.queue_depth == 2, "second newcomer queued")
+    engine.allow(1000)
+    [a], [b] = await asyncio.gather(first, second)
+    await longs
+    assert a.admitted_step == b.admitted_step == 5
+    assert len(engine.admissions) == 2 and len(engine.admissions[1][1]) == 2
+
+
+@pytest.mark.anyio
+async def test_continuous_admits_a_lone_newcomer_once_it_has_waited_the_bound(make_batcher):
+    """Below the ratio, the oldest queued row still joins once it has waited
+    admission_max_wait_s (on the injected clock): nothing starves behind a busy batch."""
+    engine = GatedEngine()
+    clock = FakeClock()
+    batcher = make_batcher(engine, admission_ratio=0.5, admission_max_wait_s=0.005, clock=clock)
+    longs = asyncio.ensure_future(
+        batcher.submit([sentence(30, first=1 + 40 * i) for i in range(8)])
+    )
+    await wait_until(engine.waiting.is_set, "first step waiting")
+    newcomer = asyncio.ensure_future(batcher.submit([sentence(3, first=500)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
+    engine.allow(3)
+    await wait_until(lambda: engine.steps == 3 and engine.waiting.is_set(), "three steps")
+    assert batcher.queue_depth == 1  # 1 < 0.5 x 8 and no time has passed
+    clock.now += 0.01
+    engine.allow(1000)
+    [late] = await newcomer
+    await longs
+    assert late.admitted_step == 4 and late.tokens == FakeEngine.expected(
+        sentence(3, first=500).src_ids
+    )
+
+
+@pytest.mark.anyio
+async def test_continuous_ratio_zero_admits_at_every_step(make_batcher):
+    engine = GatedEngine()
+    batcher = make_batcher(
+        engine, admission_ratio=0.0, admission_max_wait_s=10.0, clock=FakeClock()
+    )
+    longs = asyncio.ensure_future(
+        batcher.submit([sentence(30, first=1 + 40 * i) for i in range(8)])
+    )
+    await wait_until(engine.waiting.is_set, "first step waiting")
+    engine.allow(1)
+    await wait_until(lambda: engine.steps == 1 and engine.waiting.is_set(), "one step")
+    newcomer = asyncio.ensure_future(batcher.submit([sentence(3, first=500)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
+    engine.allow(1000)
+    [late] = await newcomer
+    await longs
+    assert late.admitted_step == 2
+
+
+@pytest.mark.anyio
+async def test_token_budget_counts_the_running_past_length(make_batcher):
+    """Newcomers are padded to the batch's past length P: rows x (S + P) is what the budget
+    bounds, so a newcomer that fits by source alone waits while P is large."""
+    engine = GatedEngine()
+    engine.past_len = 0  # type: ignore[attr-defined]
+    batcher = make_batcher(engine, max_batch_tokens=100, admission_ratio=0.0)
+    long_task = asyncio.ensure_future(batcher.submit([sentence(20)]))
+    await wait_until(engine.waiting.is_set, "first step waiting")
+    engine.past_len = 40  # type: ignore[attr-defined]  # 2 x (20 + 40) > 100
+    newcomer = asyncio.ensure_future(batcher.submit([sentence(5, first=300)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
+    engine.allow(3)
+    await wait_until(lambda: engine.steps == 3 and engine.waiting.is_set(), "three steps")
+    assert batcher.queue_depth == 1
+    engine.past_len = 10  # type: ignore[attr-defined]  # 2 x (20 + 10) <= 100
+    engine.allow(1000)
+    [late] = await newcomer
+    [long] = await long_task
+    assert late.admitted_step == 4 < long.finished_step

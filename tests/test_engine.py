@@ -325,3 +325,40 @@ def test_int8_variant_agrees_with_fp32_and_is_smaller(realistic_scale_export, tm
         len(tokens) <= 8
         for tokens in engine.translate_ids(sources[:4], beam_size=2, max_new_tokens=8)
     )
+
+
+@pytest.mark.parametrize("max_groups,merge_past", [(3, 0), (8, 1), (2, 2)])
+def test_cohort_groups_give_the_same_tokens_as_alone(exported, max_groups, merge_past):
+    """Newcomers open groups of their own (one decoder call each per step), join the youngest,
+    and groups merge once their past lengths come close: tokens stay those of a batch of one."""
+    engine = Engine.from_dir(exported.onnx_dir, provider="cpu", intra_op_threads=1)
+    engine.max_groups, engine.merge_past = max_groups, merge_past
+    _, _, sources = padded_sources(exported.model, [5, 12, 3, 9, 7, 10, 4], seed=23)
+    beams = [1, 4, 1, 2, 4, 1, 2]
+    ids = "abcdefg"
+    schedule = {
+        0: [DecodeRequest("a", sources[0], beams[0], MAX_NEW)],
+        1: [DecodeRequest("b", sources[1], beams[1], MAX_NEW)],
+        3: [DecodeRequest("c", sources[2], beams[2], MAX_NEW)],
+        4: [
+            DecodeRequest("d", sources[3], beams[3], MAX_NEW),
+            DecodeRequest("e", sources[4], beams[4], MAX_NEW),
+        ],
+        6: [DecodeRequest("f", sources[5], beams[5], MAX_NEW)],
+        9: [DecodeRequest("g", sources[6], beams[6], MAX_NEW)],
+    }
+    seen_groups = []
+    step = 0
+    finished = {}
+    while step <= max(schedule) or engine.active_requests:
+        engine.add(schedule.get(step, []))
+        seen_groups.append(engine.groups)
+        assert engine.groups <= max_groups
+        for done in engine.step():
+            finished[done.request_id] = done
+        step += 1
+    assert max(seen_groups) > 1  # the schedule did make several groups
+    assert engine.groups == 0
+    for request_id, source, beam in zip(ids, sources, beams, strict=True):
+        expected = reference(exported.model, [source], beam_size=beam, max_new_tokens=MAX_NEW)[0]
+        assert finished[request_id].tokens == expected, request_id
