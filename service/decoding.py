@@ -12,6 +12,14 @@ Semantics are those of ``models/search.py`` (themselves those of ``transformers.
 pad is never generated; beam search keeps 2K candidates, finished hypotheses are normalised by
 ``length ** length_penalty``, and it stops with the ``early_stopping=False`` heuristic. Greedy
 is its own class: argmax needs no log-softmax and no hypothesis bookkeeping.
+
+Placeholder constraint (``CopyConstraint``, optional): symbols that stand for placeholders
+must come out exactly as often as the source has them. Per row it bans the symbols the row
+may not emit (absent from the source, or already emitted as often as the source has them) and
+bans eos while the row still owes symbols; once the steps left equal the symbols owed, only
+owed symbols are allowed. It masks the logits (banned = -inf) before log-softmax and top-k,
+so beam scores are those of the constrained distribution. Without a constraint nothing
+changes (the parity tests against ``models/search.py`` hold).
 """
 
 from __future__ import annotations
@@ -60,19 +68,77 @@ def row_top_k(values: np.ndarray, k: int, block: int = 64) -> np.ndarray:
     return np.take_along_axis(candidate_index, chosen, axis=1)
 
 
+class CopyConstraint:
+    """Per-row counts of the symbols each row still owes, for one request.
+
+    ``copy_tokens`` maps every constrained token id (the placeholder symbols of the
+    vocabulary) to how often the source has it; ids with count 0 are never emitted. Rows
+    (beams) each keep their own counts, reordered with their parents by ``advance``.
+    """
+
+    def __init__(self, copy_tokens: dict[int, int], rows: int, eos_id: int) -> None:
+        if any(count < 0 for count in copy_tokens.values()):
+            raise ValueError("copy_tokens counts must be >= 0")
+        self.ids = np.array(sorted(copy_tokens), dtype=np.int64)  # (C,)
+        self._slot = {int(token): slot for slot, token in enumerate(self.ids)}
+        counts = np.array([copy_tokens[int(token)] for token in self.ids], dtype=np.int64)
+        self.remaining = np.tile(counts, (rows, 1))  # (rows, C)
+        self.eos_id = eos_id
+
+    def mask(self, logits: np.ndarray, steps_left: int) -> np.ndarray:
+        """logits (rows, V) -> a masked float32 copy; ``steps_left``: tokens each row may
+        still generate, the one chosen now included."""
+        masked = logits.astype(np.float32, copy=True)
+        exhausted = self.remaining <= 0  # (rows, C)
+        rows, slots = np.nonzero(exhausted)
+        masked[rows, self.ids[slots]] = -np.inf
+        owed = self.remaining.sum(axis=1)  # (rows,)
+        masked[owed > 0, self.eos_id] = -np.inf
+        forced = (owed > 0) & (owed >= steps_left)
+        if forced.any():
+            # No room left for anything else: only the symbols still owed.
+            keep = masked[forced][:, self.ids]
+            masked[forced] = -np.inf
+            masked[np.ix_(np.flatnonzero(forced), self.ids)] = keep
+        return masked
+
+    def advance(self, tokens: np.ndarray, parents: np.ndarray) -> None:
+        """The rows continue ``parents`` with ``tokens``: reorder, count emitted symbols."""
+        self.remaining = self.remaining[parents]
+        for row, token in enumerate(tokens):
+            slot = self._slot.get(int(token))
+            if slot is not None:
+                self.remaining[row, slot] -= 1
+
+
+def make_constraint(
+    copy_tokens: dict[int, int] | None, rows: int, eos_id: int
+) -> CopyConstraint | None:
+    return CopyConstraint(copy_tokens, rows, eos_id) if copy_tokens else None
+
+
 class GreedySearch:
     num_rows = 1
 
-    def __init__(self, max_new_tokens: int, eos_id: int, pad_id: int) -> None:
+    def __init__(
+        self,
+        max_new_tokens: int,
+        eos_id: int,
+        pad_id: int,
+        copy_tokens: dict[int, int] | None = None,
+    ) -> None:
         self.max_new_tokens = max_new_tokens
         self.eos_id = eos_id
         self.pad_id = pad_id
+        self.constraint = make_constraint(copy_tokens, 1, eos_id)
         self.tokens: list[int] = []
         self.steps = 0
         self.done = False
 
     def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """logits (1, V) -> next token (1,), parent row (1,)."""
+        if self.constraint is not None:
+            logits = self.constraint.mask(logits, self.max_new_tokens - self.steps)
         scores = logits[0].astype(np.float32, copy=True)
         scores[self.pad_id] = -np.inf
         token = int(scores.argmax())
@@ -82,7 +148,10 @@ class GreedySearch:
         else:
             self.tokens.append(token)
             self.done = self.steps >= self.max_new_tokens
-        return np.array([token], dtype=np.int64), np.zeros(1, dtype=np.int64)
+        next_tokens, parents = np.array([token], dtype=np.int64), np.zeros(1, dtype=np.int64)
+        if self.constraint is not None:
+            self.constraint.advance(next_tokens, parents)
+        return next_tokens, parents
 
     def result(self) -> list[int]:
         return list(self.tokens)
@@ -96,8 +165,10 @@ class BeamSearch:
         eos_id: int,
         pad_id: int,
         length_penalty: float = 1.0,
+        copy_tokens: dict[int, int] | None = None,
     ) -> None:
         self.num_rows = beam_size
+        self.constraint = make_constraint(copy_tokens, beam_size, eos_id)
         self.max_new_tokens = max_new_tokens
         self.eos_id = eos_id
         self.pad_id = pad_id
@@ -113,6 +184,8 @@ class BeamSearch:
     def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """logits (K, V) -> next tokens (K,), parent beams (K,)."""
         num_beams = self.num_rows
+        if self.constraint is not None:
+            logits = self.constraint.mask(logits, self.max_new_tokens - self.steps)
         log_probs = log_softmax(logits.astype(np.float32, copy=False))  # (K, V)
         log_probs[:, self.pad_id] = -np.inf
         vocab = log_probs.shape[-1]
@@ -130,6 +203,9 @@ class BeamSearch:
         self.steps += 1
         length = self.steps  # generated tokens including the one chosen now
         ends = (top_token == self.eos_id) | (length == self.max_new_tokens)
+        # A banned candidate (-inf: pad, or a constraint's ban when fewer than 2K candidates
+        # are allowed) never becomes a hypothesis.
+        ends &= np.isfinite(top_scores)
         normaliser = length**self.length_penalty
 
         # Candidates ranked within the top K that end here become finished hypotheses.
@@ -151,6 +227,8 @@ class BeamSearch:
             for beam, token in zip(keep_beam, keep_token, strict=True)
         ]
         self.running_scores = open_scores[keep_rank].astype(np.float32)
+        if self.constraint is not None:
+            self.constraint.advance(keep_token, keep_beam)
 
         # transformers' early_stopping=False heuristic: stop once the best running beam,
         # normalised at its current length, cannot beat the worst of K finished hypotheses.
@@ -164,10 +242,15 @@ class BeamSearch:
 
 
 def make_search(
-    beam_size: int, max_new_tokens: int, eos_id: int, pad_id: int, length_penalty: float = 1.0
+    beam_size: int,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    length_penalty: float = 1.0,
+    copy_tokens: dict[int, int] | None = None,
 ) -> GreedySearch | BeamSearch:
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if beam_size == 1:
-        return GreedySearch(max_new_tokens, eos_id, pad_id)
-    return BeamSearch(beam_size, max_new_tokens, eos_id, pad_id, length_penalty)
+        return GreedySearch(max_new_tokens, eos_id, pad_id, copy_tokens)
+    return BeamSearch(beam_size, max_new_tokens, eos_id, pad_id, length_penalty, copy_tokens)

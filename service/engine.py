@@ -38,6 +38,9 @@ class DecodeRequest:
     beam_size: int = 1
     max_new_tokens: int = 128
     length_penalty: float = 1.0
+    # Placeholder constraint (service/decoding.py, CopyConstraint): every placeholder-symbol
+    # id of the vocabulary -> how often the source has it (0: never emit it). None: none.
+    copy_tokens: dict[int, int] | None = None
 
 
 @dataclass
@@ -213,6 +216,7 @@ class Engine:
                     info.eos_id,
                     info.pad_id,
                     request.length_penalty,
+                    request.copy_tokens,
                 ),
                 src_len=len(request.src_ids),
                 next_tokens=np.full(request.beam_size, info.decoder_start_id, dtype=np.int64),
@@ -397,16 +401,22 @@ class Engine:
         beam_size: int = 1,
         max_new_tokens: int = 128,
         length_penalty: float = 1.0,
+        copy_tokens: list[dict[int, int] | None] | None = None,
     ) -> list[list[int]]:
         """Offline: add all sentences, step until they finish; results in input order.
+
+        ``copy_tokens``: per sentence, the placeholder constraint (see ``DecodeRequest``).
 
         For an engine nobody else drives (scripts, warm-up, tests): results of other requests
         that finish meanwhile are not returned to anyone."""
         ids = [("translate_ids", self.steps, index) for index in range(len(src_ids))]
+        constraints = copy_tokens if copy_tokens is not None else [None] * len(src_ids)
         self.add(
             [
-                DecodeRequest(request_id, list(src), beam_size, max_new_tokens, length_penalty)
-                for request_id, src in zip(ids, src_ids, strict=True)
+                DecodeRequest(
+                    request_id, list(src), beam_size, max_new_tokens, length_penalty, copies
+                )
+                for request_id, src, copies in zip(ids, src_ids, constraints, strict=True)
             ]
         )
         results: dict[Hashable, list[int]] = {}

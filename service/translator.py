@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from service.batcher import ContinuousBatcher, RowRequest
 from service.placeholders import (
+    PLACEHOLDER_SYMBOLS,
     SYMBOL_CLOSE,
     SYMBOL_OPEN,
     find_placeholders,
@@ -41,6 +42,29 @@ from service.tokenizer import Tokenizer
 # the event loop for a noticeable time: such requests tokenize in a worker thread.
 _TOKENIZE_IN_THREAD_CHARS = 20_000
 _SYMBOL_RE = re.compile(rf"{SYMBOL_OPEN}\d+{SYMBOL_CLOSE}")
+# Until the batcher's RowRequest carries the placeholder constraint, rows go without it.
+_ROWS_CARRY_COPY_TOKENS = "copy_tokens" in {f.name for f in fields(RowRequest)}
+
+
+def placeholder_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    """Ids of the placeholder symbols that the vocabulary has as single pieces, the same id on
+    the source and the target side (``encode`` gives it, ``decode`` turns it back into the
+    symbol); others are left out of the constraint."""
+    ids = set()
+    for symbol in PLACEHOLDER_SYMBOLS:
+        candidates = [i for i in tokenizer.encode_one(symbol) if tokenizer.decode([i]) == symbol]
+        if len(candidates) == 1:
+            ids.add(candidates[0])
+    return frozenset(ids)
+
+
+def copy_tokens_for(src_ids: Sequence[int], symbol_ids: frozenset[int]) -> dict[int, int] | None:
+    """The decoding constraint of a source: every symbol id -> how often the source has it
+    (0 for the others: the model may not invent them). None when the vocabulary has none."""
+    if not symbol_ids:
+        return None
+    counts = Counter(token for token in src_ids if token in symbol_ids)
+    return {token: counts[token] for token in symbol_ids}
 
 
 class ApiError(Exception):
@@ -70,6 +94,7 @@ class _Sentence:
     prefix: str = ""  # tags (and spaces) before the words, kept out of the model
     suffix: str = ""
     src_ids: tuple[int, ...] = ()
+    copy_tokens: dict[int, int] | None = None  # placeholder constraint of the decoding
     translation: str | None = None  # set when known without the model (passthrough, cache)
     output_tokens: int = 0
     from_cache: bool = False
@@ -141,6 +166,7 @@ class Translator:
         self.max_input_tokens = min(settings.max_input_tokens, model_positions or 1 << 30)
         self.metrics = batcher.metrics
         self.tokenizer = tokenizer
+        self.symbol_ids = placeholder_token_ids(tokenizer)
         self.batcher = batcher
         self.settings = settings
         self.source_lang = source_lang
@@ -191,6 +217,7 @@ class Translator:
                 beam_size=options.beam_size,
                 max_new_tokens=self._max_new_tokens(len(sentence.src_ids), options),
                 length_penalty=options.length_penalty,
+                **({"copy_tokens": sentence.copy_tokens} if _ROWS_CARRY_COPY_TOKENS else {}),
             )
             for sentence in to_decode
         ]
@@ -269,6 +296,7 @@ class Translator:
                 f"{limit} (sentence starts: {text[:60]!r})",
             )
         sentence.src_ids = tuple(src_ids)
+        sentence.copy_tokens = copy_tokens_for(src_ids, self.symbol_ids)
         return sentence
 
     def _max_new_tokens(self, src_len: int, options: DecodingOptions) -> int:

@@ -80,19 +80,30 @@ def translate(
 
 
 def evaluate(
-    model_dir: Path, corpus: Path, beam_size: int, limit: int | None, onnx_dir: Path | None
+    model_dir: Path,
+    corpus: Path,
+    beam_size: int,
+    limit: int | None,
+    onnx_dir: Path | None,
+    constrain_placeholders: bool = False,
 ) -> dict:
     if onnx_dir is None:
         tokenizer = Tokenizer.from_dir(model_dir)
         decode_ids = torch_decoder(load_pretrained(model_dir), beam_size)
     else:
         from service.engine import Engine
+        from service.translator import copy_tokens_for, placeholder_token_ids
 
         engine = Engine.from_dir(onnx_dir, provider="cpu")
         tokenizer = engine.tokenizer
+        # The service's placeholder constraint (service/decoding.py, CopyConstraint).
+        symbol_ids = placeholder_token_ids(tokenizer) if constrain_placeholders else frozenset()
 
         def decode_ids(ids: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-            return engine.translate_ids(ids, beam_size=beam_size, max_new_tokens=max_new_tokens)
+            copy_tokens = [copy_tokens_for(row, symbol_ids) for row in ids]
+            return engine.translate_ids(
+                ids, beam_size=beam_size, max_new_tokens=max_new_tokens, copy_tokens=copy_tokens
+            )
 
     pairs = read_tsv(corpus / "test.tsv")[:limit]
     sources, references = [p.source for p in pairs], [p.target for p in pairs]
@@ -103,6 +114,7 @@ def evaluate(
     return {
         "model": str(model_dir),
         "backend": "pytorch" if onnx_dir is None else f"onnxruntime ({onnx_dir})",
+        "placeholder_constraint": onnx_dir is not None and constrain_placeholders,
         "test_pairs": len(pairs),
         "beam_size": beam_size,
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
@@ -138,12 +150,24 @@ def main(argv: list[str] | None = None) -> None:
         help="score this ONNX export with the serving engine instead of PyTorch",
     )
     parser.add_argument(
+        "--constrain-placeholders",
+        action="store_true",
+        help="with --onnx: decode with the service's placeholder constraint",
+    )
+    parser.add_argument(
         "--limit", type=int, default=None, help="evaluate on the first N test pairs only"
     )
     parser.add_argument("--output", type=Path, default=Path("build/eval/scores.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    result = evaluate(args.model, args.corpus, args.beam_size, args.limit, args.onnx)
+    result = evaluate(
+        args.model,
+        args.corpus,
+        args.beam_size,
+        args.limit,
+        args.onnx,
+        args.constrain_placeholders,
+    )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     for example in result["examples"]:

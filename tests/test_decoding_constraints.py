@@ -1,0 +1,155 @@
+"""Placeholder-constrained decoding: symbols come out exactly as often as the source has them.
+
+Search-level tests on synthetic logits (eos ban, forcing at the end, beam reordering), and
+engine-level tests on the tiny exported model of tests/service_fixtures.py, whose random
+weights emit placeholder symbols freely when unconstrained.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from service.decoding import BeamSearch, GreedySearch
+from service.engine import Engine
+from service.placeholders import PLACEHOLDER_SYMBOLS
+from service.translator import copy_tokens_for, placeholder_token_ids
+from tests.service_fixtures import VOCAB_SIZE, tiny_model
+
+EOS, PAD, V = 0, 9, 10
+
+
+def drive(search, logits_for_step) -> list[int]:
+    while not search.done:
+        search.advance(logits_for_step(search.steps))
+    return search.result()
+
+
+def test_greedy_bans_eos_while_owed_and_forces_at_the_end():
+    # eos is the favourite, then word 7; symbol 5 is owed twice, symbol 6 is not in the source.
+    logits = np.full((1, V), -5.0, dtype=np.float32)
+    logits[0, [EOS, 6, 7, 5]] = [10.0, 9.0, 5.0, 1.0]
+    search = GreedySearch(10, EOS, PAD, copy_tokens={5: 2, 6: 0})
+    assert drive(search, lambda step: logits) == [7] * 8 + [5, 5]
+    # Symbol more likely than the words: it comes out, then eos is allowed again.
+    logits[0, 5] = 8.0
+    search = GreedySearch(10, EOS, PAD, copy_tokens={5: 2, 6: 0})
+    assert drive(search, lambda step: logits) == [5, 5]
+    assert search.steps == 3
+
+
+def test_greedy_more_symbols_than_steps_respects_max_new_tokens():
+    logits = np.zeros((1, V), dtype=np.float32)
+    search = GreedySearch(2, EOS, PAD, copy_tokens={3: 2, 4: 1})
+    out = drive(search, lambda step: logits)
+    assert len(out) == 2 and set(out) <= {3, 4} and Counter(out)[4] <= 1
+
+
+def test_beam_rows_keep_their_own_counts():
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        copy = {3: 1, 4: 2, 5: 0}
+        table = rng.normal(size=(12, 4, V)).astype(np.float32)
+        table[:, :, EOS] += 2.0  # eos is tempting
+        search = BeamSearch(4, 12, EOS, PAD, copy_tokens=copy)
+        out = drive(search, table.__getitem__)
+        counts = Counter(out)
+        assert {token: counts[token] for token in copy} == copy, (trial, out)
+        assert len(out) <= 12
+
+
+def test_no_constraint_is_unchanged():
+    rng = np.random.default_rng(1)
+    table = rng.normal(size=(8, 3, V)).astype(np.float32)
+    plain = drive(BeamSearch(3, 8, EOS, PAD), lambda step: table[step])
+    empty = drive(BeamSearch(3, 8, EOS, PAD, copy_tokens={}), lambda step: table[step])
+    assert plain == empty
+
+
+# --- the tiny exported model -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return Engine.from_dir(tiny_model(tmp_path_factory), provider="cpu", intra_op_threads=1)
+
+
+@pytest.fixture(scope="module")
+def symbol_ids(engine):
+    return placeholder_token_ids(engine.tokenizer)
+
+
+def sources_with_symbols(symbol_ids, count=6, seed=0):
+    """Random word ids with one to three symbols (some repeated) spliced in, eos last."""
+    rng = np.random.default_rng(seed)
+    symbols = sorted(symbol_ids)
+    words = [i for i in range(34, VOCAB_SIZE - 1)]
+    sources = []
+    for _ in range(count):
+        src = [int(t) for t in rng.choice(words, size=int(rng.integers(4, 9)))]
+        chosen = [int(t) for t in rng.choice(symbols[:4], size=int(rng.integers(1, 4)))]
+        for symbol in chosen:
+            src.insert(int(rng.integers(0, len(src) + 1)), symbol)
+        sources.append(src + [0])
+    return sources
+
+
+def test_tokenizer_symbol_ids(engine, symbol_ids):
+    assert symbol_ids == frozenset(range(2, 2 + len(PLACEHOLDER_SYMBOLS)))
+    src = engine.tokenizer.encode_one(f"Save {PLACEHOLDER_SYMBOLS[0]} to {PLACEHOLDER_SYMBOLS[1]}")
+    copy = copy_tokens_for(src, symbol_ids)
+    assert copy[2] == 1 and copy[3] == 1 and sum(copy.values()) == 2
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_engine_outputs_carry_exactly_the_source_symbols(engine, symbol_ids, beam_size):
+    sources = sources_with_symbols(symbol_ids)
+    max_new = 16
+    copies = [copy_tokens_for(src, symbol_ids) for src in sources]
+    plain = engine.translate_ids(sources, beam_size=beam_size, max_new_tokens=max_new)
+    constrained = engine.translate_ids(
+        sources, beam_size=beam_size, max_new_tokens=max_new, copy_tokens=copies
+    )
+    broken = 0
+    for src, copy, before, after in zip(sources, copies, plain, constrained, strict=True):
+        wanted = Counter(t for t in src if t in symbol_ids)
+        assert Counter(t for t in after if t in symbol_ids) == wanted
+        assert set(copy) == symbol_ids and len(after) <= max_new
+        broken += Counter(t for t in before if t in symbol_ids) != wanted
+    assert broken > 0  # the unconstrained random model does lose or invent symbols
+
+
+def test_engine_tight_max_new_tokens_forces_symbols(engine, symbol_ids):
+    src = [40, 2, 50, 3, 60, 2, 0]
+    copy = copy_tokens_for(src, symbol_ids)
+    for beam_size in (1, 2):
+        for max_new in (3, 4):
+            (out,) = engine.translate_ids(
+                [src], beam_size=beam_size, max_new_tokens=max_new, copy_tokens=[copy]
+            )
+            assert len(out) <= max_new
+            assert Counter(t for t in out if t in symbol_ids) == {2: 2, 3: 1}
+
+
+def test_engine_without_constraint_is_unchanged(engine, symbol_ids):
+    sources = [src for src in sources_with_symbols(symbol_ids, count=4, seed=2)]
+    for beam_size in (1, 3):
+        plain = engine.translate_ids(sources, beam_size=beam_size, max_new_tokens=12)
+        nones = engine.translate_ids(
+            sources, beam_size=beam_size, max_new_tokens=12, copy_tokens=[None] * len(sources)
+        )
+        assert plain == nones
+
+
+def test_engine_sources_without_symbols_ban_invented_ones(engine, symbol_ids):
+    rng = np.random.default_rng(3)
+    sources = [[int(t) for t in rng.integers(34, VOCAB_SIZE - 1, size=6)] + [0] for _ in range(6)]
+    copies = [copy_tokens_for(src, symbol_ids) for src in sources]
+    plain = engine.translate_ids(sources, beam_size=1, max_new_tokens=12)
+    constrained = engine.translate_ids(sources, beam_size=1, max_new_tokens=12, copy_tokens=copies)
+    for before, after in zip(plain, constrained, strict=True):
+        assert not symbol_ids & set(after)
+        if not symbol_ids & set(before):  # nothing to ban: the same translation
+            assert before == after
