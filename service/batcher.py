@@ -86,6 +86,8 @@ class RowRequest:
     beam_size: int = 1
     max_new_tokens: int = 128
     length_penalty: float = 1.0
+    # Placeholder symbols the output must carry as often as the source (service/decoding.py).
+    copy_tokens: dict[int, int] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)
@@ -403,6 +405,7 @@ class ContinuousBatcher:
                 beam_size=job.row.beam_size,
                 max_new_tokens=job.row.max_new_tokens,
                 length_penalty=job.row.length_penalty,
+                copy_tokens=job.row.copy_tokens,
             )
             for job in newcomers
         ]

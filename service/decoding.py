@@ -93,10 +93,12 @@ class CopyConstraint:
         rows, slots = np.nonzero(exhausted)
         masked[rows, self.ids[slots]] = -np.inf
         owed = self.remaining.sum(axis=1)  # (rows,)
+        wants_to_stop = logits.argmax(axis=1) == self.eos_id  # (rows,)
         masked[owed > 0, self.eos_id] = -np.inf
-        forced = (owed > 0) & (owed >= steps_left)
+        # A row that would stop, or has no room for anything else, emits the symbols it owes
+        # now: otherwise a banned eos makes it ramble until the symbols are forced at the end.
+        forced = (owed > 0) & ((owed >= steps_left) | wants_to_stop)
         if forced.any():
-            # No room left for anything else: only the symbols still owed.
             keep = masked[forced][:, self.ids]
             masked[forced] = -np.inf
             masked[np.ix_(np.flatnonzero(forced), self.ids)] = keep

@@ -23,7 +23,7 @@ import math
 import re
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from service.batcher import ContinuousBatcher, RowRequest
 from service.placeholders import (
@@ -42,8 +42,6 @@ from service.tokenizer import Tokenizer
 # the event loop for a noticeable time: such requests tokenize in a worker thread.
 _TOKENIZE_IN_THREAD_CHARS = 20_000
 _SYMBOL_RE = re.compile(rf"{SYMBOL_OPEN}\d+{SYMBOL_CLOSE}")
-# Until the batcher's RowRequest carries the placeholder constraint, rows go without it.
-_ROWS_CARRY_COPY_TOKENS = "copy_tokens" in {f.name for f in fields(RowRequest)}
 
 
 def placeholder_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
@@ -217,7 +215,7 @@ class Translator:
                 beam_size=options.beam_size,
                 max_new_tokens=self._max_new_tokens(len(sentence.src_ids), options),
                 length_penalty=options.length_penalty,
-                **({"copy_tokens": sentence.copy_tokens} if _ROWS_CARRY_COPY_TOKENS else {}),
+                copy_tokens=sentence.copy_tokens,
             )
             for sentence in to_decode
         ]

@@ -27,17 +27,27 @@ def drive(search, logits_for_step) -> list[int]:
     return search.result()
 
 
-def test_greedy_bans_eos_while_owed_and_forces_at_the_end():
-    # eos is the favourite, then word 7; symbol 5 is owed twice, symbol 6 is not in the source.
+def test_greedy_emits_owed_symbols_when_it_would_stop():
+    # eos is the favourite, then symbol 6 (not in the source), then word 7; symbol 5 is owed
+    # twice: instead of rambling on with word 7, the row pays its symbols, then stops.
     logits = np.full((1, V), -5.0, dtype=np.float32)
     logits[0, [EOS, 6, 7, 5]] = [10.0, 9.0, 5.0, 1.0]
     search = GreedySearch(10, EOS, PAD, copy_tokens={5: 2, 6: 0})
-    assert drive(search, lambda step: logits) == [7] * 8 + [5, 5]
-    # Symbol more likely than the words: it comes out, then eos is allowed again.
-    logits[0, 5] = 8.0
-    search = GreedySearch(10, EOS, PAD, copy_tokens={5: 2, 6: 0})
     assert drive(search, lambda step: logits) == [5, 5]
     assert search.steps == 3
+
+
+def test_greedy_bans_eos_while_owed_and_forces_at_the_end():
+    # Word 7 is the favourite, eos next: eos stays banned while 5 is owed, and the symbols are
+    # forced out when the steps left equal the symbols owed.
+    logits = np.full((1, V), -5.0, dtype=np.float32)
+    logits[0, [7, EOS, 6, 5]] = [10.0, 9.0, 8.0, 1.0]
+    search = GreedySearch(10, EOS, PAD, copy_tokens={5: 2, 6: 0})
+    assert drive(search, lambda step: logits) == [7] * 8 + [5, 5]
+    # Symbol more likely than the words: it comes out, then eos is allowed again.
+    logits[0, 5] = 11.0
+    search = GreedySearch(10, EOS, PAD, copy_tokens={5: 2, 6: 0})
+    assert drive(search, lambda step: logits) == [5, 5, 7, 7, 7, 7, 7, 7, 7, 7]
 
 
 def test_greedy_more_symbols_than_steps_respects_max_new_tokens():
