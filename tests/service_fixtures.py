@@ -132,3 +132,29 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_model_dir(tmp_path_factory) -> Path:
     """ONNX export dir of the tiny random model with its tokenizer files."""
     return tiny_model(tmp_path_factory)
+
+
+def solo_translator(model_dir: Path):
+    """``translate(sentence, max_new_tokens, beam_size=1)``: the engine's translation of one
+    sentence alone, placeholders masked, constrained and restored as the service does: the
+    reference that API and concurrency tests compare the service against."""
+    from service.engine import Engine
+    from service.placeholders import protect, restore
+    from service.translator import copy_tokens_for, placeholder_token_ids
+
+    engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
+    tokenizer = engine.tokenizer
+    symbol_ids = placeholder_token_ids(tokenizer)
+
+    def translate(sentence: str, max_new_tokens: int, beam_size: int = 1) -> str:
+        masked, originals = protect(sentence)
+        src_ids = tokenizer.encode_one(masked)
+        [tokens] = engine.translate_ids(
+            [src_ids],
+            beam_size=beam_size,
+            max_new_tokens=max_new_tokens,
+            copy_tokens=[copy_tokens_for(src_ids, symbol_ids)],
+        )
+        return restore(tokenizer.decode(tokens), originals)
+
+    return translate

@@ -13,11 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.engine import Engine
-from service.placeholders import protect, restore
 from service.segmenter import sentence_spans
 from service.settings import Settings
-from tests.service_fixtures import tiny_model
+from tests.service_fixtures import solo_translator, tiny_model
 
 LIMITS = dict(
     max_texts_per_request=8,
@@ -58,19 +56,7 @@ def client(model_dir):
 
 @pytest.fixture(scope="module")
 def solo(model_dir):
-    """``solo(sentence, max_new_tokens, beam_size)``: the engine's translation of the
-    sentence alone, placeholders masked and restored as the service does."""
-    engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
-    tokenizer = engine.tokenizer
-
-    def translate(sentence: str, max_new_tokens: int, beam_size: int = 1) -> str:
-        masked, originals = protect(sentence)
-        [tokens] = engine.translate_ids(
-            [tokenizer.encode_one(masked)], beam_size=beam_size, max_new_tokens=max_new_tokens
-        )
-        return restore(tokenizer.decode(tokens), originals)
-
-    return translate
+    return solo_translator(model_dir)
 
 
 def post(client: TestClient, path: str, **kwargs):

@@ -16,10 +16,9 @@ import pytest
 
 from service.app import create_app
 from service.engine import DecodeRequest, Engine, FinishedRequest
-from service.placeholders import protect, restore
 from service.settings import Settings
 from service.translator import ApiError
-from tests.service_fixtures import tiny_model
+from tests.service_fixtures import solo_translator, tiny_model
 
 BASE_TEXTS = [
     "Save changes",
@@ -145,19 +144,7 @@ def gated_engine(model_dir):
 
 @pytest.fixture(scope="module")
 def solo(model_dir):
-    """The engine's translation of one sentence alone (greedy); symbols the model invents
-    are removed, as the service does."""
-    engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
-    tokenizer = engine.tokenizer
-
-    def translate(text: str, max_new_tokens: int) -> str:
-        masked, originals = protect(text)
-        [tokens] = engine.translate_ids(
-            [tokenizer.encode_one(masked)], max_new_tokens=max_new_tokens
-        )
-        return restore(tokenizer.decode(tokens), originals)
-
-    return translate
+    return solo_translator(model_dir)
 
 
 def id_of(gate: GatedEngine, text: str) -> Hashable:
