@@ -34,7 +34,7 @@ from loadtest.client import (
     target_url,
 )
 from loadtest.inputs import InputSampler
-from loadtest.report import format_summary, measurement_window, plot_run, summarize, write_json
+from loadtest.report import format_summary, measurement_window, save_run, summarize
 
 DEFAULT_RATE = 2.0
 DEFAULT_DURATION_S = 30.0
@@ -201,16 +201,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": summary,
         "records": [r.as_dict() for r in records],
     }
-    json_path = write_json(args.results_dir / f"{args.name}.json", document)
-    print(f"wrote {json_path}")
-    if not args.no_plot:
-        plot = plot_run(
-            args.results_dir / f"{args.name}.png",
-            records,
-            f"open loop, {args.rate:g} req/s Poisson",
-        )
-        if plot:
-            print(f"wrote {plot}")
+    save_run(
+        args.results_dir,
+        args.name,
+        document,
+        records,
+        f"open loop, {args.rate:g} req/s Poisson",
+        plot=not args.no_plot,
+    )
     return 0
 
 

@@ -326,6 +326,22 @@ def _pyplot():
     return plt
 
 
+def save_run(
+    results_dir: Path,
+    name: str,
+    document: Mapping[str, Any],
+    records: Sequence[RequestRecord],
+    title: str,
+    plot: bool = True,
+) -> None:
+    """Write a single run's JSON and, unless ``plot`` is off, its latency plot; say where."""
+    print(f"wrote {write_json(results_dir / f'{name}.json', document)}")
+    if plot:
+        png = plot_run(results_dir / f"{name}.png", records, title)
+        if png:
+            print(f"wrote {png}")
+
+
 def plot_run(path: Path, records: Sequence[RequestRecord], title: str) -> Path | None:
     """Latency over time (by status) beside the latency histogram with its percentiles."""
     try:
