@@ -20,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peer_timing import RunFn, package_version, serve, strip_generated  # noqa: E402
+from peer_timing import RunFn, generate_runner, package_version, serve  # noqa: E402
 
 
 def build(request: dict[str, Any]) -> dict[str, Any]:
@@ -47,26 +47,7 @@ def load(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
     )
     pad_id, eos_id = request["pad_id"], request["eos_id"]
 
-    def run(sources: list[list[int]], beam_size: int, new_tokens: int) -> list[list[int]]:
-        width = max(len(ids) for ids in sources)
-        input_ids = torch.full((len(sources), width), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(sources), width), dtype=torch.long)
-        for row, ids in enumerate(sources):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            attention_mask[row, : len(ids)] = 1
-        with torch.inference_mode():
-            sequences = model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                num_beams=beam_size,
-                do_sample=False,
-                min_new_tokens=new_tokens,
-                max_new_tokens=new_tokens,
-                forced_eos_token_id=None,
-                bad_words_ids=[[pad_id]],
-                length_penalty=1.0,
-            )
-        return strip_generated(sequences[:, 1:].tolist(), eos_id, pad_id)
+    run = generate_runner(model, pad_id, eos_id)
 
     versions = {
         "optimum-onnx": package_version("optimum-onnx"),

@@ -110,6 +110,37 @@ def strip_generated(rows: list[list[int]], eos_id: int, pad_id: int) -> list[lis
     return stripped
 
 
+def generate_runner(model: Any, pad_id: int, eos_id: int) -> RunFn:
+    """A ``RunFn`` over a Hugging Face-style ``generate`` (transformers' MarianMTModel and
+    Optimum's ORTModelForSeq2SeqLM alike): right-padded ids in, exactly ``new_tokens`` forced
+    out, pad banned as Marian's generation config does. torch is imported here so this module
+    stays importable without it."""
+    import torch
+
+    def run(sources: list[list[int]], beam_size: int, new_tokens: int) -> list[list[int]]:
+        width = max(len(ids) for ids in sources)
+        input_ids = torch.full((len(sources), width), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(sources), width), dtype=torch.long)
+        for row, ids in enumerate(sources):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+        with torch.inference_mode():
+            sequences = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                num_beams=beam_size,
+                do_sample=False,
+                min_new_tokens=new_tokens,
+                max_new_tokens=new_tokens,
+                forced_eos_token_id=None,
+                bad_words_ids=[[pad_id]],
+                length_penalty=1.0,
+            )
+        return strip_generated(sequences[:, 1:].tolist(), eos_id, pad_id)
+
+    return run
+
+
 def package_version(distribution: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
