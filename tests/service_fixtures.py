@@ -140,7 +140,7 @@ def solo_translator(model_dir: Path):
     reference that API and concurrency tests compare the service against."""
     from service.engine import Engine
     from service.placeholders import protect, restore
-    from service.translator import copy_tokens_for, placeholder_token_ids
+    from service.text_pipeline import copy_tokens_for, placeholder_token_ids
 
     engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
     tokenizer = engine.tokenizer

@@ -148,7 +148,7 @@ def test_default_output_length_is_proportional_to_the_source(client):
 
 
 def test_libretranslate_json(client, solo):
-    default_tokens = client.app.state.service.translator._max_new_tokens
+    default_tokens = client.app.state.service.translator.pipeline.max_new_tokens
     sentence = "Save changes"
     src_len = len(client.app.state.service.translator.tokenizer.encode_one(sentence))
     response = post(

@@ -14,10 +14,11 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
+from service.api.deps import run_for_client
+from service.api.errors import ApiError
 from service.app import create_app
 from service.engine import DecodeRequest, Engine, FinishedRequest
 from service.settings import Settings
-from service.translator import ApiError
 from tests.service_fixtures import solo_translator, tiny_model
 
 BASE_TEXTS = [
@@ -299,7 +300,7 @@ async def test_client_that_hangs_up_has_its_rows_dropped(model_dir, gated_engine
         )
         work = service.translator.translate([text], options)
         with pytest.raises(ApiError) as refusal:
-            await service.run(HungUpRequest(gated_engine), work)
+            await run_for_client(HungUpRequest(gated_engine), service, work)
         assert refusal.value.status_code == 499
         gated_engine.open()
         await wait_until(lambda: len(gated_engine.dropped) == 2, "both sentences dropped")

@@ -15,7 +15,7 @@ import pytest
 from service.decoding import BeamSearch, GreedySearch
 from service.engine import Engine
 from service.placeholders import PLACEHOLDER_SYMBOLS
-from service.translator import copy_tokens_for, placeholder_token_ids
+from service.text_pipeline import copy_tokens_for, placeholder_token_ids
 from tests.service_fixtures import VOCAB_SIZE, tiny_model
 
 EOS, PAD, V = 0, 9, 10

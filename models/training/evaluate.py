@@ -92,7 +92,7 @@ def evaluate(
         decode_ids = torch_decoder(load_pretrained(model_dir), beam_size)
     else:
         from service.engine import Engine
-        from service.translator import copy_tokens_for, placeholder_token_ids
+        from service.text_pipeline import copy_tokens_for, placeholder_token_ids
 
         engine = Engine.from_dir(onnx_dir, provider="cpu")
         tokenizer = engine.tokenizer

@@ -1,0 +1,35 @@
+"""Operations: ``/health`` (process alive), ``/ready`` (model loaded and warmed up) and
+``/metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+
+from service.api.deps import Service
+from service.schemas import Status
+
+router = APIRouter()
+
+
+@router.get("/health", response_model=Status, summary="Process alive (503 if the model failed)")
+async def health(service: Service) -> Response:
+    if service.phase == "failed":
+        return JSONResponse({"status": "failed", "detail": service.detail}, status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/ready", response_model=Status, summary="Model loaded and warmed up")
+async def ready(service: Service) -> Response:
+    if service.phase == "ready":
+        return JSONResponse({"status": "ready"})
+    return JSONResponse(
+        {"status": service.phase, "detail": service.detail},
+        status_code=503,
+        headers=service.retry_after(),
+    )
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(service: Service) -> Response:
+    return Response(service.metrics.render(), media_type=service.metrics.content_type)
