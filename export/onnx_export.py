@@ -14,10 +14,15 @@ decoder.onnx
     inputs  input_ids (B, T), positions (B, T), self_attention_mask (B, P+T) int64,
             past_key_{i}, past_value_{i} (B, H, P, Dh), cross_key_{i}, cross_value_{i} (B, H, S, Dh),
             encoder_attention_mask (B, S) int64
-    outputs logits (B, T, V), present_key_{i}, present_value_{i} (B, H, P+T, Dh)
+            top_k (1,), banned_ids (B, nb), watch_ids (B, nw) int64 (the search head)
+    outputs logits (B, T, V), present_key_{i}, present_value_{i} (B, H, P+T, Dh),
+            top_log_probs, top_ids (B, k), raw_best_id (B,), watch_log_probs (B, nw)
+
+The search head (export/search_head.py) is appended to the traced decoder: log-softmax and
+top-k of the last position run in the graph, so the runtime never fetches the full logits.
 
 Besides the two model graphs, two tiny helper graphs are written (``kv_select.onnx``,
-``kv_concat.onnx``): row gathers / column slices and concatenation of the 2L cache tensors.
+``kv_merge.onnx``): row gathers / column slices and padded concatenation of the 2L cache tensors.
 The runtime runs them on the same execution provider as the model, so on CUDA the caches never
 leave the device when beams are reordered, rows retire or newcomers join (and the runtime needs
 neither torch nor numpy copies of the caches).
@@ -35,6 +40,7 @@ import torch
 from onnx import TensorProto, helper
 from torch import Tensor, nn
 
+from export.search_head import SEARCH_INPUTS, SEARCH_OUTPUTS, add_search_head
 from models.checkpoint import copy_tokenizer_files, load_pretrained
 from models.transformer import Transformer
 
@@ -43,7 +49,8 @@ log = logging.getLogger(__name__)
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
 KV_SELECT_FILE = "kv_select.onnx"
-KV_CONCAT_FILE = "kv_concat.onnx"
+KV_MERGE_FILE = "kv_merge.onnx"
+FORMAT_VERSION = 2  # 2: search head in the decoder (export/search_head.py), kv_merge
 DEFAULT_OPSET = 20  # 23 (ONNX Attention) measured no faster on CPU here: bench/engine_bench.py
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 
@@ -194,9 +201,10 @@ def write_kv_helpers(output_dir: Path, num_tensors: int, elem_type: int, opset: 
 
     kv_select: x_j, rows (M,), start (1,), end (1,) -> Gather(x_j, rows, axis 0)[:, :, start:end]
         (beam reorder, retiring rows, repeating a source for its beams, trimming columns)
-    kv_concat: a_j (N, H, La, Dh), b_j (M, H, Lb, Dh) -> (N+M, H, max(La, Lb), Dh), each padded
-        with zeros at the end of axis 2 (newcomers join the running batch; the masks say which
-        slots are real)
+    kv_merge: a_j (N, H, La, Dh), b_j (M, H, Lb, Dh), a_pads, b_pads (8,) -> (N+M, H, L, Dh):
+        each side zero-padded on axis 2 by its pads (Pad's layout: begins of the 4 axes, then
+        ends), then concatenated (newcomers join a running batch: self-attention pasts padded
+        on the left, sources on the right; the masks say which slots are real)
     """
     opset_import = [helper.make_opsetid("", min(opset, 21))]
     shape = ["rows", "heads", "length", "head_dim"]
@@ -230,48 +238,29 @@ def write_kv_helpers(output_dir: Path, num_tensors: int, elem_type: int, opset: 
     )
 
     nodes = []
-    two = helper.make_tensor("two", TensorProto.INT64, [1], [2])
     for j in range(num_tensors):
         nodes += [
-            helper.make_node("Shape", [f"a_{j}"], [f"a_shape_{j}"]),
-            helper.make_node("Shape", [f"b_{j}"], [f"b_shape_{j}"]),
-            helper.make_node("Gather", [f"a_shape_{j}", "two"], [f"a_len_{j}"], axis=0),
-            helper.make_node("Gather", [f"b_shape_{j}", "two"], [f"b_len_{j}"], axis=0),
-            helper.make_node("Max", [f"a_len_{j}", f"b_len_{j}"], [f"len_{j}"]),
-            helper.make_node("Sub", [f"len_{j}", f"a_len_{j}"], [f"a_extra_{j}"]),
-            helper.make_node("Sub", [f"len_{j}", f"b_len_{j}"], [f"b_extra_{j}"]),
-            # pads = [0, 0, 0, 0, 0, 0, extra, 0] (begins of 4 axes, then ends)
-            helper.make_node(
-                "Concat", ["zeros6", f"a_extra_{j}", "zero1"], [f"a_pads_{j}"], axis=0
-            ),
-            helper.make_node(
-                "Concat", ["zeros6", f"b_extra_{j}", "zero1"], [f"b_pads_{j}"], axis=0
-            ),
-            helper.make_node("Pad", [f"a_{j}", f"a_pads_{j}"], [f"a_padded_{j}"]),
-            helper.make_node("Pad", [f"b_{j}", f"b_pads_{j}"], [f"b_padded_{j}"]),
+            helper.make_node("Pad", [f"a_{j}", "a_pads"], [f"a_padded_{j}"]),
+            helper.make_node("Pad", [f"b_{j}", "b_pads"], [f"b_padded_{j}"]),
             helper.make_node("Concat", [f"a_padded_{j}", f"b_padded_{j}"], [f"y_{j}"], axis=0),
         ]
-    concat = helper.make_graph(
+    merge = helper.make_graph(
         nodes,
-        "kv_concat",
+        "kv_merge",
         [tensor(f"a_{j}", shape) for j in range(num_tensors)]
         + [
             tensor(f"b_{j}", ["new_rows", "heads", "new_length", "head_dim"])
             for j in range(num_tensors)
-        ],
+        ]
+        + [int_input("a_pads", [8]), int_input("b_pads", [8])],
         [
             tensor(f"y_{j}", ["all_rows", "heads", "out_length", "head_dim"])
             for j in range(num_tensors)
         ],
-        initializer=[
-            two,
-            helper.make_tensor("zeros6", TensorProto.INT64, [6], [0] * 6),
-            helper.make_tensor("zero1", TensorProto.INT64, [1], [0]),
-        ],
     )
     onnx.save(
-        helper.make_model(concat, opset_imports=opset_import, ir_version=10),
-        output_dir / KV_CONCAT_FILE,
+        helper.make_model(merge, opset_imports=opset_import, ir_version=10),
+        output_dir / KV_MERGE_FILE,
     )
 
 
@@ -287,6 +276,7 @@ def export_config(model: Transformer, opset: int, variant: str, kv_dtype: str = 
     layers = config.decoder_layers
     return {
         "format": "mtserve-onnx",
+        "format_version": FORMAT_VERSION,
         "model": config.to_dict(),
         "special_ids": {
             "pad_id": config.pad_id,
@@ -306,7 +296,10 @@ def export_config(model: Transformer, opset: int, variant: str, kv_dtype: str = 
             "inputs": ["input_ids", "attention_mask"],
             "outputs": encoder_output_names(layers),
         },
-        "decoder": {"inputs": decoder_input_names(layers), "outputs": decoder_output_names(layers)},
+        "decoder": {
+            "inputs": decoder_input_names(layers) + list(SEARCH_INPUTS),
+            "outputs": decoder_output_names(layers) + list(SEARCH_OUTPUTS),
+        },
     }
 
 
@@ -328,6 +321,8 @@ def export_model(
     decoder = onnx.load(output_dir / DECODER_FILE)
     if found := control_flow_ops(decoder):
         raise RuntimeError(f"decoder graph has control flow {sorted(found)}")
+    add_search_head(decoder)
+    onnx.save(decoder, output_dir / DECODER_FILE)
     write_kv_helpers(output_dir, 2 * model.config.decoder_layers, TensorProto.FLOAT, opset)
     config = export_config(model, opset, "fp32")
     config["model_name"] = model_name or output_dir.name

@@ -8,7 +8,7 @@
   fp32 on this AVX2 CPU (its u8*u8 kernel is slow), which defeats the purpose; plain ``qint8``
   0.992 here, kept only for measurement given the saturation risk on real weights.
 - fp16: for CUDA. Weights, activations and the KV caches are fp16 (half the cache traffic);
-  ``logits`` stay fp32 so host-side log-softmax / beam scores are unchanged.
+  the search head (log-softmax, top-k) and ``logits`` stay fp32, so beam scores are unchanged.
 
 ``python -m export.variants --fp32 DIR [--fp16] [--optimize]`` builds and measures every variant against fp32 on
 random sentences: token agreement of greedy and beam-4 outputs, and seconds per batch. Session
@@ -32,10 +32,11 @@ import onnx
 from export.onnx_export import (
     DECODER_FILE,
     ENCODER_FILE,
-    KV_CONCAT_FILE,
+    KV_MERGE_FILE,
     KV_SELECT_FILE,
     write_kv_helpers,
 )
+from export.search_head import HEAD_PREFIX
 
 INT8_MODES = {
     # name: (weight type, reduce_range)
@@ -112,7 +113,7 @@ def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_
             op_types_to_quantize=["MatMul", "Gemm"],
         )
         prepared.unlink()
-    for name in (KV_SELECT_FILE, KV_CONCAT_FILE):  # caches stay fp32
+    for name in (KV_SELECT_FILE, KV_MERGE_FILE):  # caches stay fp32
         shutil.copyfile(source / name, target / name)
     config.update(variant=f"int8-{mode}", model_name=f"{config.get('model_name', source.name)}")
     _write_config(target, config)
@@ -124,9 +125,14 @@ def make_fp16(fp32_dir: str | Path, output_dir: str | Path) -> Path:
 
     source, target = Path(fp32_dir), Path(output_dir)
     config = _copy_side_files(source, target)
-    for name, keep_fp32 in ((ENCODER_FILE, []), (DECODER_FILE, ["logits"])):
+    for name in (ENCODER_FILE, DECODER_FILE):
         model = onnx.load(source / name)
-        converted = convert_float_to_float16(model, keep_io_types=keep_fp32 or False)
+        # The search head stays float32 (beam scores), and so do the float outputs it feeds.
+        head_nodes = [node.name for node in model.graph.node if node.name.startswith(HEAD_PREFIX)]
+        keep_fp32 = ["logits", "top_log_probs", "watch_log_probs"] if name == DECODER_FILE else []
+        converted = convert_float_to_float16(
+            model, keep_io_types=keep_fp32 or False, node_block_list=head_nodes
+        )
         onnx.save(converted, target / name)
     write_kv_helpers(target, 2 * config["num_layers"], onnx.TensorProto.FLOAT16, config["opset"])
     config.update(variant="fp16", kv_dtype="float16")
@@ -145,7 +151,7 @@ def make_optimized(fp32_dir: str | Path, output_dir: str | Path) -> Path:
             str(source / name), model_type="bart", num_heads=config["num_heads"], opt_level=1
         )
         optimized.save_model_to_file(str(target / name))
-    for name in (KV_SELECT_FILE, KV_CONCAT_FILE):
+    for name in (KV_SELECT_FILE, KV_MERGE_FILE):
         shutil.copyfile(source / name, target / name)
     config.update(variant="fp32-optimized")
     _write_config(target, config)
@@ -177,7 +183,7 @@ def top1_agreement(
     """Teacher-forced next-token agreement: both decoders see fp32's greedy prefix; the fraction
     of (sentence, step) positions where their argmax (pad banned) is the same. Unlike comparing
     whole outputs, one early disagreement does not count every later token as different."""
-    from service.onnx_model import OnnxSeq2Seq
+    from service.onnx_model import OnnxSeq2Seq, StepInputs
 
     models = [OnnxSeq2Seq(fp32_dir, "cpu"), OnnxSeq2Seq(other_dir, "cpu")]
     info = models[0].info
@@ -186,21 +192,24 @@ def top1_agreement(
     src_mask = np.zeros_like(src_ids)
     for row, source in enumerate(sources):
         src_ids[row, : len(source)], src_mask[row, : len(source)] = source, 1
-    cross = [model.encode(src_ids, src_mask) for model in models]
-    past = [model.empty_cache(rows) for model in models]
+    cross = [model.kv.encode(src_ids, src_mask) for model in models]
+    past = [model.kv.empty(rows) for model in models]
     tokens = np.full((rows, 1), info.decoder_start_id, dtype=np.int64)
     same = 0
     for step in range(steps):
-        positions = np.full((rows, 1), step, dtype=np.int64)
-        self_mask = np.ones((rows, step + 1), dtype=np.int64)
+        inputs = StepInputs(
+            input_ids=tokens,
+            positions=np.full((rows, 1), step, dtype=np.int64),
+            self_attention_mask=np.ones((rows, step + 1), dtype=np.int64),
+            encoder_attention_mask=src_mask,
+            top_k=1,
+            banned_ids=np.full((rows, 1), info.pad_id, dtype=np.int64),
+            watch_ids=np.full((rows, 1), info.pad_id, dtype=np.int64),
+        )
         choices = []
         for index, model in enumerate(models):
-            logits, past[index] = model.decode(
-                tokens, positions, self_mask, past[index], cross[index], src_mask
-            )
-            logits = logits[:, -1].astype(np.float32)
-            logits[:, info.pad_id] = -np.inf
-            choices.append(logits.argmax(axis=-1))
+            head, past[index] = model.kv.decode(inputs, past[index], cross[index])
+            choices.append(head.top_ids[:, 0])
         same += int((choices[0] == choices[1]).sum())
         tokens = choices[0][:, None]
     return same / (rows * steps)

@@ -23,7 +23,7 @@ import torch
 from export.onnx_export import (
     DECODER_FILE,
     ENCODER_FILE,
-    KV_CONCAT_FILE,
+    KV_MERGE_FILE,
     KV_SELECT_FILE,
     control_flow_ops,
 )
@@ -125,6 +125,10 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
                 "positions": positions.numpy(),
                 "self_attention_mask": self_mask.numpy(),
                 "encoder_attention_mask": src_mask.numpy(),
+                # the search head: top 5 with pad banned, a few ids watched
+                "top_k": np.array([5], dtype=np.int64),
+                "banned_ids": np.full((batch, 1), config.pad_id, dtype=np.int64),
+                "watch_ids": np.tile(np.arange(3, dtype=np.int64), (batch, 1)),
             }
             for i in range(layers):
                 feeds[f"past_key_{i}"] = past_keys[i].numpy()
@@ -142,6 +146,12 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
                 for kind, tensors in (("key", expected[1]), ("value", expected[2]))
             )
             errors[f"logits_P{past_len}_T{new_len}"] = logits_error
+            expected_log_probs = torch.log_softmax(expected[0][:, -1], dim=-1)
+            expected_log_probs[:, config.pad_id] = float("-inf")
+            expected_top = expected_log_probs.topk(5, dim=-1).values.numpy()
+            errors[f"search_head_P{past_len}_T{new_len}"] = float(
+                np.abs(got[out_names.index("top_log_probs")] - expected_top).max()
+            )
             errors[f"present_P{past_len}_T{new_len}"] = cache_error
     return errors
 
@@ -158,15 +168,23 @@ def decode_agreement(
     from service.engine import Engine
 
     engine = Engine.from_dir(onnx_dir, provider=provider)
+    never = (model.config.unk_id,)  # the engine never generates the unknown token
     src_ids, src_mask = padded_source(lengths, model, seed=3)
     sources = [row[: int(mask.sum())].tolist() for row, mask in zip(src_ids, src_mask, strict=True)]
     result = {}
     for beam in beam_sizes:
         if beam == 1:
-            expected = greedy_search(model, src_ids, src_mask, max_new_tokens=max_new_tokens)
+            expected = greedy_search(
+                model, src_ids, src_mask, max_new_tokens=max_new_tokens, suppress_ids=never
+            )
         else:
             expected = beam_search(
-                model, src_ids, src_mask, beam_size=beam, max_new_tokens=max_new_tokens
+                model,
+                src_ids,
+                src_mask,
+                beam_size=beam,
+                max_new_tokens=max_new_tokens,
+                suppress_ids=never,
             )
         actual = engine.translate_ids(sources, beam_size=beam, max_new_tokens=max_new_tokens)
         same = sum(a == e for a, e in zip(actual, expected, strict=True))
@@ -177,7 +195,7 @@ def decode_agreement(
 def verify(model: Transformer, onnx_dir: str | Path, tolerance: float = 1e-4) -> Report:
     onnx_dir = Path(onnx_dir)
     report = Report()
-    for name in (ENCODER_FILE, DECODER_FILE, KV_SELECT_FILE, KV_CONCAT_FILE):
+    for name in (ENCODER_FILE, DECODER_FILE, KV_SELECT_FILE, KV_MERGE_FILE):
         onnx.checker.check_model(str(onnx_dir / name), full_check=True)
         report.checks[f"checker:{name}"] = True
     report.checks["decoder_has_no_control_flow"] = not control_flow_ops(

@@ -17,16 +17,23 @@ from torch import Tensor
 from models.transformer import Transformer
 
 
-def _next_log_probs(logits: Tensor, pad_id: int) -> Tensor:
-    """logits (N, 1, V) -> log-probabilities (N, V) with the pad token banned."""
+def _next_log_probs(logits: Tensor, pad_id: int, suppress_ids: tuple[int, ...] = ()) -> Tensor:
+    """logits (N, 1, V) -> log-probabilities (N, V) with the pad token banned.
+
+    ``suppress_ids`` are banned too (transformers' ``suppress_tokens``, which like
+    ``bad_words_ids`` acts on the log-probabilities): the serving engine bans the unknown token."""
     log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)
-    log_probs[:, pad_id] = float("-inf")
+    log_probs[:, [pad_id, *suppress_ids]] = float("-inf")
     return log_probs
 
 
 @torch.no_grad()
 def greedy_search(
-    model: Transformer, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int = 64
+    model: Transformer,
+    src_ids: Tensor,
+    src_mask: Tensor,
+    max_new_tokens: int = 64,
+    suppress_ids: tuple[int, ...] = (),
 ) -> list[list[int]]:
     """src_ids, src_mask (B, S) -> B token lists."""
     config = model.config
@@ -41,7 +48,7 @@ def greedy_search(
         logits, past_keys, past_values = model.decode_step(
             tokens, positions, past_keys, past_values, cross_keys, cross_values, src_mask
         )
-        next_tokens = _next_log_probs(logits, config.pad_id).argmax(dim=-1)  # (B,)
+        next_tokens = _next_log_probs(logits, config.pad_id, suppress_ids).argmax(dim=-1)  # (B,)
         for row in (~finished).nonzero().flatten().tolist():
             if next_tokens[row].item() != config.eos_id:
                 outputs[row].append(next_tokens[row].item())
@@ -60,6 +67,7 @@ def beam_search(
     beam_size: int = 4,
     max_new_tokens: int = 64,
     length_penalty: float = 1.0,
+    suppress_ids: tuple[int, ...] = (),
 ) -> list[list[int]]:
     """src_ids, src_mask (B, S) -> the best hypothesis per sentence (B token lists)."""
     config = model.config
@@ -85,7 +93,7 @@ def beam_search(
         logits, past_keys, past_values = model.decode_step(
             input_ids, positions, past_keys, past_values, cross_keys, cross_values, beam_src_mask
         )
-        log_probs = _next_log_probs(logits, config.pad_id)  # (B*K, V)
+        log_probs = _next_log_probs(logits, config.pad_id, suppress_ids)  # (B*K, V)
         vocab = log_probs.shape[-1]
         candidate_scores = (
             log_probs.view(batch, num_beams, vocab) + running_scores[:, :, None]

@@ -1,71 +1,48 @@
 """Per-request search state: one small object per request, numpy only.
 
+The decoder graph ends in a search head (export/search_head.py): per row it returns the k best
+log-probabilities and their ids (bans applied), the unbanned argmax, and the log-probabilities
+of a few watched ids. The searches here never see the vocabulary-wide logits: beam
+bookkeeping touches ``rows x k`` numbers.
+
 Both classes share one interface, driven by the engine once per decoder step:
 
 - ``num_rows``: rows the request occupies in the batch (1 for greedy, K for beam search);
-- ``advance(logits) -> (next_tokens, parent_rows)``: logits (rows, V) of this step; returns the
-  tokens to feed next (rows,) and, per new row, the row (0..rows-1 within the request) whose
-  cache it continues (the engine gathers the self-attention cache with them);
-- ``done`` and ``result()``: generated ids without the start token and without eos.
+- ``top_k``: how many candidates per row the search needs (1 greedy, 2K beam);
+- ``bans()`` / ``watch_ids()``: the rows' extra banned ids (rows, b) and watched ids (w,) for
+  the next step, or None (the engine always bans pad and, by default, unk);
+- ``advance(head) -> (next_tokens, parent_rows)``: ``head`` is the request's rows of the
+  step's ``StepOutput``; returns the tokens to feed next (rows,) and, per new row, the row
+  (0..rows-1 within the request) whose cache it continues;
+- ``done``, ``result()`` and ``hypotheses()``: generated ids without the start token and
+  without eos; ``hypotheses()`` is the n-best list (beam search), best first.
 
 Semantics are those of ``models/search.py`` (themselves those of ``transformers.generate``):
-pad is never generated; beam search keeps 2K candidates, finished hypotheses are normalised by
-``length ** length_penalty``, and it stops with the ``early_stopping=False`` heuristic. Greedy
-is its own class: argmax needs no log-softmax and no hypothesis bookkeeping.
+pad is never generated; bans act on log-probabilities as transformers' logits processors do;
+beam search keeps 2K candidates, finished hypotheses are normalised by
+``length ** length_penalty``, and it stops with the ``early_stopping=False`` heuristic.
 
 Placeholder constraint (``CopyConstraint``, optional): symbols that stand for placeholders
 must come out exactly as often as the source has them. Per row it bans the symbols the row
 may not emit (absent from the source, or already emitted as often as the source has them) and
-bans eos while the row still owes symbols; once the steps left equal the symbols owed, only
-owed symbols are allowed. It masks the logits (banned = -inf) before log-softmax and top-k,
-so beam scores are those of the constrained distribution. Without a constraint nothing
-changes (the parity tests against ``models/search.py`` hold).
+bans eos while the row still owes symbols; once the steps left equal the symbols owed, or the
+row would stop (its unbanned argmax is eos), only owed symbols are allowed: the row chooses
+among them by their log-probabilities renormalised over that set (the watched ids).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """(N, V) float32 -> (N, V) float32 log-probabilities."""
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+from service.onnx_model import StepOutput
 
 
-def top_k_descending(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest entries of a 1-D array, largest first (ties: lower index first)."""
-    if k < scores.shape[0]:
-        candidates = np.argpartition(scores, scores.shape[0] - k)[scores.shape[0] - k :]
-    else:
-        candidates = np.arange(scores.shape[0])
-    order = np.lexsort((candidates, -scores[candidates]))
-    return candidates[order]
-
-
-def row_top_k(values: np.ndarray, k: int, block: int = 64) -> np.ndarray:
-    """Indices of the k largest entries of every row of ``values`` (R, V), unordered, (R, k).
-
-    Two-level selection: the top k entries of a row lie in the k blocks (of ``block`` entries)
-    with the largest maxima, so one vectorised max over the row plus two small partitions
-    replace a partition of the whole row (several times faster at V ~ 58k; beam search runs
-    it on every row at every step)."""
-    rows, vocab = values.shape
-    num_blocks = -(-vocab // block)
-    if num_blocks <= k:
-        return np.argpartition(values, vocab - k, axis=1)[:, vocab - k :]
-    padded = values
-    if num_blocks * block != vocab:
-        padded = np.full((rows, num_blocks * block), -np.inf, dtype=values.dtype)
-        padded[:, :vocab] = values
-    blocks = padded.reshape(rows, num_blocks, block)
-    best_blocks = np.argpartition(blocks.max(axis=2), num_blocks - k, axis=1)[:, num_blocks - k :]
-    candidates = np.take_along_axis(blocks, best_blocks[:, :, None], axis=1).reshape(
-        rows, k * block
-    )
-    candidate_index = (best_blocks[:, :, None] * block + np.arange(block)).reshape(rows, k * block)
-    chosen = np.argpartition(candidates, k * block - k, axis=1)[:, k * block - k :]
-    return np.take_along_axis(candidate_index, chosen, axis=1)
+def top_k_descending(scores: np.ndarray, k: int, tiebreak: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the k largest entries of a 1-D array, largest first; ties: lower
+    ``tiebreak`` (default: the index) first."""
+    tiebreak = np.arange(scores.shape[0]) if tiebreak is None else tiebreak
+    order = np.lexsort((tiebreak, -scores))
+    return order[:k]
 
 
 class CopyConstraint:
@@ -76,7 +53,7 @@ class CopyConstraint:
     (beams) each keep their own counts, reordered with their parents by ``advance``.
     """
 
-    def __init__(self, copy_tokens: dict[int, int], rows: int, eos_id: int) -> None:
+    def __init__(self, copy_tokens: dict[int, int], rows: int, eos_id: int, pad_id: int) -> None:
         if any(count < 0 for count in copy_tokens.values()):
             raise ValueError("copy_tokens counts must be >= 0")
         self.ids = np.array(sorted(copy_tokens), dtype=np.int64)  # (C,)
@@ -84,25 +61,48 @@ class CopyConstraint:
         counts = np.array([copy_tokens[int(token)] for token in self.ids], dtype=np.int64)
         self.remaining = np.tile(counts, (rows, 1))  # (rows, C)
         self.eos_id = eos_id
+        self.pad_id = pad_id
 
-    def mask(self, logits: np.ndarray, steps_left: int) -> np.ndarray:
-        """logits (rows, V) -> a masked float32 copy; ``steps_left``: tokens each row may
-        still generate, the one chosen now included."""
-        masked = logits.astype(np.float32, copy=True)
-        exhausted = self.remaining <= 0  # (rows, C)
-        rows, slots = np.nonzero(exhausted)
-        masked[rows, self.ids[slots]] = -np.inf
+    def bans(self) -> np.ndarray:
+        """(rows, C + 1): the symbols each row has used up, and eos while it owes symbols;
+        unused slots hold pad (banned anyway)."""
+        banned = np.where(self.remaining <= 0, self.ids, self.pad_id)
+        owed = self.remaining.sum(axis=1)
+        eos = np.where(owed > 0, self.eos_id, self.pad_id)
+        return np.concatenate([banned, eos[:, None]], axis=1)
+
+    def candidates(
+        self,
+        scores: np.ndarray,
+        ids: np.ndarray,
+        head: StepOutput,
+        steps_left: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows' candidates (log-probs, ids), (rows, k), from the head's top k, except for
+        rows that must emit what they owe now: ``steps_left`` tokens each row may still
+        generate (the one chosen now included), or the row would stop. A row that would stop
+        emits the symbols it owes at once: otherwise a banned eos makes it ramble until the
+        symbols are forced at the end."""
+        scores, ids = scores.copy(), ids.copy()
         owed = self.remaining.sum(axis=1)  # (rows,)
-        wants_to_stop = logits.argmax(axis=1) == self.eos_id  # (rows,)
-        masked[owed > 0, self.eos_id] = -np.inf
-        # A row that would stop, or has no room for anything else, emits the symbols it owes
-        # now: otherwise a banned eos makes it ramble until the symbols are forced at the end.
-        forced = (owed > 0) & ((owed >= steps_left) | wants_to_stop)
-        if forced.any():
-            keep = masked[forced][:, self.ids]
-            masked[forced] = -np.inf
-            masked[np.ix_(np.flatnonzero(forced), self.ids)] = keep
-        return masked
+        wants_to_stop = head.raw_best_id == self.eos_id
+        forced = np.flatnonzero((owed > 0) & ((owed >= steps_left) | wants_to_stop))
+        width = ids.shape[1]
+        symbols = len(self.ids)
+        for row in forced:
+            allowed = self.remaining[row] > 0  # (C,)
+            log_probs = head.watch_log_probs[row, :symbols].astype(np.float64)
+            log_probs = np.where(allowed, log_probs, -np.inf)
+            finite = log_probs[allowed]
+            peak = finite.max()
+            log_probs = log_probs - (peak + np.log(np.exp(finite - peak).sum()))
+            order = top_k_descending(log_probs, width, self.ids)
+            scores[row] = -np.inf
+            ids[row] = self.pad_id
+            take = order[: min(width, symbols)]
+            scores[row, : len(take)] = log_probs[take]
+            ids[row, : len(take)] = self.ids[take]
+        return scores, ids
 
     def advance(self, tokens: np.ndarray, parents: np.ndarray) -> None:
         """The rows continue ``parents`` with ``tokens``: reorder, count emitted symbols."""
@@ -114,13 +114,43 @@ class CopyConstraint:
 
 
 def make_constraint(
-    copy_tokens: dict[int, int] | None, rows: int, eos_id: int
+    copy_tokens: dict[int, int] | None, rows: int, eos_id: int, pad_id: int
 ) -> CopyConstraint | None:
-    return CopyConstraint(copy_tokens, rows, eos_id) if copy_tokens else None
+    return CopyConstraint(copy_tokens, rows, eos_id, pad_id) if copy_tokens else None
 
 
-class GreedySearch:
+class _Search:
+    """What greedy and beam search share: limits, the constraint's hooks."""
+
+    num_rows: int
+    top_k: int
+
+    def __init__(self, max_new_tokens: int, eos_id: int, pad_id: int, constraint) -> None:
+        self.max_new_tokens = max_new_tokens
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.constraint: CopyConstraint | None = constraint
+        self.steps = 0
+        self.done = False
+
+    def bans(self) -> np.ndarray | None:
+        return self.constraint.bans() if self.constraint is not None else None
+
+    def watch_ids(self) -> np.ndarray | None:
+        return self.constraint.ids if self.constraint is not None else None
+
+    def _candidates(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, top_k) log-probs and ids of this step's candidates."""
+        scores, ids = head.top_log_probs[:, : self.top_k], head.top_ids[:, : self.top_k]
+        if self.constraint is not None:
+            steps_left = self.max_new_tokens - self.steps
+            return self.constraint.candidates(scores, ids, head, steps_left)
+        return scores, ids
+
+
+class GreedySearch(_Search):
     num_rows = 1
+    top_k = 1
 
     def __init__(
         self,
@@ -129,21 +159,15 @@ class GreedySearch:
         pad_id: int,
         copy_tokens: dict[int, int] | None = None,
     ) -> None:
-        self.max_new_tokens = max_new_tokens
-        self.eos_id = eos_id
-        self.pad_id = pad_id
-        self.constraint = make_constraint(copy_tokens, 1, eos_id)
+        super().__init__(
+            max_new_tokens, eos_id, pad_id, make_constraint(copy_tokens, 1, eos_id, pad_id)
+        )
         self.tokens: list[int] = []
-        self.steps = 0
-        self.done = False
 
-    def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """logits (1, V) -> next token (1,), parent row (1,)."""
-        if self.constraint is not None:
-            logits = self.constraint.mask(logits, self.max_new_tokens - self.steps)
-        scores = logits[0].astype(np.float32, copy=True)
-        scores[self.pad_id] = -np.inf
-        token = int(scores.argmax())
+    def advance(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
+        """head of 1 row -> next token (1,), parent row (1,)."""
+        _, ids = self._candidates(head)
+        token = int(ids[0, 0])
         self.steps += 1
         if token == self.eos_id:
             self.done = True
@@ -158,8 +182,11 @@ class GreedySearch:
     def result(self) -> list[int]:
         return list(self.tokens)
 
+    def hypotheses(self) -> list[list[int]]:
+        return [self.result()]
 
-class BeamSearch:
+
+class BeamSearch(_Search):
     def __init__(
         self,
         beam_size: int,
@@ -169,44 +196,34 @@ class BeamSearch:
         length_penalty: float = 1.0,
         copy_tokens: dict[int, int] | None = None,
     ) -> None:
+        super().__init__(
+            max_new_tokens, eos_id, pad_id, make_constraint(copy_tokens, beam_size, eos_id, pad_id)
+        )
         self.num_rows = beam_size
-        self.constraint = make_constraint(copy_tokens, beam_size, eos_id)
-        self.max_new_tokens = max_new_tokens
-        self.eos_id = eos_id
-        self.pad_id = pad_id
+        self.top_k = 2 * beam_size
         self.length_penalty = length_penalty
         self.running_tokens: list[list[int]] = [[] for _ in range(beam_size)]
         # All beams start identical: keep one alive (float32, as in the reference).
         self.running_scores = np.full(beam_size, -1e9, dtype=np.float32)
         self.running_scores[0] = 0.0
         self.finished: list[tuple[float, list[int]]] = []  # (normalised score, tokens), best first
-        self.steps = 0
-        self.done = False
 
-    def advance(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """logits (K, V) -> next tokens (K,), parent beams (K,)."""
+    def advance(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
+        """head of K rows -> next tokens (K,), parent beams (K,)."""
         num_beams = self.num_rows
-        if self.constraint is not None:
-            logits = self.constraint.mask(logits, self.max_new_tokens - self.steps)
-        log_probs = log_softmax(logits.astype(np.float32, copy=False))  # (K, V)
-        log_probs[:, self.pad_id] = -np.inf
-        vocab = log_probs.shape[-1]
+        row_scores, row_ids = self._candidates(head)  # (K, 2K) each, bans applied
         # The best 2K of all K*V candidates are among each beam's best 2K (a beam's running
-        # score shifts its whole row), so select per row first: K partitions of V instead of
-        # one of K*V, where the dead beams' equal -1e9 scores make selection slow.
-        width = min(2 * num_beams, vocab)
-        row_best = row_top_k(log_probs, width)  # (K, 2K)
-        row_scores = np.take_along_axis(log_probs, row_best, axis=1) + self.running_scores[:, None]
-        flat_index = (np.arange(num_beams)[:, None] * vocab + row_best).reshape(-1)  # into K*V
-        flat_scores = row_scores.reshape(-1)
-        chosen = top_k_descending(flat_scores, 2 * num_beams)  # (2K,)
-        top_index, top_scores = flat_index[chosen], flat_scores[chosen]
-        top_beam, top_token = top_index // vocab, top_index % vocab
+        # score shifts its whole row), which is what the search head returns.
+        flat_scores = (row_scores + self.running_scores[:, None]).reshape(-1).astype(np.float32)
+        flat_beam = np.repeat(np.arange(num_beams), row_ids.shape[1])
+        flat_token = row_ids.reshape(-1)
+        # Ties: the lower index into the K*V candidates first (beam-major, then token id).
+        chosen = top_k_descending(flat_scores, 2 * num_beams, flat_beam * (1 << 32) + flat_token)
+        top_scores, top_beam, top_token = flat_scores[chosen], flat_beam[chosen], flat_token[chosen]
         self.steps += 1
         length = self.steps  # generated tokens including the one chosen now
         ends = (top_token == self.eos_id) | (length == self.max_new_tokens)
-        # A banned candidate (-inf: pad, or a constraint's ban when fewer than 2K candidates
-        # are allowed) never becomes a hypothesis.
+        # A banned candidate (-inf: fewer than 2K allowed) never becomes a hypothesis.
         ends &= np.isfinite(top_scores)
         normaliser = length**self.length_penalty
 
@@ -241,6 +258,10 @@ class BeamSearch:
 
     def result(self) -> list[int]:
         return list(self.finished[0][1]) if self.finished else []
+
+    def hypotheses(self) -> list[list[int]]:
+        """The finished hypotheses, best first (at most K): the n-best list."""
+        return [list(tokens) for _, tokens in self.finished]
 
 
 def make_search(

@@ -1,9 +1,22 @@
 """The running batch that the continuous batcher drives: add requests, step, retire, drop.
 
 Rows: every request occupies ``search.num_rows`` contiguous rows (1 greedy, K beams), in the
-order the requests joined. Batched state lives in one place (``_Batch``): the self-attention
-cache (N, H, P, Dh) and cross K/V (N, H, S, Dh) as device OrtValues, and two small host masks.
-Per-request state lives in one small object per request (``_Active``).
+order the requests joined. Batched state lives in one place per group (``_Batch``): the
+self-attention cache (N, H, P, Dh) and cross K/V (N, H, S, Dh), wherever the model's KV backend
+keeps them (service/onnx_model.py: numpy on the host, OrtValues on the device; the engine only
+calls the backend's operations), and two small host masks. Per-request state lives in one
+small object per request (``_Active``).
+
+Groups: rows that joined at about the same time *and* have sources of about the same length
+share one dense batch (one decoder call per group and step). A newcomer is then padded neither
+to the past length of a row that has decoded for a hundred steps nor to a paragraph's source:
+a UI string never attends over a paragraph's padding. Newcomers are split into length classes
+(one encoder call each) and each class joins a group of its age and length, or opens one (at
+most ``max_groups``; beyond that, the group it pads least); groups whose pasts and lengths come
+close merge. The same on both KV backends.
+
+Every decoder call's duration is reported to ``step_cost`` (service/step_cost.py), which the
+batcher asks what a step of a given shape will cost before it admits newcomers.
 
 Rows join a running batch late: their self-attention cache slots to the left of their first
 token are invalid (zeros, masked out by ``self_attention_mask``); their source is zero-padded
@@ -26,15 +39,25 @@ from typing import Any
 import numpy as np
 
 from service.decoding import BeamSearch, GreedySearch, make_search
-from service.onnx_model import Cache, OnnxSeq2Seq, ProviderName
+from service.onnx_model import (
+    Cache,
+    KVBackendName,
+    OnnxSeq2Seq,
+    ProviderName,
+    StepInputs,
+    StepOutput,
+)
+from service.step_cost import StepCostModel, StepShape
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class DecodeRequest:
+    """One sentence to decode; the batcher submits these as they are."""
+
     request_id: Hashable
-    src_ids: list[int]  # already tokenized, ends with eos
+    src_ids: list[int] | tuple[int, ...]  # already tokenized, ends with eos
     beam_size: int = 1
     max_new_tokens: int = 128
     length_penalty: float = 1.0
@@ -48,6 +71,15 @@ class FinishedRequest:
     request_id: Hashable
     tokens: list[int]  # generated ids, no start token, no eos
     steps: int  # decoder steps this request took part in
+    hypotheses: list[list[int]] = field(default_factory=list)  # n-best, best first
+
+
+@dataclass(frozen=True)
+class RejectedRequest:
+    """A request ``Engine.add`` refused; the others admitted with it proceed."""
+
+    request_id: Hashable
+    reason: str
 
 
 @dataclass
@@ -67,8 +99,8 @@ class _Active:
 class _Batch:
     """All batched tensors. N rows, P cached target positions, S source positions."""
 
-    self_cache: Cache  # 2L x (N, H, P, Dh) on the device
-    cross_cache: Cache  # 2L x (N, H, S, Dh) on the device
+    self_cache: Cache  # 2L x (N, H, P, Dh), where the KV backend keeps them
+    cross_cache: Cache  # 2L x (N, H, S, Dh)
     self_mask: np.ndarray  # (N, P) int64, 1 where a cache slot holds a real token
     encoder_mask: np.ndarray  # (N, S) int64
 
@@ -89,6 +121,23 @@ class _Group:
     def past_len(self) -> int:
         return self.batch.self_mask.shape[1]
 
+    @property
+    def width(self) -> int:
+        return self.batch.encoder_mask.shape[1]
+
+    @property
+    def shortest(self) -> int:
+        return min(active.src_len for active in self.requests)
+
+    @property
+    def shape(self) -> StepShape:
+        return StepShape(self.rows, self.past_len, self.width)
+
+
+def similar_lengths(shortest: int, longest: int, slack: int) -> bool:
+    """Sources that may share a padded batch: the padding stays below about half of it."""
+    return longest - shortest <= max(slack, shortest)
+
 
 @dataclass
 class Engine:
@@ -96,13 +145,15 @@ class Engine:
     model_dir: Path
     model_name: str = ""
     steps: int = 0
-    # Cohorts: rows that joined at about the same time share one dense batch (one decoder
-    # call per group and step), so a newcomer is not padded to the past length of a row that
-    # has decoded for a hundred steps. Newcomers join the youngest group while its past is at
-    # most ``merge_past`` (or ``max_groups`` groups exist), else they open a group; groups
-    # whose past lengths come within ``merge_past`` of each other merge. 1 = one batch.
-    max_groups: int = 3
+    # Groups (module docstring). Newcomers join a group whose past is at most ``merge_past``
+    # and whose sources are of similar length (``similar_lengths`` with ``length_slack``);
+    # groups that come that close merge. ``max_groups`` = 1: one batch for everyone.
+    max_groups: int = 4
     merge_past: int = 8
+    length_slack: int = 8
+    # Never generate the unknown token: it cannot be turned back into the text it replaced.
+    ban_unk: bool = True
+    step_cost: StepCostModel = field(default_factory=StepCostModel)
     _groups: list[_Group] = field(default_factory=list)
     _tokenizer: Any = None
 
@@ -112,13 +163,17 @@ class Engine:
         model_dir: str | Path,
         provider: ProviderName = "auto",
         intra_op_threads: int = 0,
-        host_kv: bool | None = None,
+        kv_backend: KVBackendName | None = None,
+        **options: Any,
     ) -> Engine:
-        """``host_kv``: see ``OnnxSeq2Seq`` (default: numpy caches exactly on CPU)."""
+        """``kv_backend``: see ``OnnxSeq2Seq`` (default: host caches exactly on CPU);
+        ``options``: the dataclass's scheduling fields (max_groups, merge_past, ...)."""
         model = OnnxSeq2Seq(
-            model_dir, provider=provider, intra_op_threads=intra_op_threads, host_kv=host_kv
+            model_dir, provider=provider, intra_op_threads=intra_op_threads, kv_backend=kv_backend
         )
-        return cls(model=model, model_dir=Path(model_dir), model_name=model.info.model_name)
+        return cls(
+            model=model, model_dir=Path(model_dir), model_name=model.info.model_name, **options
+        )
 
     # --- read-only properties --------------------------------------------------------------
 
@@ -126,6 +181,10 @@ class Engine:
     def provider(self) -> str:
         """The provider actually in use ("cuda" or "cpu")."""
         return self.model.provider
+
+    @property
+    def kv(self):
+        return self.model.kv
 
     @property
     def tokenizer(self) -> Any:
@@ -159,52 +218,123 @@ class Engine:
         return len(self._groups)
 
     @property
-    def past_len(self) -> int:
-        """P that newcomers would be padded to now: the youngest group's past length if they
-        would join it, else 0 (they would open a group of their own)."""
-        target = self._join_target()
-        return 0 if target is None else target.past_len
+    def step_shapes(self) -> list[StepShape]:
+        """One decoder call per group at the next step."""
+        return [group.shape for group in self._groups]
 
-    def _grouping(self) -> bool:
-        # Merging groups of different past lengths left-pads a cache: host arrays only.
-        return self.model.host_kv and self.max_groups > 1
+    def shapes_with(self, newcomers: Iterable[tuple[int, int]]) -> list[StepShape]:
+        """The step shapes once newcomers ``(rows, src_len)`` have joined, as ``add`` would
+        place them (for the batcher's cost estimate; nothing changes)."""
+        shapes = {id(group): group.shape for group in self._groups}
+        spans = {id(group): (group.shortest, group.width) for group in self._groups}
+        extra: list[list[int]] = []  # [rows, shortest, width] of groups newcomers would open
+        for rows, src_len in newcomers:
+            target = self._join_target(src_len, src_len, spans, len(self._groups) + len(extra))
+            if target is not None:
+                shape = shapes[id(target)]
+                shortest, width = spans[id(target)]
+                spans[id(target)] = (min(shortest, src_len), max(width, src_len))
+                shapes[id(target)] = StepShape(
+                    shape.rows + rows, shape.past_len, max(shape.width, src_len)
+                )
+                continue
+            for group in extra:
+                if similar_lengths(
+                    min(group[1], src_len), max(group[2], src_len), self.length_slack
+                ):
+                    group[0] += rows
+                    group[1], group[2] = min(group[1], src_len), max(group[2], src_len)
+                    break
+            else:
+                extra.append([rows, src_len, src_len])
+        return list(shapes.values()) + [StepShape(rows, 0, width) for rows, _, width in extra]
 
-    def _join_target(self) -> _Group | None:
+    def _join_target(
+        self,
+        shortest: int,
+        longest: int,
+        spans: dict[int, tuple[int, int]] | None = None,
+        groups: int | None = None,
+    ) -> _Group | None:
+        """The group newcomers with sources of ``shortest..longest`` tokens join, or None
+        (they open a group of their own)."""
         if not self._groups:
             return None
-        youngest = self._groups[-1]
-        if (
-            not self._grouping()
-            or youngest.past_len <= self.merge_past
-            or len(self._groups) >= self.max_groups
-        ):
-            return youngest
-        return None
+        groups = len(self._groups) if groups is None else groups
+
+        def span(group: _Group) -> tuple[int, int]:
+            return spans[id(group)] if spans is not None else (group.shortest, group.width)
+
+        young = [group for group in self._groups if group.past_len <= self.merge_past]
+        for group in young:
+            low, high = span(group)
+            if similar_lengths(min(low, shortest), max(high, longest), self.length_slack):
+                return group
+        if groups < self.max_groups:
+            return None
+
+        # No group fits and no room for another: the one that grows least in padded tokens.
+        def added_padding(group: _Group) -> int:
+            width = max(span(group)[1], longest)
+            return group.rows * (width - group.width) + width - shortest + group.past_len
+
+        return min(self._groups, key=added_padding)
 
     # --- batch operations ------------------------------------------------------------------
 
-    def add(self, requests: list[DecodeRequest]) -> None:
-        """Encode the newcomers in one encoder call and merge them into the running batch."""
-        if not requests:
-            return
+    def validate(self, request: DecodeRequest) -> str | None:
+        """Why ``request`` cannot be decoded, or None."""
         info = self.model.info
+        if not request.src_ids:
+            return "empty source"
+        if len(request.src_ids) > info.max_positions:
+            return (
+                f"{len(request.src_ids)} source tokens, the model has "
+                f"{info.max_positions} positions"
+            )
+        if request.max_new_tokens < 1:
+            return "max_new_tokens must be >= 1"
+        if not 1 <= request.beam_size <= info.vocab_size // 2:
+            return f"beam_size must be between 1 and {info.vocab_size // 2}"
+        if any(not 0 <= token < info.vocab_size for token in request.src_ids):
+            return f"source token ids must be in [0, {info.vocab_size})"
+        return None
+
+    def add(self, requests: list[DecodeRequest]) -> list[RejectedRequest]:
+        """Encode the newcomers (one encoder call per length class) and place them in groups.
+        Invalid requests are returned, rejected alone; the others are admitted."""
+        rejected: list[RejectedRequest] = []
+        valid: list[DecodeRequest] = []
         for request in requests:
-            if not request.src_ids:
-                raise ValueError(f"request {request.request_id!r}: empty source")
-            if len(request.src_ids) > info.max_positions:
-                raise ValueError(
-                    f"request {request.request_id!r}: {len(request.src_ids)} source tokens, "
-                    f"the model has {info.max_positions} positions"
-                )
-            if request.max_new_tokens < 1:
-                raise ValueError(f"request {request.request_id!r}: max_new_tokens must be >= 1")
+            reason = self.validate(request)
+            if reason is None:
+                valid.append(request)
+            else:
+                rejected.append(RejectedRequest(request.request_id, reason))
+        for length_class in self._length_classes(valid):
+            self._add_class(length_class)
+        return rejected
+
+    def _length_classes(self, requests: list[DecodeRequest]) -> list[list[DecodeRequest]]:
+        """Requests sorted by source length, cut where lengths stop being similar."""
+        classes: list[list[DecodeRequest]] = []
+        for request in sorted(requests, key=lambda request: len(request.src_ids)):
+            length = len(request.src_ids)
+            if classes and similar_lengths(len(classes[-1][0].src_ids), length, self.length_slack):
+                classes[-1].append(request)
+            else:
+                classes.append([request])
+        return classes
+
+    def _add_class(self, requests: list[DecodeRequest]) -> None:
+        info = self.model.info
         src_len = max(len(request.src_ids) for request in requests)
         input_ids = np.full((len(requests), src_len), info.pad_id, dtype=np.int64)  # (M, S')
         attention_mask = np.zeros((len(requests), src_len), dtype=np.int64)
         for row, request in enumerate(requests):
             input_ids[row, : len(request.src_ids)] = request.src_ids
             attention_mask[row, : len(request.src_ids)] = 1
-        cross = self.model.encode(input_ids, attention_mask)  # 2L x (M, H, S', Dh)
+        cross = self.kv.encode(input_ids, attention_mask)  # 2L x (M, H, S', Dh)
 
         newcomers = [
             _Active(
@@ -226,20 +356,17 @@ class Engine:
         repeats = np.array([active.num_rows for active in newcomers])
         new_rows = int(repeats.sum())
         if new_rows != len(requests):  # beams share their sentence's cross K/V: repeat rows
-            cross = self.model.select(
-                cross, np.repeat(np.arange(len(requests)), repeats), 0, src_len
-            )
-        encoder_mask = np.repeat(attention_mask, repeats, axis=0)  # (R, S')
+            cross = self.kv.select(cross, np.repeat(np.arange(len(requests)), repeats), 0, src_len)
         group = _Group(
             newcomers,
             _Batch(
-                self_cache=self.model.empty_cache(new_rows),
+                self_cache=self.kv.empty(new_rows),
                 cross_cache=cross,
                 self_mask=np.zeros((new_rows, 0), dtype=np.int64),
-                encoder_mask=encoder_mask,
+                encoder_mask=np.repeat(attention_mask, repeats, axis=0),  # (R, S')
             ),
         )
-        target = self._join_target()
+        target = self._join_target(group.shortest, group.width)
         if target is None:
             self._groups.append(group)
         else:
@@ -251,23 +378,9 @@ class Engine:
         a, b = target.batch, other.batch
         past_len = max(a.self_mask.shape[1], b.self_mask.shape[1])
         width = max(a.encoder_mask.shape[1], b.encoder_mask.shape[1])
-        if self.model.host_kv:
-            # One copy of both into arrays sized for everyone, padding only zero-filled.
-            self_cache = [
-                _host_merge(x, y, past_len, left=True)
-                for x, y in zip(a.self_cache, b.self_cache, strict=True)
-            ]
-            cross_cache = [
-                _host_merge(x, y, width, left=False)
-                for x, y in zip(a.cross_cache, b.cross_cache, strict=True)
-            ]
-        else:  # only newcomers (past 0) join a group here: no left padding needed
-            assert b.self_mask.shape[1] == 0
-            self_cache = self.model.concat(a.self_cache, b.self_cache)
-            cross_cache = self.model.concat(a.cross_cache, b.cross_cache)
         target.batch = _Batch(
-            self_cache=self_cache,
-            cross_cache=cross_cache,
+            self_cache=self.kv.merge(a.self_cache, b.self_cache, past_len, left=True),
+            cross_cache=self.kv.merge(a.cross_cache, b.cross_cache, width, left=False),
             self_mask=np.concatenate(
                 [
                     _pad_columns(a.self_mask, past_len, left=True),
@@ -295,31 +408,73 @@ class Engine:
         return finished
 
     def _merge_close_groups(self) -> None:
-        """Neighbouring groups whose past lengths came close (rows left, the caches were
-        trimmed) become one: fewer decoder calls for little padding."""
-        merged = self._groups[:1]
-        for group in self._groups[1:]:
-            last = merged[-1]
-            if abs(last.past_len - group.past_len) <= self.merge_past:
-                self._merge_into(last, group)
-            else:
+        """Groups whose past lengths came close (rows left, the caches were trimmed) and whose
+        sources are of similar length become one: fewer decoder calls for little padding."""
+        merged: list[_Group] = []
+        for group in self._groups:
+            partner = next(
+                (
+                    other
+                    for other in merged
+                    if abs(other.past_len - group.past_len) <= self.merge_past
+                    and similar_lengths(
+                        min(other.shortest, group.shortest),
+                        max(other.width, group.width),
+                        self.length_slack,
+                    )
+                ),
+                None,
+            )
+            if partner is None:
                 merged.append(group)
+            else:
+                self._merge_into(partner, group)
         self._groups = merged
+
+    def _step_inputs(self, group: _Group) -> StepInputs:
+        info = self.model.info
+        requests = group.requests
+        rows = group.rows
+        batch = group.batch
+        static_bans = [info.pad_id] + ([info.unk_id] if self.ban_unk else [])
+        extra_bans = [active.search.bans() for active in requests]
+        watched = [active.search.watch_ids() for active in requests]
+        ban_width = max((b.shape[1] for b in extra_bans if b is not None), default=0)
+        banned = np.full((rows, len(static_bans) + ban_width), info.pad_id, dtype=np.int64)
+        banned[:, : len(static_bans)] = static_bans
+        watch_width = max((len(w) for w in watched if w is not None), default=1)
+        watch = np.full((rows, watch_width), info.pad_id, dtype=np.int64)
+        offset = 0
+        for active, bans, ids in zip(requests, extra_bans, watched, strict=True):
+            end = offset + active.num_rows
+            if bans is not None:
+                banned[offset:end, len(static_bans) : len(static_bans) + bans.shape[1]] = bans
+            if ids is not None:
+                watch[offset:end, : len(ids)] = ids
+            offset = end
+        return StepInputs(
+            input_ids=np.concatenate([active.next_tokens for active in requests])[:, None],
+            positions=np.concatenate(
+                [np.full(active.num_rows, active.steps, dtype=np.int64) for active in requests]
+            )[:, None],
+            self_attention_mask=np.concatenate(
+                [batch.self_mask, np.ones((rows, 1), dtype=np.int64)], axis=1
+            ),  # (N, P+1)
+            encoder_attention_mask=batch.encoder_mask,
+            top_k=min(max(active.search.top_k for active in requests), info.vocab_size),
+            banned_ids=banned,
+            watch_ids=watch,
+        )
 
     def _step_group(self, group: _Group) -> list[FinishedRequest]:
         batch = group.batch
         requests = group.requests
-        input_ids = np.concatenate([active.next_tokens for active in requests])[:, None]  # (N, 1)
-        positions = np.concatenate(
-            [np.full(active.num_rows, active.steps, dtype=np.int64) for active in requests]
-        )[:, None]  # (N, 1)
-        self_mask = np.concatenate(
-            [batch.self_mask, np.ones((len(input_ids), 1), dtype=np.int64)], axis=1
-        )  # (N, P+1)
-        logits, present = self.model.decode(
-            input_ids, positions, self_mask, batch.self_cache, batch.cross_cache, batch.encoder_mask
-        )  # (N, 1, V), 2L x (N, H, P+1, Dh)
-        batch.self_cache, batch.self_mask = present, self_mask
+        inputs = self._step_inputs(group)
+        shape = group.shape
+        started = time.perf_counter()
+        head, present = self.kv.decode(inputs, batch.self_cache, batch.cross_cache)
+        self.step_cost.observe(shape, time.perf_counter() - started)
+        batch.self_cache, batch.self_mask = present, inputs.self_attention_mask
 
         finished: list[FinishedRequest] = []
         remaining: list[_Active] = []
@@ -328,11 +483,16 @@ class Engine:
         offset = 0
         for active in requests:
             rows = active.num_rows
-            next_tokens, parents = active.search.advance(logits[offset : offset + rows, -1])
+            next_tokens, parents = active.search.advance(head.rows(offset, offset + rows))
             active.steps += 1
             if active.search.done:
                 finished.append(
-                    FinishedRequest(active.request.request_id, active.search.result(), active.steps)
+                    FinishedRequest(
+                        active.request.request_id,
+                        active.search.result(),
+                        active.steps,
+                        active.search.hypotheses(),
+                    )
                 )
             else:
                 active.next_tokens = next_tokens
@@ -370,7 +530,8 @@ class Engine:
         own_rows: list[np.ndarray],
         rows_left: bool,
     ) -> None:
-        """Gather the self-attention cache rows (beam reorder, retire) and trim columns."""
+        """Gather the self-attention cache rows (beam reorder, retire) and trim columns; no
+        copy at all when nothing moved (greedy rows, beams that kept their order)."""
         batch = group.batch
         if not group.requests:
             return
@@ -384,13 +545,13 @@ class Engine:
             # under the valid ones of the rows they joined.
             start = int(batch.self_mask[rows].any(axis=0).argmax())
         if start > 0 or len(rows) != num_rows or not (rows == np.arange(num_rows)).all():
-            batch.self_cache = self.model.select(batch.self_cache, rows, start, past_len)
+            batch.self_cache = self.kv.select(batch.self_cache, rows, start, past_len)
             batch.self_mask = batch.self_mask[rows, start:]
         if rows_left:
             # A request's beams share identical cross K/V: its own rows, unpermuted, suffice.
             cross_rows = np.concatenate(own_rows)
             end = max(active.src_len for active in group.requests)
-            batch.cross_cache = self.model.select(batch.cross_cache, cross_rows, 0, end)
+            batch.cross_cache = self.kv.select(batch.cross_cache, cross_rows, 0, end)
             batch.encoder_mask = batch.encoder_mask[cross_rows, :end]
 
     # --- conveniences ----------------------------------------------------------------------
@@ -411,7 +572,7 @@ class Engine:
         that finish meanwhile are not returned to anyone."""
         ids = [("translate_ids", self.steps, index) for index in range(len(src_ids))]
         constraints = copy_tokens if copy_tokens is not None else [None] * len(src_ids)
-        self.add(
+        rejected = self.add(
             [
                 DecodeRequest(
                     request_id, list(src), beam_size, max_new_tokens, length_penalty, copies
@@ -419,6 +580,9 @@ class Engine:
                 for request_id, src, copies in zip(ids, src_ids, constraints, strict=True)
             ]
         )
+        if rejected:
+            self.drop(ids)
+            raise ValueError(f"request {rejected[0].request_id!r}: {rejected[0].reason}")
         results: dict[Hashable, list[int]] = {}
         pending = set(ids)
         while pending:
@@ -430,16 +594,70 @@ class Engine:
 
     def warmup(self) -> float:
         """Run a tiny greedy and beam translation (allocations, kernel selection); returns seconds."""
-        info = self.model.info
-        special = {info.pad_id, info.eos_id, info.decoder_start_id}
-        src = [token for token in range(1, info.vocab_size) if token not in special][:4] + [
-            info.eos_id
-        ]
         started = time.perf_counter()
+        src = self._warmup_source(4)
         self.translate_ids([src], beam_size=1, max_new_tokens=4)
         self.translate_ids([src, src[1:]], beam_size=2, max_new_tokens=4)
         elapsed = time.perf_counter() - started
         log.info("engine warmed up in %.2f s on %s", elapsed, self.provider)
+        return elapsed
+
+    def _warmup_source(self, length: int) -> list[int]:
+        info = self.model.info
+        special = {info.pad_id, info.eos_id, info.decoder_start_id, info.unk_id}
+        ordinary = [token for token in range(1, info.vocab_size) if token not in special]
+        return [ordinary[i % len(ordinary)] for i in range(length - 1)] + [info.eos_id]
+
+    def calibrate(
+        self,
+        rows: Iterable[int] = (1, 2, 4, 8, 16, 32, 64),
+        widths: Iterable[int] = (8, 32),
+        past_lens: Iterable[int] = (0, 24),
+        repeats: int = 2,
+    ) -> float:
+        """Time decoder calls over a spread of shapes (random caches, nothing joins the batch)
+        and fit ``step_cost`` to them; returns seconds spent. Called once at start-up, so the
+        batcher knows where this machine's knee lies before traffic arrives."""
+        info = self.model.info
+        started = time.perf_counter()
+        samples: list[tuple[StepShape, float]] = []
+        rng = np.random.default_rng(0)
+        for width in widths:
+            src = np.array(self._warmup_source(width))
+            for count in rows:
+                input_ids = np.tile(src, (count, 1))
+                mask = np.ones_like(input_ids)
+                cross = self.kv.encode(input_ids, mask)
+                for past_len in past_lens:
+                    past = self.kv.empty(count)
+                    self_mask = np.zeros((count, 0), dtype=np.int64)
+                    tokens = np.full((count, 1), info.decoder_start_id, dtype=np.int64)
+                    # grow the cache to past_len with real decoder calls (untimed)
+                    for position in range(past_len + repeats):
+                        inputs = StepInputs(
+                            input_ids=tokens,
+                            positions=np.full((count, 1), position, dtype=np.int64),
+                            self_attention_mask=np.ones((count, position + 1), dtype=np.int64),
+                            encoder_attention_mask=mask,
+                            top_k=8,
+                            banned_ids=np.full((count, 2), info.pad_id, dtype=np.int64),
+                            watch_ids=np.full((count, 1), info.pad_id, dtype=np.int64),
+                        )
+                        tick = time.perf_counter()
+                        head, past = self.kv.decode(inputs, past, cross)
+                        if position >= past_len:
+                            shape = StepShape(count, position, width)
+                            samples.append((shape, time.perf_counter() - tick))
+                        tokens = rng.choice(head.top_ids[:, :4].reshape(-1), (count, 1))
+                    del self_mask
+        self.step_cost.calibrate(samples)
+        elapsed = time.perf_counter() - started
+        log.info(
+            "step cost calibrated in %.2f s over %d decoder calls: %s",
+            elapsed,
+            len(samples),
+            [round(c, 6) for c in self.step_cost.coefficients],
+        )
         return elapsed
 
 
@@ -455,19 +673,10 @@ def _pad_columns(mask: np.ndarray, width: int, left: bool = False) -> np.ndarray
     return padded
 
 
-def _host_merge(a: np.ndarray, b: np.ndarray, length: int, left: bool) -> np.ndarray:
-    """Host caches (Na, H, La, Dh), (Nb, H, Lb, Dh) -> (Na+Nb, H, length, Dh): rows of ``a``
-    then ``b``, each zero-padded on axis 2 (on the left or the right); one pass over the data."""
-    n = a.shape[0]
-    out = np.empty((n + b.shape[0], a.shape[1], length, a.shape[3]), dtype=a.dtype)
-    for part, rows in ((a, slice(0, n)), (b, slice(n, None))):
-        pad = length - part.shape[2]
-        if left:
-            out[rows, :, pad:] = part
-            if pad:
-                out[rows, :, :pad] = 0
-        else:
-            out[rows, :, : part.shape[2]] = part
-            if pad:
-                out[rows, :, part.shape[2] :] = 0
-    return out
+__all__ = [
+    "DecodeRequest",
+    "Engine",
+    "FinishedRequest",
+    "RejectedRequest",
+    "StepOutput",
+]

@@ -1,20 +1,28 @@
-"""The exported encoder/decoder on ONNX Runtime, with the KV caches kept on the device.
+"""The exported encoder/decoder on ONNX Runtime, and the two places its KV caches can live.
 
 No torch here: onnxruntime and numpy only.
 
-Caches are lists of ``OrtValue`` living on the session's device, always in the order
-``[key_0 .. key_{L-1}, value_0 .. value_{L-1}]``, each (N, H, length, Dh). Every call uses IO
-binding: cache outputs are bound to the device and fed back as inputs of the next step, and
-row gathers / column slices / concatenation run in two tiny helper graphs on the same provider
-(``kv_select.onnx``, ``kv_concat.onnx``, written by ``python -m export``). Only token ids,
-positions, masks (host int64, a few bytes per row) go in and logits come out.
+``OnnxSeq2Seq`` opens the sessions of one export directory on one execution provider and owns
+a ``KVBackend``: the only code that knows where caches live. Caches are lists of 2L tensors
+(N, H, length, Dh) in the order ``[key_0 .. key_{L-1}, value_0 .. value_{L-1}]``.
 
-On the CPU provider the caches are host memory anyway, so by default (``host_kv``) they are
-plain numpy arrays: the graphs run with ``InferenceSession.run`` on numpy inputs and row
-gathers / column slices / concatenation are numpy indexing, which is several times cheaper
-than a helper-graph call plus IO binding for the small tensors of one decoder step. The device
-path (IO binding, helper graphs) still runs on CPU with ``host_kv=False``, which is how the
-CUDA path is tested without a GPU; both paths compute the same graphs on the same values.
+``HostKV``
+    numpy arrays; the graphs run with ``InferenceSession.run`` and row gathers, column slices
+    and merges are numpy indexing. On the CPU provider the caches are host memory anyway, and
+    this is several times cheaper than a helper-graph call plus IO binding for the small
+    tensors of one decoder step.
+``DeviceKV``
+    ``OrtValue``s on the session's device. Every call uses IO binding: cache outputs stay on
+    the device and are fed back as the next step's inputs; gathers, slices and merges run in
+    two tiny helper graphs on the same provider (``kv_select.onnx``, ``kv_merge.onnx``, written
+    by ``python -m export``). Only token ids, positions, masks and bans go in (host int64, a few
+    bytes per row) and the search head's ``rows x k`` outputs come out. It also runs on the CPU
+    provider, which is how the CUDA code path is tested without a GPU: both backends compute
+    the same graphs on the same values.
+
+The engine (service/engine.py) asks the backend to do things; it never asks which one it is.
+Every decoder call returns a ``StepOutput``: the search head's top-k (export/search_head.py),
+never the full logits.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import onnxruntime as ort
@@ -31,11 +39,17 @@ import onnxruntime as ort
 log = logging.getLogger(__name__)
 
 ProviderName = Literal["auto", "cuda", "cpu"]
-# 2L tensors (N, H, length, Dh): keys of every layer, then values. OrtValues on the device path,
-# C-contiguous numpy arrays on the host path (``OnnxSeq2Seq.host_kv``).
+KVBackendName = Literal["host", "device"]
+# 2L tensors (N, H, length, Dh): keys of every layer, then values. C-contiguous numpy arrays
+# (HostKV) or OrtValues on the session's device (DeviceKV).
 Cache = list[ort.OrtValue] | list[np.ndarray]
 
 _NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16}
+SEARCH_OUTPUTS = ["top_log_probs", "top_ids", "raw_best_id", "watch_log_probs"]
+
+
+class ExportTooOld(RuntimeError):
+    """The export directory predates what this runtime needs; re-run ``python -m export``."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,49 @@ class ModelInfo:
         )
 
 
+@dataclass(frozen=True)
+class StepInputs:
+    """Host inputs of one decoder call over N rows (all int64)."""
+
+    input_ids: np.ndarray  # (N, T)
+    positions: np.ndarray  # (N, T)
+    self_attention_mask: np.ndarray  # (N, P+T)
+    encoder_attention_mask: np.ndarray  # (N, S)
+    top_k: int
+    banned_ids: np.ndarray  # (N, B): -inf before the log-softmax (pad-filled)
+    watch_ids: np.ndarray  # (N, W): log-probs wanted besides the top k (pad-filled)
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        as_int64 = lambda array: np.ascontiguousarray(array, dtype=np.int64)  # noqa: E731
+        return {
+            "input_ids": as_int64(self.input_ids),
+            "positions": as_int64(self.positions),
+            "self_attention_mask": as_int64(self.self_attention_mask),
+            "encoder_attention_mask": as_int64(self.encoder_attention_mask),
+            "top_k": np.array([self.top_k], dtype=np.int64),
+            "banned_ids": as_int64(self.banned_ids),
+            "watch_ids": as_int64(self.watch_ids),
+        }
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """What the host receives from one decoder call: the search head, ``rows x k`` numbers."""
+
+    top_log_probs: np.ndarray  # (N, k) float32, best first
+    top_ids: np.ndarray  # (N, k) int64
+    raw_best_id: np.ndarray  # (N,) int64: argmax before any ban
+    watch_log_probs: np.ndarray  # (N, W) float32
+
+    def rows(self, start: int, end: int) -> StepOutput:
+        return StepOutput(
+            self.top_log_probs[start:end],
+            self.top_ids[start:end],
+            self.raw_best_id[start:end],
+            self.watch_log_probs[start:end],
+        )
+
+
 def cuda_is_usable(model_path: str | Path) -> bool:
     """True only if a session of ``model_path`` really runs on CUDA (onnxruntime-gpu *lists*
     CUDA even on hosts where it cannot load the CUDA libraries, then silently runs on CPU)."""
@@ -88,18 +145,168 @@ def cuda_is_usable(model_path: str | Path) -> bool:
     return session.get_providers()[0] == "CUDAExecutionProvider"
 
 
+class KVBackend(Protocol):
+    """Where the caches live, and the graph calls that read and write them."""
+
+    name: str
+
+    def empty(self, rows: int) -> Cache:
+        """2L caches of length 0: (rows, H, 0, Dh)."""
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Cache:
+        """(M, S) int64 each -> cross keys/values 2L x (M, H, S, Dh)."""
+
+    def decode(self, inputs: StepInputs, past: Cache, cross: Cache) -> tuple[StepOutput, Cache]:
+        """One decoder call -> the search head's outputs and the present caches (P+T)."""
+
+    def select(self, cache: Cache, rows: np.ndarray, start: int, end: int) -> Cache:
+        """cache[rows][:, :, start:end]: beam reorder, retire rows, repeat, trim columns."""
+
+    def merge(self, first: Cache, second: Cache, length: int, left: bool) -> Cache:
+        """Rows of ``first`` then ``second``, each zero-padded on axis 2 to ``length`` on the
+        left (self-attention past: newest slots aligned) or the right (sources)."""
+
+
+class HostKV:
+    """Caches as numpy arrays (CPU provider only)."""
+
+    name = "host"
+
+    def __init__(self, model: OnnxSeq2Seq) -> None:
+        self.model = model
+
+    def empty(self, rows: int) -> Cache:
+        info = self.model.info
+        empty = np.zeros((rows, info.num_heads, 0, info.head_dim), dtype=self.model.kv_dtype)
+        return [empty] * (2 * info.num_layers)  # no data: sharing one is safe
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Cache:
+        return self.model.encoder.run(
+            self.model.cross_names,
+            {
+                "input_ids": np.ascontiguousarray(input_ids, dtype=np.int64),
+                "attention_mask": np.ascontiguousarray(attention_mask, dtype=np.int64),
+            },
+        )
+
+    def decode(self, inputs: StepInputs, past: Cache, cross: Cache) -> tuple[StepOutput, Cache]:
+        model = self.model
+        feeds = inputs.feeds()
+        feeds.update(zip(model.past_names, past, strict=True))
+        feeds.update(zip(model.cross_names, cross, strict=True))
+        outputs = model.decoder.run(SEARCH_OUTPUTS + model.present_names, feeds)
+        return StepOutput(*outputs[:4]), outputs[4:]
+
+    def select(self, cache: Cache, rows: np.ndarray, start: int, end: int) -> Cache:
+        # Basic slicing first (a view), then one gather copy along axis 0: contiguous.
+        return [np.take(value[:, :, start:end], rows, axis=0) for value in cache]
+
+    def merge(self, first: Cache, second: Cache, length: int, left: bool) -> Cache:
+        return [_host_merge(a, b, length, left) for a, b in zip(first, second, strict=True)]
+
+
+class DeviceKV:
+    """Caches as OrtValues on the session's device, moved only by graphs on that device."""
+
+    name = "device"
+
+    def __init__(self, model: OnnxSeq2Seq) -> None:
+        self.model = model
+        providers = model.session_providers
+        options = model.session_options
+        self.kv_select = ort.InferenceSession(
+            str(model.model_dir / "kv_select.onnx"), options, providers=providers
+        )
+        self.kv_merge = ort.InferenceSession(
+            str(model.model_dir / "kv_merge.onnx"), options, providers=providers
+        )
+        self.device_type = "cuda" if model.provider == "cuda" else "cpu"
+        self.device_id = 0
+
+    def _bind_outputs(self, binding: ort.IOBinding, names: list[str]) -> None:
+        for name in names:
+            binding.bind_output(name, self.device_type, self.device_id)
+
+    def empty(self, rows: int) -> Cache:
+        info = self.model.info
+        empty = np.zeros((rows, info.num_heads, 0, info.head_dim), dtype=self.model.kv_dtype)
+        return [
+            ort.OrtValue.ortvalue_from_numpy(empty, self.device_type, self.device_id)
+            for _ in range(2 * info.num_layers)
+        ]
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Cache:
+        encoder = self.model.encoder
+        binding = encoder.io_binding()
+        binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
+        binding.bind_cpu_input(
+            "attention_mask", np.ascontiguousarray(attention_mask, dtype=np.int64)
+        )
+        self._bind_outputs(binding, self.model.cross_names)  # hidden states are not needed
+        encoder.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        return list(binding.get_outputs())
+
+    def decode(self, inputs: StepInputs, past: Cache, cross: Cache) -> tuple[StepOutput, Cache]:
+        model = self.model
+        binding = model.decoder.io_binding()
+        for name, value in inputs.feeds().items():
+            binding.bind_cpu_input(name, value)
+        for name, value in zip(model.past_names, past, strict=True):
+            binding.bind_ortvalue_input(name, value)
+        for name, value in zip(model.cross_names, cross, strict=True):
+            binding.bind_ortvalue_input(name, value)
+        for name in SEARCH_OUTPUTS:  # the only outputs that cross to the host
+            binding.bind_output(name, "cpu")
+        self._bind_outputs(binding, model.present_names)
+        model.decoder.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        outputs = binding.get_outputs()
+        head = StepOutput(*(value.numpy() for value in outputs[:4]))
+        return head, list(outputs[4:])
+
+    def select(self, cache: Cache, rows: np.ndarray, start: int, end: int) -> Cache:
+        binding = self.kv_select.io_binding()
+        for j, value in enumerate(cache):
+            binding.bind_ortvalue_input(f"x_{j}", value)
+        binding.bind_cpu_input("rows", np.ascontiguousarray(rows, dtype=np.int64))
+        binding.bind_cpu_input("start", np.array([start], dtype=np.int64))
+        binding.bind_cpu_input("end", np.array([end], dtype=np.int64))
+        self._bind_outputs(binding, [f"y_{j}" for j in range(len(cache))])
+        self.kv_select.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        return list(binding.get_outputs())
+
+    def merge(self, first: Cache, second: Cache, length: int, left: bool) -> Cache:
+        binding = self.kv_merge.io_binding()
+        for j, (a, b) in enumerate(zip(first, second, strict=True)):
+            binding.bind_ortvalue_input(f"a_{j}", a)
+            binding.bind_ortvalue_input(f"b_{j}", b)
+        # Pad's pads: [begin of axes 0..3, end of axes 0..3]; only axis 2 is padded.
+        for tag, tensors in (("a", first), ("b", second)):
+            extra = length - tensors[0].shape()[2]
+            pads = np.zeros(8, dtype=np.int64)
+            pads[2 if left else 6] = extra
+            binding.bind_cpu_input(f"{tag}_pads", pads)
+        self._bind_outputs(binding, [f"y_{j}" for j in range(len(first))])
+        self.kv_merge.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        return list(binding.get_outputs())
+
+
 class OnnxSeq2Seq:
-    """Encoder, decoder and cache helpers of one export directory on one execution provider."""
+    """Encoder and decoder sessions of one export directory on one execution provider, and the
+    KV backend that runs them."""
 
     def __init__(
         self,
         model_dir: str | Path,
         provider: ProviderName = "auto",
         intra_op_threads: int = 0,
-        host_kv: bool | None = None,
+        kv_backend: KVBackendName | None = None,
     ):
-        """``host_kv``: keep the caches as numpy arrays and gather/concatenate them with numpy
-        (None: exactly when the provider is CPU; True needs the CPU provider)."""
+        """``kv_backend``: "host" (numpy caches; CPU provider only) or "device" (OrtValues and
+        helper graphs); None: host on the CPU provider, device otherwise."""
         self.model_dir = Path(model_dir)
         config = json.loads((self.model_dir / "config.json").read_text())
         self.info = ModelInfo.from_config(config, self.model_dir.name)
@@ -119,29 +326,24 @@ class OnnxSeq2Seq:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if intra_op_threads:
             options.intra_op_num_threads = intra_op_threads
-        self._options = options
+        self.session_options = options
         self.provider, self.encoder = self._first_session(self.model_dir / "encoder.onnx", provider)
-        providers = self._providers(self.provider)
+        self.session_providers = self._providers(self.provider)
         self.decoder = ort.InferenceSession(
-            str(self.model_dir / "decoder.onnx"), options, providers=providers
+            str(self.model_dir / "decoder.onnx"), options, providers=self.session_providers
         )
-        if host_kv and self.provider != "cpu":
-            raise ValueError(f"host_kv needs the CPU provider, the model runs on {self.provider}")
-        self.host_kv = self.provider == "cpu" if host_kv is None else host_kv
-        self.kv_select: ort.InferenceSession | None = None
-        self.kv_concat: ort.InferenceSession | None = None
-        if not self.host_kv:
-            self.kv_select = ort.InferenceSession(
-                str(self.model_dir / "kv_select.onnx"), options, providers=providers
+        outputs = {output.name for output in self.decoder.get_outputs()}
+        if not set(SEARCH_OUTPUTS) <= outputs or not (self.model_dir / "kv_merge.onnx").exists():
+            raise ExportTooOld(
+                f"{self.model_dir} was exported by an older version (no search head in the "
+                "decoder or no kv_merge.onnx): re-run `python -m export` (`make onnx` for the "
+                "default model)"
             )
-            self.kv_concat = ort.InferenceSession(
-                str(self.model_dir / "kv_concat.onnx"), options, providers=providers
-            )
-        self.device_type = "cuda" if self.provider == "cuda" else "cpu"
-        self.device_id = 0
-        self._decoder_outputs = ["logits", *self.present_names]
-
-    # --- sessions ---------------------------------------------------------------------------
+        if kv_backend is None:
+            kv_backend = "host" if self.provider == "cpu" else "device"
+        if kv_backend == "host" and self.provider != "cpu":
+            raise ValueError(f"host KV caches need the CPU provider, not {self.provider}")
+        self.kv: KVBackend = HostKV(self) if kv_backend == "host" else DeviceKV(self)
 
     @staticmethod
     def _providers(provider: str) -> list:
@@ -158,7 +360,7 @@ class OnnxSeq2Seq:
         if requested != "cpu" and "CUDAExecutionProvider" in ort.get_available_providers():
             try:
                 session = ort.InferenceSession(
-                    str(path), self._options, providers=self._providers("cuda")
+                    str(path), self.session_options, providers=self._providers("cuda")
                 )
                 if session.get_providers()[0] == "CUDAExecutionProvider":
                     return "cuda", session
@@ -173,134 +375,25 @@ class OnnxSeq2Seq:
                 f"CUDA execution provider requested but not available: {ort.get_available_providers()}"
             )
         return "cpu", ort.InferenceSession(
-            str(path), self._options, providers=self._providers("cpu")
+            str(path), self.session_options, providers=self._providers("cpu")
         )
 
-    # --- device values ----------------------------------------------------------------------
 
-    def empty_cache(self, rows: int) -> Cache:
-        """2L caches of length 0, (rows, H, 0, Dh), on the device."""
-        shape = (rows, self.info.num_heads, 0, self.info.head_dim)
-        empty = np.zeros(shape, dtype=self.kv_dtype)
-        if self.host_kv:
-            return [empty] * (2 * self.info.num_layers)  # no data: sharing one is safe
-        return [
-            ort.OrtValue.ortvalue_from_numpy(empty, self.device_type, self.device_id)
-            for _ in range(2 * self.info.num_layers)
-        ]
-
-    def _bind_outputs(self, binding: ort.IOBinding, names: list[str]) -> None:
-        for name in names:
-            binding.bind_output(name, self.device_type, self.device_id)
-
-    # --- graphs -----------------------------------------------------------------------------
-
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Cache:
-        """input_ids, attention_mask (M, S) int64 -> cross keys/values (M, H, S, Dh) on the device."""
-        if self.host_kv:
-            return self.encoder.run(
-                self.cross_names,
-                {
-                    "input_ids": np.ascontiguousarray(input_ids, dtype=np.int64),
-                    "attention_mask": np.ascontiguousarray(attention_mask, dtype=np.int64),
-                },
-            )
-        binding = self.encoder.io_binding()
-        binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
-        binding.bind_cpu_input(
-            "attention_mask", np.ascontiguousarray(attention_mask, dtype=np.int64)
-        )
-        self._bind_outputs(binding, self.cross_names)  # encoder_hidden_states is not needed
-        self.encoder.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-        return list(binding.get_outputs())
-
-    def decode(
-        self,
-        input_ids: np.ndarray,
-        positions: np.ndarray,
-        self_attention_mask: np.ndarray,
-        past: Cache,
-        cross: Cache,
-        encoder_attention_mask: np.ndarray,
-    ) -> tuple[np.ndarray, Cache]:
-        """One decoder call. input_ids, positions (N, T); self_attention_mask (N, P+T);
-        past (N, H, P, Dh) x 2L; cross (N, H, S, Dh) x 2L; encoder_attention_mask (N, S).
-        Returns logits (N, T, V) as a host float32 array and the present caches (N, H, P+T, Dh)."""
-        if self.host_kv:
-            feeds = {
-                "input_ids": np.ascontiguousarray(input_ids, dtype=np.int64),
-                "positions": np.ascontiguousarray(positions, dtype=np.int64),
-                "self_attention_mask": np.ascontiguousarray(self_attention_mask, dtype=np.int64),
-                "encoder_attention_mask": np.ascontiguousarray(
-                    encoder_attention_mask, dtype=np.int64
-                ),
-            }
-            feeds.update(zip(self.past_names, past, strict=True))
-            feeds.update(zip(self.cross_names, cross, strict=True))
-            logits, *present = self.decoder.run(self._decoder_outputs, feeds)
-            return logits.astype(np.float32, copy=False), present
-        binding = self.decoder.io_binding()
-        binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
-        binding.bind_cpu_input("positions", np.ascontiguousarray(positions, dtype=np.int64))
-        binding.bind_cpu_input(
-            "self_attention_mask", np.ascontiguousarray(self_attention_mask, dtype=np.int64)
-        )
-        binding.bind_cpu_input(
-            "encoder_attention_mask", np.ascontiguousarray(encoder_attention_mask, dtype=np.int64)
-        )
-        for name, value in zip(self.past_names, past, strict=True):
-            binding.bind_ortvalue_input(name, value)
-        for name, value in zip(self.cross_names, cross, strict=True):
-            binding.bind_ortvalue_input(name, value)
-        binding.bind_output("logits", "cpu")  # the only float tensor that crosses to the host
-        self._bind_outputs(binding, self.present_names)
-        self.decoder.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-        outputs = binding.get_outputs()
-        logits = outputs[0].numpy().astype(np.float32, copy=False)
-        return logits, list(outputs[1:])
-
-    def select(self, cache: Cache, rows: np.ndarray, start: int, end: int) -> Cache:
-        """cache (N, H, L, Dh) x 2L -> cache[rows][:, :, start:end] on the device."""
-        if self.host_kv:
-            # Basic slicing first (a view), then one gather copy along axis 0: contiguous.
-            return [np.take(value[:, :, start:end], rows, axis=0) for value in cache]
-        assert self.kv_select is not None
-        binding = self.kv_select.io_binding()
-        for j, value in enumerate(cache):
-            binding.bind_ortvalue_input(f"x_{j}", value)
-        binding.bind_cpu_input("rows", np.ascontiguousarray(rows, dtype=np.int64))
-        binding.bind_cpu_input("start", np.array([start], dtype=np.int64))
-        binding.bind_cpu_input("end", np.array([end], dtype=np.int64))
-        self._bind_outputs(binding, [f"y_{j}" for j in range(len(cache))])
-        self.kv_select.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-        return list(binding.get_outputs())
-
-    def concat(self, first: Cache, second: Cache) -> Cache:
-        """Rows of ``first`` then ``second``, both zero-padded at the end of axis 2 to the longer."""
-        if self.host_kv:
-            return [_host_concat(a, b) for a, b in zip(first, second, strict=True)]
-        assert self.kv_concat is not None
-        binding = self.kv_concat.io_binding()
-        for j, (a, b) in enumerate(zip(first, second, strict=True)):
-            binding.bind_ortvalue_input(f"a_{j}", a)
-            binding.bind_ortvalue_input(f"b_{j}", b)
-        self._bind_outputs(binding, [f"y_{j}" for j in range(len(first))])
-        self.kv_concat.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-        return list(binding.get_outputs())
-
-
-def _host_concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """kv_concat on host arrays: (Na, H, La, Dh), (Nb, H, Lb, Dh) -> (Na+Nb, H, max, Dh)."""
-    if a.shape[2] == b.shape[2]:
+def _host_merge(a: np.ndarray, b: np.ndarray, length: int, left: bool) -> np.ndarray:
+    """Host caches (Na, H, La, Dh), (Nb, H, Lb, Dh) -> (Na+Nb, H, length, Dh): rows of ``a``
+    then ``b``, each zero-padded on axis 2 (on the left or the right); one pass over the data."""
+    n = a.shape[0]
+    if a.shape[2] == length and b.shape[2] == length:
         return np.concatenate([a, b])
-    length = max(a.shape[2], b.shape[2])
-    out = np.zeros((a.shape[0] + b.shape[0], a.shape[1], length, a.shape[3]), dtype=a.dtype)
-    if a.shape[2]:
-        out[: a.shape[0], :, : a.shape[2]] = a
-    if b.shape[2]:
-        out[a.shape[0] :, :, : b.shape[2]] = b
+    out = np.empty((n + b.shape[0], a.shape[1], length, a.shape[3]), dtype=a.dtype)
+    for part, rows in ((a, slice(0, n)), (b, slice(n, None))):
+        pad = length - part.shape[2]
+        if left:
+            out[rows, :, pad:] = part
+            if pad:
+                out[rows, :, :pad] = 0
+        else:
+            out[rows, :, : part.shape[2]] = part
+            if pad:
+                out[rows, :, part.shape[2] :] = 0
     return out

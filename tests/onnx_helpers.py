@@ -23,16 +23,21 @@ def reference(
     beam_size: int,
     max_new_tokens: int,
     length_penalty: float = 1.0,
+    suppress_ids: tuple[int, ...] | None = None,
 ):
-    """models.search on each sentence alone (no padding at all): the batch-independent truth."""
+    """models.search on each sentence alone (no padding at all): the batch-independent truth.
+    Like the engine, it never generates the unknown token (unless ``suppress_ids`` says)."""
     from models.search import beam_search, greedy_search
 
+    suppress = (model.config.unk_id,) if suppress_ids is None else suppress_ids
     outputs = []
     for source in sources:
         src_ids = torch.tensor([source])
         src_mask = torch.ones_like(src_ids)
         if beam_size == 1:
-            outputs += greedy_search(model, src_ids, src_mask, max_new_tokens=max_new_tokens)
+            outputs += greedy_search(
+                model, src_ids, src_mask, max_new_tokens=max_new_tokens, suppress_ids=suppress
+            )
         else:
             outputs += beam_search(
                 model,
@@ -41,5 +46,6 @@ def reference(
                 beam_size=beam_size,
                 max_new_tokens=max_new_tokens,
                 length_penalty=length_penalty,
+                suppress_ids=suppress,
             )
     return outputs

@@ -16,6 +16,7 @@ from service.decoding import BeamSearch, GreedySearch
 from service.engine import Engine
 from service.placeholders import PLACEHOLDER_SYMBOLS
 from service.text_pipeline import copy_tokens_for, placeholder_token_ids
+from tests.head_reference import advance_on_logits
 from tests.service_fixtures import VOCAB_SIZE, tiny_model
 
 EOS, PAD, V = 0, 9, 10
@@ -23,7 +24,7 @@ EOS, PAD, V = 0, 9, 10
 
 def drive(search, logits_for_step) -> list[int]:
     while not search.done:
-        search.advance(logits_for_step(search.steps))
+        advance_on_logits(search, logits_for_step(search.steps), PAD)
     return search.result()
 
 

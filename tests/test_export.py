@@ -24,7 +24,7 @@ def session(path):
 
 
 def test_graphs_pass_checker_and_decoder_has_no_control_flow(exported):
-    for name in ("encoder.onnx", "decoder.onnx", "kv_select.onnx", "kv_concat.onnx"):
+    for name in ("encoder.onnx", "decoder.onnx", "kv_select.onnx", "kv_merge.onnx"):
         onnx.checker.check_model(str(exported.onnx_dir / name), full_check=True)
     decoder = onnx.load(exported.onnx_dir / "decoder.onnx")
     assert control_flow_ops(decoder) == set()
@@ -75,10 +75,15 @@ def test_decoder_inputs_and_outputs_are_named_with_dynamic_dims(exported):
             f"cross_key_{i}",
             f"cross_value_{i}",
         }
+    expected_inputs |= {"top_k", "banned_ids", "watch_ids"}  # the search head
     assert set(inputs) == expected_inputs
-    assert set(outputs) == {"logits"} | {
-        f"present_{kind}_{i}" for kind in ("key", "value") for i in range(layers)
-    }
+    assert set(outputs) == {
+        "logits",
+        "top_log_probs",
+        "top_ids",
+        "raw_best_id",
+        "watch_log_probs",
+    } | {f"present_{kind}_{i}" for kind in ("key", "value") for i in range(layers)}
     for name in ("input_ids", "positions", "self_attention_mask", "encoder_attention_mask"):
         assert inputs[name].type == "tensor(int64)"
         assert all(isinstance(dim, str) for dim in inputs[name].shape)  # B, T, P+T, S all dynamic
@@ -89,6 +94,7 @@ def test_decoder_inputs_and_outputs_are_named_with_dynamic_dims(exported):
 def test_ort_matches_pytorch_at_past_lengths_0_1_and_3_on_a_padded_batch(exported):
     errors = logits_errors(exported.model, exported.onnx_dir, past_lengths=(0, 1, 3))
     assert {"logits_P0_T1", "logits_P1_T1", "logits_P3_T1", "logits_P3_T2"} <= set(errors)
+    assert {"search_head_P0_T1", "search_head_P3_T2"} <= set(errors)
     assert max(errors.values()) <= TOLERANCE, errors
 
 
@@ -114,6 +120,7 @@ def test_first_step_with_empty_cache_and_batch_of_one_runs(exported):
                 f"cross_key_{i}": cross,
                 f"cross_value_{i}": cross,
             }
+        feeds |= _head_feeds(batch, config.pad_id, 3)
         logits, present = decoder.run(["logits", "present_key_0"], feeds)
         assert logits.shape == (batch, 1, config.tgt_vocab_size)
         assert present.shape == (batch, config.decoder_heads, 1, config.decoder_head_dim)
@@ -153,3 +160,55 @@ def test_opset_23_export_also_matches_pytorch(exported, tmp_path):
     errors = logits_errors(exported.model, tmp_path, past_lengths=(0, 2))
     assert max(errors.values()) <= TOLERANCE, errors
     assert control_flow_ops(onnx.load(tmp_path / "decoder.onnx")) == set()
+
+
+def test_search_head_bans_watches_and_ranks_like_the_numpy_mirror(exported):
+    """The graph's head (log-softmax, per-row bans, top-k, unbanned argmax, watched ids) on
+    the decoder's own logits equals tests/head_reference.py computed from those logits."""
+    from tests.head_reference import head_from_logits
+
+    config = exported.model.config
+    decoder = session(exported.onnx_dir / "decoder.onnx")
+    rng = np.random.default_rng(5)
+    rows, past, src, layers = 3, 2, 4, config.decoder_layers
+    shape = (rows, config.decoder_heads, past, config.decoder_head_dim)
+    cross_shape = (rows, config.decoder_heads, src, config.decoder_head_dim)
+    feeds = {
+        "input_ids": rng.integers(2, 90, (rows, 1)),
+        "positions": np.full((rows, 1), past),
+        "self_attention_mask": np.ones((rows, past + 1), dtype=np.int64),
+        "encoder_attention_mask": np.ones((rows, src), dtype=np.int64),
+    }
+    for i in range(layers):
+        for kind in ("key", "value"):
+            feeds[f"past_{kind}_{i}"] = rng.standard_normal(shape).astype(np.float32)
+            feeds[f"cross_{kind}_{i}"] = rng.standard_normal(cross_shape).astype(np.float32)
+    logits = decoder.run(["logits"], {**feeds, **_head_feeds(rows, config.pad_id, 1)})[0][:, -1]
+    favourite = logits.argmax(axis=1)
+    # Row 0 bans its favourite, row 1 two other ids, row 2 nothing but pad (repeated).
+    bans = np.array([[config.pad_id, favourite[0]], [7, 9], [config.pad_id] * 2])
+    watch = np.array([favourite[0], 7, 11])
+    got = decoder.run(
+        ["top_log_probs", "top_ids", "raw_best_id", "watch_log_probs"],
+        {
+            **feeds,
+            "top_k": np.array([6]),
+            "banned_ids": bans,
+            "watch_ids": np.tile(watch, (rows, 1)),
+        },
+    )
+    expected = head_from_logits(logits, 6, [config.pad_id], extra_bans=bans, watch_ids=watch)
+    np.testing.assert_allclose(got[0], expected.top_log_probs, atol=1e-5)
+    assert np.array_equal(got[1], expected.top_ids)
+    assert favourite[0] not in got[1][0]  # banned
+    assert np.array_equal(got[2], favourite)  # before any ban
+    np.testing.assert_allclose(got[3], expected.watch_log_probs, atol=1e-5)
+    assert np.isneginf(got[3][0, 0]) and np.isneginf(got[3][1, 1])
+
+
+def _head_feeds(rows: int, pad_id: int, top_k: int) -> dict[str, np.ndarray]:
+    return {
+        "top_k": np.array([top_k]),
+        "banned_ids": np.full((rows, 1), pad_id),
+        "watch_ids": np.full((rows, 1), pad_id),
+    }

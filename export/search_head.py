@@ -1,0 +1,116 @@
+"""The search head: log-softmax and top-k of the last position, inside the decoder graph.
+
+Why: beam search needs, per row and step, only the best ``2 x beam`` continuations (greedy:
+the best one), yet returning ``logits (N, V)`` makes the host receive and scan all of them:
+at Marian-base size (V = 58k) and 128 rows that is 30 MB per step, plus a log-softmax and a
+partition over it in numpy. ONNX Runtime does the same work multithreaded next to the matmul
+that produced the logits, and only ``N x k`` numbers cross to the host.
+
+Inputs added to the decoder (all int64):
+
+``top_k`` (1,)
+    k of TopK (ONNX takes it as an input): the largest k any row of the step needs.
+``banned_ids`` (N, B)
+    ids whose log-probability becomes -inf: pad and unk always, plus the placeholder
+    constraint's bans (symbols a row has used up or the source lacks, eos while symbols are
+    owed). As in transformers' logits processors (``bad_words_ids``, ``suppress_tokens``) the
+    ban acts after the log-softmax, so beam scores match the reference search. Rows with fewer
+    bans repeat one of theirs (pad): banning twice is a no-op.
+``watch_ids`` (N, W)
+    ids whose log-probabilities the host also needs: the placeholder symbols of a constrained
+    row, whose renormalised distribution is what a row forced to emit its owed symbols chooses
+    from (``service/decoding.py``). Rows without a constraint watch pad.
+
+Outputs added:
+
+``top_log_probs`` (N, k) float32, ``top_ids`` (N, k) int64
+    log-softmax with the bans applied, best first (TopK is sorted; ties: lower id first, the
+    order ``service/decoding.py``'s reference search uses).
+``raw_best_id`` (N,) int64
+    argmax of the logits before any ban (the constraint asks "would this row stop?").
+``watch_log_probs`` (N, W) float32
+    log-probabilities (after bans) at ``watch_ids``.
+
+``logits`` stays an output (for parity checks); the runtime does not fetch it.
+The head is computed in float32 whatever the model's precision (fp16 beam scores drift).
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper
+
+SEARCH_INPUTS = ("top_k", "banned_ids", "watch_ids")
+SEARCH_OUTPUTS = ("top_log_probs", "top_ids", "raw_best_id", "watch_log_probs")
+HEAD_PREFIX = "search_head/"
+
+
+def has_search_head(model: onnx.ModelProto) -> bool:
+    return any(output.name == "top_ids" for output in model.graph.output)
+
+
+def add_search_head(model: onnx.ModelProto, logits_name: str = "logits") -> list[str]:
+    """Append the search head to a decoder graph in place; returns the names of its nodes
+    (the fp16 variant keeps them in float32)."""
+    if has_search_head(model):
+        return [node.name for node in model.graph.node if node.name.startswith(HEAD_PREFIX)]
+    graph = model.graph
+    name = lambda suffix: f"{HEAD_PREFIX}{suffix}"  # noqa: E731
+    graph.initializer.extend(
+        [
+            helper.make_tensor(name("last"), TensorProto.INT64, [], [-1]),
+            helper.make_tensor(name("minus_inf"), TensorProto.FLOAT, [1], [float("-inf")]),
+        ]
+    )
+    nodes = [
+        # logits (N, T, V) -> last position (N, V), float32
+        helper.make_node("Gather", [logits_name, name("last")], [name("last_logits_any")], axis=1),
+        helper.make_node(
+            "Cast", [name("last_logits_any")], [name("last_logits")], to=TensorProto.FLOAT
+        ),
+        helper.make_node("ArgMax", [name("last_logits")], ["raw_best_id"], axis=-1, keepdims=0),
+        # banned ids -> -inf (updates shaped like the indices, as ScatterElements wants)
+        helper.make_node("Shape", ["banned_ids"], [name("banned_shape")]),
+        helper.make_node(
+            "Expand", [name("minus_inf"), name("banned_shape")], [name("banned_values")]
+        ),
+        helper.make_node("LogSoftmax", [name("last_logits")], [name("all_log_probs")], axis=-1),
+        helper.make_node(
+            "ScatterElements",
+            [name("all_log_probs"), "banned_ids", name("banned_values")],
+            [name("log_probs")],
+            axis=1,
+        ),
+        helper.make_node(
+            "TopK",
+            [name("log_probs"), "top_k"],
+            ["top_log_probs", "top_ids"],
+            axis=-1,
+            largest=1,
+            sorted=1,
+        ),
+        helper.make_node(
+            "GatherElements", [name("log_probs"), "watch_ids"], ["watch_log_probs"], axis=1
+        ),
+    ]
+    for index, node in enumerate(nodes):
+        node.name = name(f"{index}_{node.op_type}")
+    graph.node.extend(nodes)
+    graph.input.extend(
+        [
+            helper.make_tensor_value_info("top_k", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("banned_ids", TensorProto.INT64, ["batch", "bans"]),
+            helper.make_tensor_value_info("watch_ids", TensorProto.INT64, ["batch", "watched"]),
+        ]
+    )
+    graph.output.extend(
+        [
+            helper.make_tensor_value_info("top_log_probs", TensorProto.FLOAT, ["batch", "k"]),
+            helper.make_tensor_value_info("top_ids", TensorProto.INT64, ["batch", "k"]),
+            helper.make_tensor_value_info("raw_best_id", TensorProto.INT64, ["batch"]),
+            helper.make_tensor_value_info(
+                "watch_log_probs", TensorProto.FLOAT, ["batch", "watched"]
+            ),
+        ]
+    )
+    return [node.name for node in nodes]

@@ -1,0 +1,42 @@
+"""A numpy mirror of the decoder's search head (export/search_head.py), for search-level
+tests on synthetic logits and for checking the graph's head against it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.onnx_model import StepOutput
+
+
+def head_from_logits(
+    logits: np.ndarray,
+    top_k: int,
+    banned: list[int] | np.ndarray,
+    extra_bans: np.ndarray | None = None,
+    watch_ids: np.ndarray | None = None,
+) -> StepOutput:
+    """logits (N, V) -> what the graph's head returns: log-softmax, bans (``banned`` for every
+    row, ``extra_bans`` (N, b) per row) set to -inf, sorted top k (ties: lower id first), the
+    unbanned argmax, and the log-probs at ``watch_ids`` (W,)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    log_probs[:, list(banned)] = -np.inf
+    if extra_bans is not None:
+        np.put_along_axis(log_probs, np.asarray(extra_bans), -np.inf, axis=1)
+    order = np.argsort(-log_probs, axis=1, kind="stable")[:, :top_k]
+    watch = np.zeros((len(logits), 1)) if watch_ids is None else log_probs[:, watch_ids]
+    return StepOutput(
+        np.take_along_axis(log_probs, order, axis=1).astype(np.float32),
+        order.astype(np.int64),
+        logits.argmax(axis=1).astype(np.int64),
+        watch.astype(np.float32),
+    )
+
+
+def advance_on_logits(search, logits: np.ndarray, pad_id: int):
+    """One ``search.advance`` on full logits (rows, V), the way the engine feeds it."""
+    head = head_from_logits(
+        logits, search.top_k, [pad_id], extra_bans=search.bans(), watch_ids=search.watch_ids()
+    )
+    return search.advance(head)
