@@ -40,11 +40,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from service.engine import DecodeRequest, FinishedRequest
+from service.engine import BatchEstimate, DecodeRequest, FinishedRequest, RejectedRequest
 from service.metrics import ServiceMetrics
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +60,47 @@ class DecodeEngine(Protocol):
     steps: int
     active_rows: int
 
-    def add(self, requests: list[DecodeRequest]) -> None: ...
+    def add(self, requests: list[DecodeRequest]) -> list[RejectedRequest]: ...
     def step(self) -> list[FinishedRequest]: ...
     def drop(self, request_ids: Iterable[Hashable]) -> None: ...
+    def estimate(self, newcomers: Sequence[tuple[int, int]] = ()) -> BatchEstimate: ...
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    """Every scheduling knob of the batcher, built from ``Settings`` in one place
+    (``from_settings``) and passed down; the batcher reads no global settings."""
+
+    max_batch_rows: int = 64
+    max_batch_tokens: int = 8192
+    max_queue: int = 256
+    batching: BatchingPolicy = "continuous"
+    static_max_wait_s: float = 0.01
+    admission_ratio: float = 0.25
+    admission_max_wait_s: float = 0.005
+    admission_window: int | None = None  # default: 4 x max_batch_rows
+    # Cost-aware admission (continuous): newcomers join only while the engine's learned step
+    # cost says tokens/s do not fall by more than this fraction.
+    cost_aware: bool = True
+    cost_tolerance: float = 0.02
+    # Source tokens encoded per step for newcomers: bounds how long running rows wait for an
+    # admission's encoder calls (an empty batch always takes the head of the queue).
+    max_admit_tokens: int = 1024
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BatchingConfig:
+        return cls(
+            max_batch_rows=settings.max_batch_rows,
+            max_batch_tokens=settings.max_batch_tokens,
+            max_queue=settings.max_queue,
+            batching=settings.batching,
+            static_max_wait_s=settings.static_max_wait_ms / 1000,
+            admission_ratio=settings.admission_ratio,
+            admission_max_wait_s=settings.admission_max_wait_ms / 1000,
+            cost_aware=settings.admission_cost_aware,
+            cost_tolerance=settings.admission_cost_tolerance,
+            max_admit_tokens=settings.admission_max_tokens,
+        )
 
 
 class QueueFull(Exception):
@@ -78,16 +119,13 @@ class EngineFailure(Exception):
     """The engine raised while this row was in the batch."""
 
 
-@dataclass(frozen=True)
-class RowRequest:
-    """One sentence to decode (it takes ``beam_size`` rows of the batch)."""
+class InvalidRow(Exception):
+    """The engine refused this row alone (``Engine.add``'s rejection); the others proceed."""
 
-    src_ids: tuple[int, ...]
-    beam_size: int = 1
-    max_new_tokens: int = 128
-    length_penalty: float = 1.0
-    # Placeholder symbols the output must carry as often as the source (service/decoding.py).
-    copy_tokens: dict[int, int] | None = field(default=None, hash=False)
+
+# One sentence to decode (it takes ``beam_size`` rows of the batch): the engine's own request
+# type; the batcher sets ``request_id`` when it queues the row.
+RowRequest = DecodeRequest
 
 
 @dataclass(frozen=True)
@@ -96,6 +134,7 @@ class RowResult:
     admitted_step: int  # engine.steps when the row joined the batch (before its first step)
     finished_step: int  # engine.steps after the step that finished it
     queue_wait_s: float
+    hypotheses: list[list[int]] = field(default_factory=list)  # n-best (beam), best first
 
 
 @dataclass(eq=False)
@@ -103,7 +142,7 @@ class _Job:
     """One sentence from submission to result."""
 
     job_id: int
-    row: RowRequest
+    row: DecodeRequest  # request_id == job_id
     future: asyncio.Future[RowResult]
     loop: asyncio.AbstractEventLoop
     enqueued_at: float = field(default_factory=time.monotonic)
@@ -135,41 +174,31 @@ class ContinuousBatcher:
     def __init__(
         self,
         engine: DecodeEngine,
+        config: BatchingConfig | None = None,
         *,
-        max_batch_rows: int = 64,
-        max_batch_tokens: int = 8192,
-        max_queue: int = 256,
         metrics: ServiceMetrics | None = None,
-        admission_window: int | None = None,
-        batching: BatchingPolicy = "continuous",
-        static_max_wait_s: float = 0.01,
-        admission_ratio: float | None = None,
-        admission_max_wait_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        **overrides,
     ) -> None:
+        """``config``: the scheduling knobs (default ``BatchingConfig()``); ``overrides``:
+        fields of it to replace (tests, scripts)."""
+        config = replace(config or BatchingConfig(), **overrides)
+        if config.batching not in ("continuous", "static"):
+            raise ValueError(f"unknown batching policy {config.batching!r}")
+        self.config = config
         self.engine = engine
-        self.max_batch_rows = max_batch_rows
-        self.max_batch_tokens = max_batch_tokens
-        self.max_queue = max_queue
-        if batching not in ("continuous", "static"):
-            raise ValueError(f"unknown batching policy {batching!r}")
-        self.batching: BatchingPolicy = batching
-        self.static_max_wait_s = static_max_wait_s
-        if admission_ratio is None or admission_max_wait_s is None:
-            from service.settings import get_settings
-
-            settings = get_settings()
-            if admission_ratio is None:
-                admission_ratio = settings.admission_ratio
-            if admission_max_wait_s is None:
-                admission_max_wait_s = settings.admission_max_wait_ms / 1000
-        self.admission_ratio = admission_ratio
-        self.admission_max_wait_s = admission_max_wait_s
+        self.max_batch_rows = config.max_batch_rows
+        self.max_batch_tokens = config.max_batch_tokens
+        self.max_queue = config.max_queue
+        self.batching: BatchingPolicy = config.batching
+        self.static_max_wait_s = config.static_max_wait_s
+        self.admission_ratio = config.admission_ratio
+        self.admission_max_wait_s = config.admission_max_wait_s
         self._clock = clock
         self.metrics = metrics if metrics is not None else ServiceMetrics()
         # How far past the head of the queue admission looks for sentences that fit the
         # running batch's width; bounded, so a sentence is overtaken only so often.
-        self.admission_window = admission_window or 4 * max_batch_rows
+        self.admission_window = config.admission_window or 4 * config.max_batch_rows
 
         self._ids = itertools.count()
         self._cond = threading.Condition()
@@ -217,9 +246,11 @@ class ContinuousBatcher:
             return []
         loop = asyncio.get_running_loop()
         now = self._clock()
-        jobs = [
-            _Job(next(self._ids), row, loop.create_future(), loop, enqueued_at=now) for row in rows
-        ]
+        jobs = []
+        for row in rows:
+            job_id = next(self._ids)
+            request = replace(row, request_id=job_id, src_ids=tuple(row.src_ids))
+            jobs.append(_Job(job_id, request, loop.create_future(), loop, enqueued_at=now))
         with self._cond:
             if not self._accepting:
                 raise NotAccepting("shutting_down")
@@ -355,42 +386,69 @@ class ContinuousBatcher:
 
         The head of the queue goes first whenever it fits, so nothing starves. Within the
         admission window, sentences that do not widen the padded batch are preferred (less
-        padding for every row), then the others in arrival order, while rows and padded
-        tokens stay within budget.
+        padding for every row), then the others in arrival order, while rows, padded tokens
+        (``engine.estimate``: sources and self-attention pasts, as the engine would group
+        them) and the newcomers' encoder work stay within budget, and, with ``cost_aware``,
+        while the engine's learned step cost says tokens/s do not fall: past the knee of this
+        machine a bigger batch makes every running row slower and finishes nothing sooner.
         """
         if not self._queue:
             return []
+        config = self.config
         staying = [job for job_id, job in self._running.items() if job_id not in dropped]
         rows = sum(job.rows for job in staying)
         width = max((job.src_len for job in staying), default=0)
+        planned: list[tuple[int, int]] = []  # (rows, source length) of the chosen so far
+        encode_tokens = 0
+        current = self.engine.estimate() if staying else None
+        judge_cost = config.cost_aware and self.batching == "continuous"
 
-        # Every row of the batch holds P self-attention slots (newcomers are padded to the
-        # running batch's past length) besides its padded source: both count in the budget.
-        past_len = getattr(self.engine, "past_len", 0) if staying else 0
+        def fits(job: _Job) -> BatchEstimate | None:
+            """The batch estimate with ``job`` admitted too, or None if it may not join."""
+            if rows + job.rows > self.max_batch_rows:
+                return None
+            if planned and encode_tokens + job.src_len > config.max_admit_tokens:
+                return None
+            estimate = self.engine.estimate([*planned, (job.rows, job.src_len)])
+            if estimate.padded_tokens > self.max_batch_tokens:
+                return None
+            if (
+                judge_cost
+                and current is not None
+                and current.tokens_per_second is not None
+                and estimate.tokens_per_second is not None
+                and estimate.tokens_per_second
+                < current.tokens_per_second * (1 - config.cost_tolerance)
+            ):
+                return None
+            return estimate
 
-        def fits(job: _Job) -> bool:
-            new_rows = rows + job.rows
-            return (
-                new_rows <= self.max_batch_rows
-                and new_rows * (max(width, job.src_len) + past_len) <= self.max_batch_tokens
-            )
+        def take(job: _Job, estimate: BatchEstimate | None) -> None:
+            nonlocal rows, width, encode_tokens, current
+            chosen.append(job)
+            planned.append((job.rows, job.src_len))
+            rows += job.rows
+            width = max(width, job.src_len)
+            encode_tokens += job.src_len
+            if estimate is not None:
+                current = estimate
 
         head = self._queue[0]
+        chosen: list[_Job] = []
+        head_estimate = fits(head)
         # An empty batch takes the head even past the budgets: a sentence that passed the
         # request limits must run, whatever the batch settings.
-        if not fits(head) and staying:
+        if head_estimate is None and staying:
+            self.metrics.admission_deferrals.inc()
             return []
-        chosen = [head]
-        rows += head.rows
-        width = max(width, head.src_len)
+        take(head, head_estimate)
         window = itertools.islice(self._queue, 1, 1 + self.admission_window)
         for job in sorted(window, key=lambda job: job.src_len > width):  # stable: FIFO kept
             if rows >= self.max_batch_rows:
                 break
-            if fits(job):
-                chosen.append(job)
-                rows += job.rows
-                width = max(width, job.src_len)
+            estimate = fits(job)
+            if estimate is not None:
+                take(job, estimate)
         chosen_ids = {job.job_id for job in chosen}
         self._queue = deque(job for job in self._queue if job.job_id not in chosen_ids)
         return chosen
@@ -398,19 +456,8 @@ class ContinuousBatcher:
     def _add(self, newcomers: list[_Job]) -> None:
         admitted_step = self.engine.steps
         now = self._clock()
-        requests = [
-            DecodeRequest(
-                request_id=job.job_id,
-                src_ids=list(job.row.src_ids),
-                beam_size=job.row.beam_size,
-                max_new_tokens=job.row.max_new_tokens,
-                length_penalty=job.row.length_penalty,
-                copy_tokens=job.row.copy_tokens,
-            )
-            for job in newcomers
-        ]
         try:
-            self.engine.add(requests)
+            rejected = self.engine.add([job.row for job in newcomers])
         except Exception as error:
             logger.exception("engine.add failed for %d sentences", len(newcomers))
             self.metrics.engine_errors.inc()
@@ -418,13 +465,21 @@ class ContinuousBatcher:
             for job in newcomers:
                 self._fail(job, EngineFailure(f"the engine failed to encode the input: {error}"))
             return
+        refused = {rejection.request_id: rejection.reason for rejection in rejected}
         for job in newcomers:
+            if job.job_id in refused:
+                self._fail(
+                    job, InvalidRow(f"the sentence cannot be decoded: {refused[job.job_id]}")
+                )
+                continue
             job.admitted_step = admitted_step
             job.queue_wait_s = now - job.enqueued_at
             self._running[job.job_id] = job
             self.metrics.queue_wait.observe(job.queue_wait_s)
             self.metrics.input_tokens.inc(job.src_len)
-        self.metrics.admitted_rows.observe(sum(job.rows for job in newcomers))
+        self.metrics.admitted_rows.observe(
+            sum(job.rows for job in newcomers if job.job_id not in refused)
+        )
 
     def _step(self) -> None:
         rows_in_step = self.engine.active_rows
@@ -449,7 +504,9 @@ class ContinuousBatcher:
             tokens = list(done.tokens)
             self.metrics.generated_tokens.inc(len(tokens))
             self.metrics.sentences.inc()
-            result = RowResult(tokens, job.admitted_step, finished_step, job.queue_wait_s)
+            result = RowResult(
+                tokens, job.admitted_step, finished_step, job.queue_wait_s, list(done.hypotheses)
+            )
             self._deliver(job, result, None)
         self.metrics.inflight_rows.set(self.engine.active_rows)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,8 +56,8 @@ log = logging.getLogger(__name__)
 class DecodeRequest:
     """One sentence to decode; the batcher submits these as they are."""
 
-    request_id: Hashable
-    src_ids: list[int] | tuple[int, ...]  # already tokenized, ends with eos
+    request_id: Hashable = None  # the batcher sets it when it queues the sentence
+    src_ids: list[int] | tuple[int, ...] = ()  # already tokenized, ends with eos
     beam_size: int = 1
     max_new_tokens: int = 128
     length_penalty: float = 1.0
@@ -72,6 +72,15 @@ class FinishedRequest:
     tokens: list[int]  # generated ids, no start token, no eos
     steps: int  # decoder steps this request took part in
     hypotheses: list[list[int]] = field(default_factory=list)  # n-best, best first
+
+
+@dataclass(frozen=True)
+class BatchEstimate:
+    """The running batch as ``Engine.estimate`` foresees it (for the batcher's admission)."""
+
+    rows: int
+    padded_tokens: int  # sum over groups of rows x (past + padded source)
+    tokens_per_second: float | None  # by the step-cost model; None until it is fitted
 
 
 @dataclass(frozen=True)
@@ -248,6 +257,17 @@ class Engine:
             else:
                 extra.append([rows, src_len, src_len])
         return list(shapes.values()) + [StepShape(rows, 0, width) for rows, _, width in extra]
+
+    def estimate(self, newcomers: Sequence[tuple[int, int]] = ()) -> BatchEstimate:
+        """The batch once newcomers ``(rows, src_len)`` have joined (none: as it is)."""
+        shapes = self.shapes_with(newcomers) if newcomers else self.step_shapes
+        return BatchEstimate(
+            rows=sum(shape.rows for shape in shapes),
+            padded_tokens=sum(shape.rows * (shape.past_len + shape.width) for shape in shapes),
+            tokens_per_second=(
+                self.step_cost.tokens_per_second(shapes) if self.step_cost.fitted else None
+            ),
+        )
 
     def _join_target(
         self,
@@ -630,7 +650,6 @@ class Engine:
                 cross = self.kv.encode(input_ids, mask)
                 for past_len in past_lens:
                     past = self.kv.empty(count)
-                    self_mask = np.zeros((count, 0), dtype=np.int64)
                     tokens = np.full((count, 1), info.decoder_start_id, dtype=np.int64)
                     # grow the cache to past_len with real decoder calls (untimed)
                     for position in range(past_len + repeats):
@@ -649,7 +668,6 @@ class Engine:
                             shape = StepShape(count, position, width)
                             samples.append((shape, time.perf_counter() - tick))
                         tokens = rng.choice(head.top_ids[:, :4].reshape(-1), (count, 1))
-                    del self_mask
         self.step_cost.calibrate(samples)
         elapsed = time.perf_counter() - started
         log.info(

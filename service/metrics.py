@@ -58,6 +58,12 @@ class ServiceMetrics:
             buckets=_ROW_BUCKETS,
             registry=r,
         )
+        self.admission_deferrals = Counter(
+            "mt_admission_deferrals",
+            "Steps at which the head of the queue was kept waiting: the batch's row or token "
+            "budget, or the step-cost model (tokens/s would fall), said no.",
+            registry=r,
+        )
         self.decode_steps = Counter("mt_decode_steps", "Decoder steps run.", registry=r)
         self.generated_tokens = Counter(
             "mt_generated_tokens",

@@ -74,6 +74,24 @@ class Settings(BaseSettings):
         "for admission into a running batch (see admission_ratio).",
     )
 
+    admission_cost_aware: bool = Field(
+        True,
+        description="`continuous` batching only: newcomers join the running batch only while "
+        "the engine's step-cost model (calibrated at start-up, refitted from live step "
+        "timings) predicts that tokens/s do not fall by more than admission_cost_tolerance; "
+        "past the machine's knee the others wait in the queue instead of slowing every row.",
+    )
+    admission_cost_tolerance: float = Field(
+        0.02, ge=0, le=1, description="See admission_cost_aware (a fraction of tokens/s)."
+    )
+    admission_max_tokens: int = Field(
+        1024,
+        ge=1,
+        description="Most source tokens encoded for newcomers in one step (an empty batch "
+        "always takes the head of the queue): bounds how long running rows wait for an "
+        "admission's encoder calls.",
+    )
+
     # --- per-request limits ------------------------------------------------------------
     max_texts_per_request: int = Field(64, ge=1)
     max_chars_per_text: int = Field(5000, ge=1)

@@ -11,12 +11,20 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 import pytest
 
-from service.batcher import ContinuousBatcher, EngineFailure, NotAccepting, QueueFull, RowRequest
-from service.engine import DecodeRequest, FinishedRequest
+from service.batcher import (
+    BatchingConfig,
+    ContinuousBatcher,
+    EngineFailure,
+    InvalidRow,
+    NotAccepting,
+    QueueFull,
+    RowRequest,
+)
+from service.engine import BatchEstimate, DecodeRequest, FinishedRequest, RejectedRequest
 
 EOS = 0
 
@@ -33,6 +41,10 @@ class FakeEngine:
         self.widths_per_step: list[int] = []
         self.dropped: list[Hashable] = []
         self.fail_next_step = False
+        self.past_len = 0  # what every row of the batch is padded to (one group)
+        # rows -> tokens/s, standing in for the engine's step-cost model (None: not fitted)
+        self.throughput: Callable[[int], float] | None = None
+        self.reject_sources: set[tuple[int, ...]] = set()  # add() refuses these alone
 
     @staticmethod
     def expected(src_ids: Iterable[int], max_new_tokens: int = 10**9) -> list[int]:
@@ -46,11 +58,26 @@ class FakeEngine:
     def active_rows(self) -> int:
         return sum(request.beam_size for request, _, _ in self._active.values())
 
-    def add(self, requests: list[DecodeRequest]) -> None:
+    def add(self, requests: list[DecodeRequest]) -> list[RejectedRequest]:
+        rejected = []
         for request in requests:
+            if tuple(request.src_ids) in self.reject_sources:
+                rejected.append(RejectedRequest(request.request_id, "refused by the test"))
+                continue
             target = self.expected(request.src_ids, request.max_new_tokens)
             self._active[request.request_id] = (request, target, [])
         self.admissions.append((self.steps, [request.request_id for request in requests]))
+        return rejected
+
+    def estimate(self, newcomers=()) -> BatchEstimate:
+        rows = self.active_rows + sum(count for count, _ in newcomers)
+        width = max(
+            [len(r.src_ids) for r, _, _ in self._active.values()]
+            + [length for _, length in newcomers],
+            default=0,
+        )
+        tokens_per_second = self.throughput(rows) if self.throughput is not None else None
+        return BatchEstimate(rows, rows * (width + self.past_len), tokens_per_second)
 
     def step(self) -> list[FinishedRequest]:
         if self.fail_next_step:
@@ -512,18 +539,68 @@ async def test_token_budget_counts_the_running_past_length(make_batcher):
     """Newcomers are padded to the batch's past length P: rows x (S + P) is what the budget
     bounds, so a newcomer that fits by source alone waits while P is large."""
     engine = GatedEngine()
-    engine.past_len = 0  # type: ignore[attr-defined]
     batcher = make_batcher(engine, max_batch_tokens=100, admission_ratio=0.0)
     long_task = asyncio.ensure_future(batcher.submit([sentence(20)]))
     await wait_until(engine.waiting.is_set, "first step waiting")
-    engine.past_len = 40  # type: ignore[attr-defined]  # 2 x (20 + 40) > 100
+    engine.past_len = 40  # 2 x (20 + 40) > 100
     newcomer = asyncio.ensure_future(batcher.submit([sentence(5, first=300)]))
     await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
     engine.allow(3)
     await wait_until(lambda: engine.steps == 3 and engine.waiting.is_set(), "three steps")
     assert batcher.queue_depth == 1
-    engine.past_len = 10  # type: ignore[attr-defined]  # 2 x (20 + 10) <= 100
+    engine.past_len = 10  # 2 x (20 + 10) <= 100
     engine.allow(1000)
     [late] = await newcomer
     [long] = await long_task
     assert late.admitted_step == 4 < long.finished_step
+
+
+@pytest.mark.anyio
+async def test_cost_aware_admission_holds_the_batch_at_the_throughput_knee(make_batcher):
+    """tokens/s peak at 3 rows (as on a small CPU): newcomers wait in the queue rather than
+    slow every running row, and join as rows finish; without the cost model all join."""
+    knee = 3
+
+    def throughput(rows: int) -> float:
+        return rows / (1.0 + max(0, rows - knee) ** 2)  # flat cost to the knee, then steep
+
+    results = {}
+    for cost_aware in (True, False):
+        engine = FakeEngine()
+        engine.throughput = throughput
+        batcher = make_batcher(engine, admission_ratio=0.0, cost_aware=cost_aware)
+        rows = [sentence(4 + index % 3, first=index * 10 + 1) for index in range(10)]
+        answers = await asyncio.gather(*(batcher.submit([row]) for row in rows))
+        assert [a[0].tokens for a in answers] == [FakeEngine.expected(r.src_ids) for r in rows]
+        results[cost_aware] = (max(engine.rows_per_step), batcher.metrics)
+    assert results[True][0] == knee
+    assert results[False][0] > knee
+    assert results[True][1].admission_deferrals._value.get() > 0
+
+
+@pytest.mark.anyio
+async def test_a_row_the_engine_refuses_fails_alone(make_batcher):
+    engine = FakeEngine()
+    bad = sentence(5, first=500)
+    engine.reject_sources.add(tuple(bad.src_ids))
+    batcher = make_batcher(engine)
+    good = [sentence(4, first=10), sentence(6, first=40)]
+    outcomes = await asyncio.gather(
+        batcher.submit([good[0]]),
+        batcher.submit([bad]),
+        batcher.submit([good[1]]),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], InvalidRow) and "refused by the test" in str(outcomes[1])
+    assert outcomes[0][0].tokens == FakeEngine.expected(good[0].src_ids)
+    assert outcomes[2][0].tokens == FakeEngine.expected(good[1].src_ids)
+
+
+def test_batching_config_comes_from_settings_in_one_place():
+    from service.settings import Settings
+
+    settings = Settings(admission_ratio=0.0, max_batch_rows=7, admission_cost_aware=False)
+    config = BatchingConfig.from_settings(settings)
+    batcher = ContinuousBatcher(FakeEngine(), config)
+    assert batcher.config == config
+    assert (batcher.admission_ratio, batcher.max_batch_rows, config.cost_aware) == (0.0, 7, False)

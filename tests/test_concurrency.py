@@ -17,7 +17,7 @@ import pytest
 from service.api.deps import run_for_client
 from service.api.errors import ApiError
 from service.app import create_app
-from service.engine import DecodeRequest, Engine, FinishedRequest
+from service.engine import DecodeRequest, Engine, FinishedRequest, RejectedRequest
 from service.settings import Settings
 from tests.service_fixtures import solo_translator, tiny_model
 
@@ -67,11 +67,11 @@ class GatedEngine:
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
 
-    def add(self, requests: list[DecodeRequest]) -> None:
+    def add(self, requests: list[DecodeRequest]) -> list[RejectedRequest]:
         for request in requests:
             self.admitted_at[request.request_id] = self._engine.steps
             self.src_ids[request.request_id] = tuple(request.src_ids)
-        self._engine.add(requests)
+        return self._engine.add(requests)
 
     def step(self) -> list[FinishedRequest]:
         with self._gate:

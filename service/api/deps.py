@@ -11,7 +11,7 @@ from fastapi import Depends, Request
 
 from service.api.errors import ApiError
 from service.api.lifecycle import ServiceState
-from service.batcher import EngineFailure, NotAccepting, QueueFull
+from service.batcher import EngineFailure, InvalidRow, NotAccepting, QueueFull
 
 T = TypeVar("T")
 
@@ -49,6 +49,8 @@ async def run_for_client(request: Request, service: ServiceState, work: Awaitabl
                 f"translation took longer than MT_REQUEST_TIMEOUT_S="
                 f"{settings.request_timeout_s:g} s; its sentences were dropped",
             ) from error
+        except InvalidRow as error:
+            raise ApiError(422, "invalid_sentence", str(error)) from error
         except EngineFailure as error:
             raise ApiError(500, "engine_failure", str(error)) from error
     finally:

@@ -19,7 +19,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from service.api.errors import ApiError
-from service.batcher import ContinuousBatcher
+from service.batcher import BatchingConfig, ContinuousBatcher
 from service.engine import Engine
 from service.metrics import ServiceMetrics
 from service.settings import Settings
@@ -75,6 +75,8 @@ class ServiceState:
                     intra_op_threads=settings.intra_op_threads,
                 )
             await asyncio.to_thread(engine.warmup)
+            if settings.admission_cost_aware and settings.batching == "continuous":
+                await asyncio.to_thread(engine.calibrate)
         except Exception as error:
             logger.exception("loading the model from %s failed", settings.model_dir)
             self.phase, self.detail = "failed", f"loading the model failed: {error}"
@@ -83,13 +85,7 @@ class ServiceState:
         self.model_name = settings.model_name or engine.model_name or self.model_name
         self.provider = engine.provider
         self.batcher = ContinuousBatcher(
-            engine,
-            max_batch_rows=settings.max_batch_rows,
-            max_batch_tokens=settings.max_batch_tokens,
-            max_queue=settings.max_queue,
-            metrics=self.metrics,
-            batching=settings.batching,
-            static_max_wait_s=settings.static_max_wait_ms / 1000,
+            engine, BatchingConfig.from_settings(settings), metrics=self.metrics
         )
         self.batcher.start()
         self.translator = Translator(
