@@ -19,7 +19,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 venv: $(VENV)/.installed
 
-$(ONNX)/decoder.onnx: $(VENV)/.installed $(MODEL)/model.safetensors $(MODEL)/config.json
+# Re-exported when the weights or the exporter change (the runtime refuses exports of another
+# format version).
+$(ONNX)/decoder.onnx: $(VENV)/.installed $(MODEL)/model.safetensors $(MODEL)/config.json $(wildcard export/*.py)
 	$(PY) -m export --model $(MODEL) --output $(ONNX)
 
 onnx: $(ONNX)/decoder.onnx
