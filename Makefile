@@ -3,8 +3,12 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-MODEL  ?= models/default
-ONNX   ?= build/onnx/default
+# Every shipped model: a directory under models/ with weights (models/default is en→de); each
+# is exported to build/onnx/<name> and `make serve` serves them all (MT_MODEL_DIRS).
+SHIPPED := $(patsubst models/%/model.safetensors,%,$(wildcard models/*/model.safetensors))
+EXPORTS := $(foreach name,$(SHIPPED),build/onnx/$(name))
+comma  := ,
+space  := $(subst ,, )
 HOST   ?= 0.0.0.0
 PORT   ?= 8000
 
@@ -21,13 +25,13 @@ venv: $(VENV)/.installed
 
 # Re-exported when the weights or the exporter change (the runtime refuses exports of another
 # format version).
-$(ONNX)/decoder.onnx: $(VENV)/.installed $(MODEL)/model.safetensors $(MODEL)/config.json $(wildcard export/*.py)
-	$(PY) -m export --model $(MODEL) --output $(ONNX)
+build/onnx/%/decoder.onnx: $(VENV)/.installed models/%/model.safetensors models/%/config.json $(wildcard export/*.py)
+	$(PY) -m export --model models/$* --output build/onnx/$*
 
-onnx: $(ONNX)/decoder.onnx
+onnx: $(addsuffix /decoder.onnx,$(EXPORTS))
 
 serve: onnx
-	MT_MODEL_DIR=$(ONNX) $(PY) -m service --host $(HOST) --port $(PORT)
+	MT_MODEL_DIRS=$(subst $(space),$(comma),$(EXPORTS)) $(PY) -m service --host $(HOST) --port $(PORT)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verify", action="store_true", help="run export.verify on the fp32 export"
     )
+    parser.add_argument(
+        "--languages",
+        nargs=2,
+        metavar=("SOURCE", "TARGET"),
+        help="language pair written to config.json (default: the tokenizer config's)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     warnings.filterwarnings("ignore")  # the dynamo exporter's axis-renaming chatter
@@ -38,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     model = load_pretrained(args.model)
     export_model(
-        model, args.output, args.opset, tokenizer_dir=args.model, model_name=args.model.name
+        model,
+        args.output,
+        args.opset,
+        tokenizer_dir=args.model,
+        model_name=args.model.name,
+        languages=tuple(args.languages) if args.languages else None,
     )
     print(f"wrote {args.output} (opset {args.opset}) in {time.perf_counter() - started:.1f} s")
     if args.int8:

@@ -41,7 +41,7 @@ from onnx import TensorProto, helper
 from torch import Tensor, nn
 
 from export.search_head import SEARCH_INPUTS, SEARCH_OUTPUTS, add_search_head
-from models.checkpoint import copy_tokenizer_files, load_pretrained
+from models.checkpoint import copy_tokenizer_files, language_pair, load_pretrained
 from models.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -309,8 +309,12 @@ def export_model(
     opset: int = DEFAULT_OPSET,
     tokenizer_dir: str | Path | None = None,
     model_name: str = "",
+    languages: tuple[str, str] | None = None,
 ) -> Path:
-    """Write the fp32 export (encoder, decoder, KV helpers, config.json, tokenizer files)."""
+    """Write the fp32 export (encoder, decoder, KV helpers, config.json, tokenizer files).
+
+    config.json declares the model's ``source_lang`` / ``target_lang`` (the service routes by
+    them): ``languages`` if given, else what the tokenizer config says."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model = model.eval()
@@ -327,10 +331,12 @@ def export_model(
     config = export_config(model, opset, "fp32")
     config["model_name"] = model_name or output_dir.name
     config["export_seconds"] = round(time.perf_counter() - started, 2)
-    (output_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     if tokenizer_dir is not None:
         config["tokenizer_files"] = copy_tokenizer_files(tokenizer_dir, output_dir)
-        (output_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        config.update(language_pair(tokenizer_dir))
+    if languages is not None:
+        config["source_lang"], config["target_lang"] = languages
+    (output_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     log.info("exported %s in %.1f s", output_dir, config["export_seconds"])
     return output_dir
 

@@ -36,6 +36,19 @@ def copy_tokenizer_files(source_dir: str | Path, output_dir: str | Path) -> list
     return copied
 
 
+def language_pair(model_dir: str | Path) -> dict[str, str]:
+    """``{"source_lang", "target_lang"}`` that a checkpoint's tokenizer config declares
+    (Marian and our own layout); empty when it declares none."""
+    try:
+        config = json.loads((Path(model_dir) / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    pair = {key: config.get(key) for key in ("source_lang", "target_lang")}
+    if all(isinstance(code, str) and code for code in pair.values()):
+        return {key: code.lower() for key, code in pair.items()}
+    return {}
+
+
 def save_pretrained(
     model: Transformer, output_dir: str | Path, tokenizer_dir: str | Path | None = None
 ) -> None:

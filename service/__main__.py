@@ -40,17 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--port", type=int, default=settings.port, help="MT_PORT (default %(default)s)"
     )
-    parser.add_argument("--model-dir", type=Path, default=settings.model_dir, help="MT_MODEL_DIR")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="serve this one export (MT_MODEL_DIR; overrides MT_MODEL_DIRS and MT_MODELS_DIR)",
+    )
     parser.add_argument("--log-level", default=settings.log_level, help="MT_LOG_LEVEL")
     args = parser.parse_args(argv)
-    settings = settings.model_copy(
-        update={
-            "host": args.host,
-            "port": args.port,
-            "model_dir": args.model_dir,
-            "log_level": args.log_level,
-        }
-    )
+    update = {"host": args.host, "port": args.port, "log_level": args.log_level}
+    if args.model_dir is not None:
+        update |= {"model_dir": args.model_dir, "model_dirs": [], "models_dir": None}
+    settings = settings.model_copy(update=update)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -14,29 +14,37 @@ from fastapi import FastAPI
 
 from service.api import libretranslate, ops, v1
 from service.api.errors import install_error_handlers
-from service.api.lifecycle import ServiceState, lifespan_of
+from service.api.lifecycle import ServiceState, engine_loader, lifespan_of
 from service.api.middleware import BodySizeLimit, RequestMetrics
 from service.engine import Engine
 from service.metrics import ServiceMetrics
+from service.registry import EngineLoader
 from service.settings import Settings, get_settings
 
 
-def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
-    """The app. ``engine``: an already built engine (tests); else it is loaded from
-    ``settings.model_dir`` in the background after start-up."""
+def create_app(
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+    load_engine: EngineLoader | None = None,
+) -> FastAPI:
+    """The app. Models are found from the settings (service/registry.py) and loaded in the
+    background after start-up. ``engine``: an already built engine for a single model;
+    ``load_engine``: builds each model's engine from its spec (tests wrap engines this way)."""
     settings = settings or get_settings()
     metrics = ServiceMetrics()
-    service = ServiceState(settings, metrics)
+    if load_engine is None:
+        load_engine = engine_loader(settings) if engine is None else (lambda _spec: engine)
+    service = ServiceState(settings, metrics, load_engine)
     app = FastAPI(
         title="mtserve",
         summary="Machine translation on ONNX Runtime with continuous batching.",
         version="0.1.0",
-        lifespan=lifespan_of(service, engine),
+        lifespan=lifespan_of(service),
     )
     app.state.service = service
     for api in (v1, libretranslate, ops):
         app.include_router(api.router)
-    install_error_handlers(app, metrics)
+    install_error_handlers(app, metrics, settings.retry_after_s)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: sees every status
     return app

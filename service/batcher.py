@@ -40,6 +40,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -178,6 +179,7 @@ class ContinuousBatcher:
         *,
         metrics: ServiceMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        turn: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
         **overrides,
     ) -> None:
         """``config``: the scheduling knobs (default ``BatchingConfig()``); ``overrides``:
@@ -187,6 +189,9 @@ class ContinuousBatcher:
             raise ValueError(f"unknown batching policy {config.batching!r}")
         self.config = config
         self.engine = engine
+        # Several models on one device take turns (service/scheduler.py): the engine thread
+        # holds a turn around each admission + step.
+        self._turn = turn
         self.max_batch_rows = config.max_batch_rows
         self.max_batch_tokens = config.max_batch_tokens
         self.max_queue = config.max_queue
@@ -338,10 +343,12 @@ class ContinuousBatcher:
                 self.metrics.queue_depth.set(len(self._queue))
             if dropped:
                 self._drop(dropped)
-            if newcomers:
-                self._add(newcomers)
-            if self._running:
-                self._step()
+            if newcomers or self._running:
+                with self._turn():
+                    if newcomers:
+                        self._add(newcomers)
+                    if self._running:
+                        self._step()
         self._drop(list(self._running))
         for job in leftovers:
             self._fail(job, NotAccepting("shutting_down"))

@@ -82,6 +82,19 @@ class ServiceMetrics:
             registry=r,
         )
         self.engine_errors = Counter("mt_engine_errors", "Engine calls that raised.", registry=r)
+        self.models_loaded = Gauge("mt_models_loaded", "Models loaded now.", registry=r)
+        self.model_loads = Counter(
+            "mt_model_loads", "Model loads by model and outcome.", ["model", "outcome"], registry=r
+        )
+        self.model_evictions = Counter(
+            "mt_model_evictions", "Models unloaded to stay within MT_MAX_LOADED_MODELS.", registry=r
+        )
+        self.routes = Counter(
+            "mt_routes",
+            "Requests by kind of route (direct, pivot, identity).",
+            ["kind"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -24,9 +24,12 @@ class TranslateRequest(BaseModel):
     # to translate as "123".
     text: StrictStr | list[StrictStr] = Field(description="One text or a list of texts.")
     source_lang: str | None = Field(
-        None, description="Must be the model's source language or 'auto'."
+        None, description="Source language code; omitted or 'auto': detected."
     )
-    target_lang: str | None = Field(None, description="Must be the model's target language.")
+    target_lang: str | None = Field(
+        None,
+        description="Target language code; may be omitted when the source has one target.",
+    )
     beam_size: int | None = Field(None, ge=1, description="1 = greedy; at most MT_MAX_BEAM_SIZE.")
     max_new_tokens: int | None = Field(
         None, ge=1, description="Most tokens generated per sentence; at most MT_MAX_NEW_TOKENS."
@@ -46,11 +49,23 @@ class Usage(BaseModel):
     cached_sentences: int = Field(0, description="Sentences answered from the translation cache.")
 
 
+class DetectedLanguage(BaseModel):
+    language: str
+    confidence: float = Field(description="0 to 100.")
+
+
 class TranslateResponse(BaseModel):
     translations: list[Translation] = Field(description="One per input text, in input order.")
-    model: str
-    source_lang: str
+    model: str = Field(description="The models that ran, joined by '+' (a pivot runs two).")
+    models: list[str] = Field(
+        description="The models that ran, in order: one (direct), two (pivot through "
+        "MT_PIVOT_LANG) or none (source and target are the same language)."
+    )
+    source_lang: str = Field(description="The source language (detected for 'auto').")
     target_lang: str
+    detected_language: DetectedLanguage | None = Field(
+        None, description="Set when the source language was detected."
+    )
     usage: Usage
     time_ms: float = Field(description="Time spent in the service for this request.")
 
@@ -61,15 +76,21 @@ class LibreTranslateRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     q: StrictStr | list[StrictStr] = Field(description="Text or list of texts.")
-    source: str = Field("auto", description="Source language code or 'auto'.")
-    target: str | None = Field(None, description="Target language code (the model's if omitted).")
+    source: str = Field("auto", description="Source language code or 'auto' (detected).")
+    target: str | None = Field(
+        None, description="Target language code (may be omitted when the source has one)."
+    )
     format: Literal["text", "html"] = "text"
     api_key: str | None = Field(None, description="Accepted and ignored.")
 
 
-class DetectedLanguage(BaseModel):
-    language: str
-    confidence: float
+class DetectRequest(BaseModel):
+    """``POST /detect``: LibreTranslate's detection request (JSON or form fields)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    q: StrictStr | list[StrictStr] = Field(description="Text (or texts) to detect.")
+    api_key: str | None = Field(None, description="Accepted and ignored.")
 
 
 class LibreTranslateResponse(BaseModel):
@@ -90,8 +111,17 @@ class ModelCard(BaseModel):
     id: str
     source_lang: str
     target_lang: str
-    provider: str = Field(description="ONNX Runtime execution provider in use.")
-    ready: bool
+    provider: str = Field(
+        description="ONNX Runtime execution provider in use (the setting until loaded)."
+    )
+    state: Literal["unloaded", "loading", "loaded", "failed"]
+    ready: bool = Field(description="state == 'loaded'.")
+    weights_bytes: int = Field(description="Size of the export's ONNX files.")
+    memory_bytes: int | None = Field(
+        None,
+        description="Growth of the process's resident memory while the model loaded and "
+        "warmed up (None when not loaded).",
+    )
 
 
 class ModelList(BaseModel):

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -20,10 +20,24 @@ class Settings(BaseSettings):
     model_dir: Path = Field(
         Path("build/onnx/default"),
         description="Directory written by `python -m export`: encoder.onnx, decoder.onnx, "
-        "config.json and the tokenizer files.",
+        "config.json and the tokenizer files. Served alone when neither model_dirs nor "
+        "models_dir is set.",
+    )
+    model_dirs: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated export directories, one model each (`make serve` sets "
+        "it to every shipped model). Each export's config.json declares source_lang and "
+        "target_lang; two models for one pair are a start-up error.",
+    )
+    models_dir: Path | None = Field(
+        None,
+        description="A directory of exports: every sub-directory with a config.json is a "
+        "model (added to model_dirs).",
     )
     model_name: str = Field(
-        "", description="Name reported by the API; defaults to the directory name."
+        "",
+        description="Name reported by the API for a model served alone; defaults to the "
+        "export's model_name, else the directory name.",
     )
     provider: Literal["auto", "cuda", "cpu"] = Field(
         "auto",
@@ -31,6 +45,42 @@ class Settings(BaseSettings):
         "else CPU; `cuda` fails at start-up when CUDA cannot be used.",
     )
     intra_op_threads: int = Field(0, ge=0, description="ORT intra-op threads; 0 lets ORT choose.")
+
+    # --- many models -------------------------------------------------------------------
+    lazy_load: bool = Field(
+        False,
+        description="Load a model at its first request instead of at start-up (for "
+        "deployments with many pairs). /ready then only waits for the language detector.",
+    )
+    max_loaded_models: int = Field(
+        0,
+        ge=0,
+        description="Most models loaded at once; loading one more unloads the least recently "
+        "used idle one (its in-flight work finishes first). 0: no bound. Models beyond the "
+        "bound load lazily even when lazy_load is off.",
+    )
+    cold_start: Literal["wait", "reject"] = Field(
+        "wait",
+        description="A request for a model that is not loaded: `wait` for the load; `reject` "
+        "with 503 + Retry-After while the load runs in the background.",
+    )
+    pivot_lang: str = Field(
+        "en",
+        description="With no direct model for X→Y, translate X→pivot→Y when both models exist "
+        "(sentence by sentence; a direct model always wins). Empty: no pivoting.",
+    )
+    model_fairness: Literal["round_robin", "off"] = Field(
+        "round_robin",
+        description="With several models on one device, their engine threads take turns step "
+        "by step (`round_robin`), so a flood on one pair cannot starve another; `off` lets "
+        "them run at once (each step competes for the cores).",
+    )
+    language_detection: bool = Field(
+        True,
+        description="Detect the source language for `source: auto` (py3langid, restricted to "
+        "the served source languages) and serve POST /detect. Off: `auto` means the only "
+        "served source language, and is refused when there are several.",
+    )
 
     # --- batching ----------------------------------------------------------------------
     max_batch_rows: int = Field(
@@ -132,6 +182,13 @@ class Settings(BaseSettings):
         30.0, ge=0, description="SIGTERM: time to finish in-flight work."
     )
     log_level: str = "info"
+
+    @field_validator("model_dirs", mode="before")
+    @classmethod
+    def _split_model_dirs(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
 
 @lru_cache

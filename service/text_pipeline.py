@@ -104,6 +104,44 @@ class DecodingOptions:
     length_penalty: float
 
 
+def decoding_options(
+    limits: TextLimits, beam_size: int | None, max_new_tokens: int | None
+) -> DecodingOptions:
+    """Request options with defaults filled in, checked against the limits."""
+    beam_size = beam_size if beam_size is not None else limits.default_beam_size
+    if beam_size > limits.max_beam_size:
+        raise InvalidInput(
+            "beam_size_too_large",
+            f"beam_size {beam_size} is above the limit MT_MAX_BEAM_SIZE={limits.max_beam_size}",
+        )
+    if max_new_tokens is not None and max_new_tokens > limits.max_new_tokens:
+        raise InvalidInput(
+            "max_new_tokens_too_large",
+            f"max_new_tokens {max_new_tokens} is above the limit "
+            f"MT_MAX_NEW_TOKENS={limits.max_new_tokens}",
+        )
+    return DecodingOptions(beam_size, max_new_tokens, limits.length_penalty)
+
+
+def check_request_size(limits: TextLimits, texts: Sequence[str]) -> None:
+    """Texts per request and characters per text (before any model is involved)."""
+    if not texts:
+        raise InvalidInput("no_texts", "text must hold at least one text")
+    if len(texts) > limits.max_texts_per_request:
+        raise InputTooLarge(
+            "too_many_texts",
+            f"{len(texts)} texts is above the limit "
+            f"MT_MAX_TEXTS_PER_REQUEST={limits.max_texts_per_request}",
+        )
+    for index, text in enumerate(texts):
+        if len(text) > limits.max_chars_per_text:
+            raise InputTooLarge(
+                "text_too_long",
+                f"text {index} has {len(text)} characters; the limit is "
+                f"MT_MAX_CHARS_PER_TEXT={limits.max_chars_per_text}",
+            )
+
+
 # --- plans ---------------------------------------------------------------------------------
 
 
@@ -183,38 +221,10 @@ class TextPipeline:
 
     def options(self, beam_size: int | None, max_new_tokens: int | None) -> DecodingOptions:
         """Request options with defaults filled in, checked against the limits."""
-        limits = self.limits
-        beam_size = beam_size if beam_size is not None else limits.default_beam_size
-        if beam_size > limits.max_beam_size:
-            raise InvalidInput(
-                "beam_size_too_large",
-                f"beam_size {beam_size} is above the limit MT_MAX_BEAM_SIZE={limits.max_beam_size}",
-            )
-        if max_new_tokens is not None and max_new_tokens > limits.max_new_tokens:
-            raise InvalidInput(
-                "max_new_tokens_too_large",
-                f"max_new_tokens {max_new_tokens} is above the limit "
-                f"MT_MAX_NEW_TOKENS={limits.max_new_tokens}",
-            )
-        return DecodingOptions(beam_size, max_new_tokens, limits.length_penalty)
+        return decoding_options(self.limits, beam_size, max_new_tokens)
 
     def check_request_size(self, texts: Sequence[str]) -> None:
-        limits = self.limits
-        if not texts:
-            raise InvalidInput("no_texts", "text must hold at least one text")
-        if len(texts) > limits.max_texts_per_request:
-            raise InputTooLarge(
-                "too_many_texts",
-                f"{len(texts)} texts is above the limit "
-                f"MT_MAX_TEXTS_PER_REQUEST={limits.max_texts_per_request}",
-            )
-        for index, text in enumerate(texts):
-            if len(text) > limits.max_chars_per_text:
-                raise InputTooLarge(
-                    "text_too_long",
-                    f"text {index} has {len(text)} characters; the limit is "
-                    f"MT_MAX_CHARS_PER_TEXT={limits.max_chars_per_text}",
-                )
+        check_request_size(self.limits, texts)
 
     def plan(
         self,
@@ -268,10 +278,44 @@ class TextPipeline:
                 f"a sentence of text {text_index} has {len(src_ids)} tokens; the limit is "
                 f"{limit} (sentence starts: {text[:60]!r})",
             )
+        self._set_source(sentence, src_ids, options)
+        return sentence
+
+    def continue_sentence(
+        self, previous: Sentence, options: DecodingOptions, cached: CacheLookup | None = None
+    ) -> Sentence:
+        """The second leg of a pivot: ``previous`` (translated by the first model) as this
+        model's source. The intermediate stays masked, so placeholders cross both legs as
+        symbols under the copy constraint and are restored once, with the original values;
+        edge tags go back at the end. An intermediate too long for this model's positions is
+        cut there (it came from a model, not from the client)."""
+        masked = previous.masked_translation
+        assert masked is not None, "only a sentence the first model translated continues"
+        sentence = Sentence(
+            masked=masked,
+            originals=previous.originals,
+            prefix=previous.prefix,
+            suffix=previous.suffix,
+        )
+        if not has_words(masked):
+            sentence.translation = previous.translation
+            return sentence
+        if cached is not None and (hit := cached(masked, options)):
+            sentence.finish(*hit)
+            sentence.from_cache = True
+            return sentence
+        src_ids = self.tokenizer.encode_one(masked)
+        if len(src_ids) > self.max_input_tokens:
+            src_ids = src_ids[: self.max_input_tokens - 1] + [self.tokenizer.eos_id]
+        self._set_source(sentence, src_ids, options)
+        return sentence
+
+    def _set_source(
+        self, sentence: Sentence, src_ids: Sequence[int], options: DecodingOptions
+    ) -> None:
         sentence.src_ids = tuple(src_ids)
         sentence.copy_tokens = copy_tokens_for(src_ids, self.symbol_ids)
         sentence.max_new_tokens = self.max_new_tokens(len(src_ids), options)
-        return sentence
 
     def max_new_tokens(self, src_len: int, options: DecodingOptions) -> int:
         if options.max_new_tokens is not None:

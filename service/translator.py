@@ -12,6 +12,7 @@ batcher's (queue full, shutting down, timeout); the web layer maps them to statu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -22,6 +23,7 @@ from service.text_pipeline import (
     InputTooLarge,
     TextLimits,
     TextPipeline,
+    TextPlan,
     TranslationBatch,
 )
 from service.tokenizer import Tokenizer
@@ -94,9 +96,13 @@ class Translator:
             self.metrics.cache_hits.inc()
         return hit
 
-    async def translate(self, texts: Sequence[str], options: DecodingOptions) -> TranslationBatch:
-        """Translate ``texts`` (order kept). Raises the pipeline's ``TextError``s for the
-        limits, and whatever the batcher raises (queue full, shutting down, timeout)."""
+    async def translate(
+        self, texts: Sequence[str], options: DecodingOptions, then: Translator | None = None
+    ) -> TranslationBatch:
+        """Translate ``texts`` (order kept). ``then``: a second model that translates this
+        one's output sentence by sentence (a pivot, X→en→Y); both legs go through their
+        model's batcher like any other rows. Raises the pipeline's ``TextError``s for the
+        limits, and whatever the batchers raise (queue full, shutting down, timeout)."""
         pipeline = self.pipeline
         pipeline.check_request_size(texts)
         cached = self._cached if self.cache is not None else None
@@ -104,6 +110,35 @@ class Translator:
             plans = await asyncio.to_thread(pipeline.plan, texts, options, cached)
         else:
             plans = pipeline.plan(texts, options, cached)
+        decoded = await self._decode(plans, options)
+        if then is None:
+            return pipeline.assemble(plans, decoded=decoded)
+        first_leg = pipeline.assemble(plans, decoded=decoded)
+        second_leg = await then._continue(plans, options)
+        return dataclasses.replace(
+            second_leg,
+            input_tokens=first_leg.input_tokens,
+            output_tokens=first_leg.output_tokens + second_leg.output_tokens,
+            decoded_sentences=first_leg.decoded_sentences + second_leg.decoded_sentences,
+            cached_sentences=first_leg.cached_sentences + second_leg.cached_sentences,
+        )
+
+    async def _continue(self, plans: list[TextPlan], options: DecodingOptions) -> TranslationBatch:
+        """The second leg: every sentence the first model translated becomes this model's
+        source (in place, so the texts keep their sentence structure and whitespace)."""
+        cached = self._cached if self.cache is not None else None
+        for plan in plans:
+            plan.sentences = [
+                self.pipeline.continue_sentence(sentence, options, cached)
+                if sentence.masked_translation is not None
+                else sentence
+                for sentence in plan.sentences
+            ]
+        decoded = await self._decode(plans, options)
+        return self.pipeline.assemble(plans, decoded=decoded)
+
+    async def _decode(self, plans: list[TextPlan], options: DecodingOptions) -> int:
+        """Decode the sentences of ``plans`` that need the model, all at once; how many."""
         to_decode = [s for plan in plans for s in plan.sentences if s.needs_model]
         if len(to_decode) > self.batcher.max_queue:
             raise InputTooLarge(
@@ -123,11 +158,11 @@ class Translator:
         ]
         results = await self.batcher.submit(rows, timeout_s=self.settings.request_timeout_s)
         for sentence, result in zip(to_decode, results, strict=True):
-            pipeline.finish(sentence, result.tokens)
+            self.pipeline.finish(sentence, result.tokens)
             if self.cache is not None:
                 assert sentence.masked_translation is not None
                 self.cache.put(
                     _cache_key(sentence.masked, options),
                     (sentence.masked_translation, sentence.output_tokens),
                 )
-        return pipeline.assemble(plans, decoded=len(to_decode))
+        return len(to_decode)

@@ -158,3 +158,50 @@ def solo_translator(model_dir: Path):
         return restore(tokenizer.decode(tokens), originals)
 
     return translate
+
+
+def only_model(app):
+    """The registry slot of an app that serves one model (its batcher, translator, engine)."""
+    [slot] = app.state.service.registry.slots.values()
+    return slot
+
+
+# The three language pairs of the multi-model tests. One export serves as all three (an
+# export takes most of a minute on these machines): each copy declares its own pair and name,
+# and the copies other than en→de get a different final logits bias, so the three models
+# translate one input differently and a test can tell which one ran.
+LANGUAGE_PAIRS = (("en", "de"), ("de", "en"), ("en", "fr"))
+
+
+def language_models(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
+    """(source, target) -> export dir of a tiny model declaring that pair (session-wide)."""
+    if "pairs" not in _exported:
+        root = tmp_path_factory.mktemp("tiny_pairs")
+        base = tiny_model(tmp_path_factory)
+        for seed, (source, target) in enumerate(LANGUAGE_PAIRS):
+            _exported[f"{source}-{target}"] = _copy_as_pair(base, root, source, target, seed)
+        _exported["pairs"] = root
+    return {pair: _exported[f"{pair[0]}-{pair[1]}"] for pair in LANGUAGE_PAIRS}
+
+
+def _copy_as_pair(base: Path, root: Path, source: str, target: str, seed: int) -> Path:
+    import shutil
+
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model_dir = root / f"{source}-{target}"
+    shutil.copytree(base, model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    config.update(source_lang=source, target_lang=target, model_name=f"tiny-{source}-{target}")
+    (model_dir / "config.json").write_text(json.dumps(config, indent=2))
+    if seed:
+        decoder = onnx.load(model_dir / "decoder.onnx")
+        [bias] = [i for i in decoder.graph.initializer if i.name == "model.final_logits_bias"]
+        values = numpy_helper.to_array(bias).copy()
+        noise = np.random.default_rng(seed).normal(0.0, 2.0, values.shape).astype(values.dtype)
+        noise[..., 0] = 0.0  # keep eos as likely as before: outputs stay short
+        bias.CopyFrom(numpy_helper.from_array(values + noise, bias.name))
+        onnx.save(decoder, model_dir / "decoder.onnx")
+    return model_dir

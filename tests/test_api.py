@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.segmenter import sentence_spans
 from service.settings import Settings
-from tests.service_fixtures import solo_translator, tiny_model
+from tests.service_fixtures import only_model, solo_translator, tiny_model
 
 LIMITS = dict(
     max_texts_per_request=8,
@@ -148,14 +148,14 @@ def test_default_output_length_is_proportional_to_the_source(client):
 
 
 def test_libretranslate_json(client, solo):
-    default_tokens = client.app.state.service.translator.pipeline.max_new_tokens
+    default_tokens = only_model(client.app).translator.pipeline.max_new_tokens
     sentence = "Save changes"
-    src_len = len(client.app.state.service.translator.tokenizer.encode_one(sentence))
+    src_len = len(only_model(client.app).translator.tokenizer.encode_one(sentence))
     response = post(
         client, "/translate", json={"q": sentence, "source": "en", "target": "de", "format": "text"}
     )
     assert response.status_code == 200
-    options = client.app.state.service.translator.options(None, None)
+    options = only_model(client.app).translator.options(None, None)
     assert response.json() == {"translatedText": solo(sentence, default_tokens(src_len, options))}
 
 
@@ -190,16 +190,20 @@ def test_libretranslate_html_keeps_tags(client):
 
 def test_languages_in_libretranslate_shape(client):
     assert client.get("/languages").json() == [
-        {"code": "en", "name": "English", "targets": ["de"]},
         {"code": "de", "name": "German", "targets": []},
+        {"code": "en", "name": "English", "targets": ["de"]},
     ]
 
 
 def test_models_health_ready_docs(client):
     [card] = client.get("/v1/models").json()["data"]
+    weights = card.pop("weights_bytes")
+    memory = card.pop("memory_bytes")
     assert card == {
-        "id": "tiny-random", "source_lang": "en", "target_lang": "de", "provider": "cpu", "ready": True,
+        "id": "tiny-random", "source_lang": "en", "target_lang": "de", "provider": "cpu",
+        "state": "loaded", "ready": True,
     }  # fmt: skip
+    assert weights > 0 and (memory is None or memory >= 0)
     assert client.get("/health").json() == {"status": "ok"}
     assert client.get("/ready").json() == {"status": "ready"}
     assert client.get("/docs").status_code == 200
@@ -246,8 +250,14 @@ def test_metrics_are_prometheus_text_with_batch_and_request_series(client):
             "max_new_tokens_too_large",
             "MT_MAX_NEW_TOKENS=64",
         ),
-        ({"text": "a", "target_lang": "fr"}, 400, "unsupported_language", "en→de"),
-        ({"text": "a", "source_lang": "xx"}, 400, "unsupported_language", "en→de"),
+        ({"text": "a", "target_lang": "fr"}, 400, "unsupported_language", "fr is not supported"),
+        ({"text": "a", "source_lang": "xx"}, 400, "unsupported_language", "xx is not supported"),
+        (
+            {"text": "a", "source_lang": "de", "target_lang": "en"},
+            400,
+            "unsupported_pair",
+            "English (en) is not available as a target language from German (de)",
+        ),
     ],
 )
 def test_v1_errors(client, body, status, code, says):
@@ -300,8 +310,8 @@ def test_chunked_body_over_the_limit_is_413(client):
     ("kwargs", "status", "says"),
     [
         ({"json": {"source": "en", "target": "de"}}, 400, "q"),
-        ({"json": {"q": "a", "source": "en", "target": "fr"}}, 400, "en→de"),
-        ({"json": {"q": "a", "source": "es", "target": "de"}}, 400, "en→de"),
+        ({"json": {"q": "a", "source": "en", "target": "fr"}}, 400, "fr is not supported"),
+        ({"json": {"q": "a", "source": "es", "target": "de"}}, 400, "es is not supported"),
         ({"json": {"q": "a", "format": "pdf"}}, 400, "format"),
         ({"json": {"q": 7}}, 400, "q"),
         ({"json": ["q"]}, 400, "JSON object"),
@@ -310,7 +320,7 @@ def test_chunked_body_over_the_limit_is_413(client):
             400,
             "malformed JSON",
         ),
-        ({"data": {"source": "en"}}, 400, "q"),
+        ({"data": {"source": "en"}}, 400, "Invalid request: missing q parameter"),
         ({"json": {"q": "a" * 501}}, 413, "MT_MAX_CHARS_PER_TEXT"),
     ],
 )

@@ -19,7 +19,7 @@ from service.api.errors import ApiError
 from service.app import create_app
 from service.engine import DecodeRequest, Engine, FinishedRequest, RejectedRequest
 from service.settings import Settings
-from tests.service_fixtures import solo_translator, tiny_model
+from tests.service_fixtures import only_model, solo_translator, tiny_model
 
 BASE_TEXTS = [
     "Save changes",
@@ -164,7 +164,7 @@ async def test_64_concurrent_requests_each_get_what_they_get_alone(model_dir, ga
     app = create_app(settings_for(model_dir), engine=gated_engine)
     async with serving(app) as client:
         gated_engine.close()
-        batcher = app.state.service.batcher
+        batcher = only_model(app).batcher
         tasks = [
             asyncio.ensure_future(
                 client.post("/v1/translate", json={"text": text, "max_new_tokens": tokens})
@@ -202,7 +202,7 @@ async def test_request_arriving_during_a_long_decode_is_admitted_before_it_ends(
     app = create_app(settings_for(model_dir), engine=gated_engine)
     async with serving(app) as client:
         gated_engine.close()
-        batcher = app.state.service.batcher
+        batcher = only_model(app).batcher
         start = gated_engine.steps  # warm-up ran steps already
         long_task = asyncio.ensure_future(
             client.post("/v1/translate", json={"text": long_text, "max_new_tokens": 60})
@@ -236,7 +236,7 @@ async def test_full_queue_answers_429_with_retry_after(model_dir, gated_engine):
     app = create_app(settings_for(model_dir, max_queue=2, retry_after_s=3), engine=gated_engine)
     async with serving(app) as client:
         gated_engine.close()
-        batcher = app.state.service.batcher
+        batcher = only_model(app).batcher
         running = asyncio.ensure_future(client.post("/v1/translate", json={"text": "Login"}))
         await wait_until(gated_engine.waiting.is_set, "engine busy")
         queued = [
@@ -293,18 +293,18 @@ async def test_client_that_hangs_up_has_its_rows_dropped(model_dir, gated_engine
     async with serving(app):
         service = app.state.service
         gated_engine.close()
-        options = service.translator.options(None, None)
+        options = only_model(app).translator.options(None, None)
         # Two sentences that decode for many steps (they run to their max_new_tokens).
         text = (
             "Print this folder with your account. Search and replace in all files of this folder."
         )
-        work = service.translator.translate([text], options)
+        work = only_model(app).translator.translate([text], options)
         with pytest.raises(ApiError) as refusal:
             await run_for_client(HungUpRequest(gated_engine), service, work)
         assert refusal.value.status_code == 499
         gated_engine.open()
         await wait_until(lambda: len(gated_engine.dropped) == 2, "both sentences dropped")
-        assert gated_engine.active_rows == 0 and service.batcher.queue_depth == 0
+        assert gated_engine.active_rows == 0 and only_model(app).batcher.queue_depth == 0
         assert gated_engine.finished_at == {}
 
 
@@ -326,7 +326,7 @@ async def test_shutdown_refuses_new_work_and_finishes_what_is_in_flight(
         assert (await client.get("/ready")).status_code == 503
         gated_engine.open()
         assert (await in_flight).status_code == 200
-        batcher = app.state.service.batcher
+        batcher = only_model(app).batcher
     assert not batcher._thread.is_alive()  # the lifespan shutdown stopped the engine loop
 
 

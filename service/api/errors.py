@@ -2,8 +2,10 @@
 
 Every error body is ``{"error": message, "code": machine_code}``: ``error`` is the field
 LibreTranslate clients read, so both APIs share one shape. Domain errors come from the text
-pipeline (``InputTooLarge`` → 413, ``InvalidInput`` → 422); the batcher's refusals are mapped
-where requests await it (service/api/deps.py).
+pipeline (``InputTooLarge`` → 413, ``InvalidInput`` → 422), the router
+(``UnsupportedLanguage`` → 400, with LibreTranslate's messages) and the registry
+(``ModelNotReady`` → 503 + Retry-After); the batcher's refusals are mapped where requests
+await it (service/api/deps.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.metrics import ServiceMetrics
+from service.registry import ModelNotReady
 from service.schemas import ErrorResponse
 from service.text_pipeline import InputTooLarge, InvalidInput, TextError
 
@@ -64,7 +67,7 @@ def error_response(
     return JSONResponse({"error": message, "code": code}, status_code=status, headers=headers)
 
 
-def install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
+def install_error_handlers(app: FastAPI, metrics: ServiceMetrics, retry_after_s: int) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, error: ApiError) -> JSONResponse:
         metrics.rejections.labels(reason=error.code).inc()
@@ -74,6 +77,12 @@ def install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
     async def text_error(_: Request, error: TextError) -> JSONResponse:
         metrics.rejections.labels(reason=error.code).inc()
         return error_response(status_of(error), error.code, error.message)
+
+    @app.exception_handler(ModelNotReady)
+    async def model_not_ready(_: Request, error: ModelNotReady) -> JSONResponse:
+        code = "model_failed" if error.state == "failed" else "model_loading"
+        metrics.rejections.labels(reason=code).inc()
+        return error_response(503, code, error.detail, {"Retry-After": str(retry_after_s)})
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:

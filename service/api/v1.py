@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from service.api.deps import Service, run_for_client
 from service.api.errors import ERROR_RESPONSES
 from service.schemas import (
+    DetectedLanguage,
     ModelCard,
     ModelList,
     TranslateRequest,
@@ -18,6 +19,7 @@ from service.schemas import (
 )
 
 router = APIRouter()
+MODELS_HEADER = "X-Translation-Models"  # which models ran, on both translation APIs
 
 
 @router.post(
@@ -27,22 +29,31 @@ router = APIRouter()
     summary="Translate one text or a list of texts",
 )
 async def translate(
-    body: TranslateRequest, request: Request, service: Service
+    body: TranslateRequest, request: Request, response: Response, service: Service
 ) -> TranslateResponse:
     started = time.perf_counter()
-    translator = service.require_translator()
-    service.check_languages(body.source_lang, body.target_lang)
+    dispatcher = service.require_dispatcher()
     texts = [body.text] if isinstance(body.text, str) else body.text
-    options = translator.options(body.beam_size, body.max_new_tokens)
-    batch = await run_for_client(request, service, translator.translate(texts, options))
+    options = dispatcher.options(body.beam_size, body.max_new_tokens)
+    work = dispatcher.translate(texts, body.source_lang, body.target_lang, options)
+    result = await run_for_client(request, service, work)
+    batch, route = result.batch, result.route
+    response.headers[MODELS_HEADER] = ",".join(route.legs)
+    detected = result.detections[0] if result.detections else None
     return TranslateResponse(
         translations=[
             Translation(text=t.text, tokens=t.output_tokens, sentences=t.sentences)
             for t in batch.translations
         ],
-        model=service.model_name,
-        source_lang=service.source_lang,
-        target_lang=service.target_lang,
+        model="+".join(route.legs),
+        models=list(route.legs),
+        source_lang=route.source,
+        target_lang=route.target,
+        detected_language=(
+            DetectedLanguage(language=detected.language, confidence=detected.confidence)
+            if detected is not None
+            else None
+        ),
         usage=Usage(
             input_tokens=batch.input_tokens,
             output_tokens=batch.output_tokens,
@@ -53,16 +64,22 @@ async def translate(
     )
 
 
-@router.get("/v1/models", response_model=ModelList, summary="The model this process serves")
+@router.get("/v1/models", response_model=ModelList, summary="The models this process serves")
 async def models(service: Service) -> ModelList:
+    if service.registry is None:
+        return ModelList(data=[])
     return ModelList(
         data=[
             ModelCard(
-                id=service.model_name,
-                source_lang=service.source_lang,
-                target_lang=service.target_lang,
-                provider=service.provider,
-                ready=service.phase == "ready",
+                id=slot.spec.model_id,
+                source_lang=slot.spec.source_lang,
+                target_lang=slot.spec.target_lang,
+                provider=slot.provider,
+                state=slot.state,
+                ready=slot.state == "loaded",
+                weights_bytes=slot.weights_bytes,
+                memory_bytes=slot.memory_bytes,
             )
+            for slot in service.registry.slots.values()
         ]
     )

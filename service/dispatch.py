@@ -1,0 +1,125 @@
+"""One request, many models: detect the source language, choose the route, lease the
+models, translate.
+
+The web layer calls :meth:`Dispatcher.translate` with the client's texts and languages;
+everything here is the service's own vocabulary (domain errors, no HTTP). Validation that
+needs no model (texts, characters, decoding options) runs first, so a bad request never waits
+for a model to load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from service.detection import Detection, LanguageDetector
+from service.registry import ModelRegistry
+from service.routing import Route, UnsupportedLanguage, plan_route, source_languages
+from service.settings import Settings
+from service.text_pipeline import (
+    DecodingOptions,
+    TextLimits,
+    TextTranslation,
+    TranslationBatch,
+    check_request_size,
+    decoding_options,
+)
+
+AUTO = "auto"
+# Detection is quick (tens of microseconds per short text) but scales with the text: large
+# requests detect in a worker thread, like tokenizing.
+_DETECT_IN_THREAD_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    batch: TranslationBatch
+    route: Route
+    detections: list[Detection] | None  # when the source was "auto"
+
+
+class Dispatcher:
+    def __init__(
+        self, registry: ModelRegistry, detector: LanguageDetector | None, settings: Settings
+    ) -> None:
+        self.registry = registry
+        self.detector = detector
+        self.settings = settings
+        self.limits = TextLimits.from_settings(settings)
+
+    def options(self, beam_size: int | None, max_new_tokens: int | None) -> DecodingOptions:
+        return decoding_options(self.limits, beam_size, max_new_tokens)
+
+    async def detect(self, texts: str | Sequence[str]) -> list[Detection]:
+        """Candidates among the served source languages, best first."""
+        if self.detector is None:
+            raise UnsupportedLanguage(
+                "detection_disabled", "language detection is off (MT_LANGUAGE_DETECTION)"
+            )
+        size = len(texts) if isinstance(texts, str) else sum(map(len, texts))
+        if size > _DETECT_IN_THREAD_CHARS:
+            return await asyncio.to_thread(self.detector.detect, texts)
+        return self.detector.detect(texts)
+
+    async def resolve_source(
+        self, texts: Sequence[str], source: str | None
+    ) -> tuple[str, list[Detection] | None]:
+        """The source language: the client's, or detected for ``auto`` / none."""
+        source = (source or AUTO).lower()
+        if source != AUTO:
+            return source, None
+        sources = source_languages(self.registry.by_pair)
+        if self.detector is None:
+            if len(sources) == 1:
+                return sources[0], [Detection(sources[0], 100.0)]
+            raise UnsupportedLanguage(
+                "detection_disabled",
+                "source 'auto' needs language detection, which is off (MT_LANGUAGE_DETECTION)",
+            )
+        detections = await self.detect(texts)
+        return detections[0].language, detections
+
+    def default_target(self, source: str) -> str:
+        """The target when the client names none: the only one served from ``source``."""
+        targets = sorted({t for s, t in self.registry.by_pair if s == source})
+        if len(self.registry.by_pair) == 1:
+            [(_, target)] = self.registry.by_pair
+            return target
+        if len(targets) == 1:
+            return targets[0]
+        raise UnsupportedLanguage("missing_target", "Invalid request: missing target parameter")
+
+    def route(self, source: str, target: str) -> Route:
+        return plan_route(source, target, self.registry.by_pair, self.settings.pivot_lang)
+
+    async def translate(
+        self,
+        texts: Sequence[str],
+        source: str | None,
+        target: str | None,
+        options: DecodingOptions,
+    ) -> DispatchResult:
+        check_request_size(self.limits, texts)
+        source, detections = await self.resolve_source(texts, source)
+        target = target.lower() if target else self.default_target(source)
+        route = self.route(source, target)
+        kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
+        self.registry.metrics.routes.labels(kind=kind).inc()
+        if not route.legs:
+            return DispatchResult(_unchanged(texts), route, detections)
+        async with self.registry.lease(route.legs) as translators:
+            first, *rest = translators
+            batch = await first.translate(texts, options, then=rest[0] if rest else None)
+        return DispatchResult(batch, route, detections)
+
+
+def _unchanged(texts: Sequence[str]) -> TranslationBatch:
+    """Source and target are the same language: the texts as they are."""
+    return TranslationBatch(
+        translations=[TextTranslation(text, 0, 0) for text in texts],
+        input_tokens=0,
+        output_tokens=0,
+        decoded_sentences=0,
+        cached_sentences=0,
+    )
