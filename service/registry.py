@@ -346,7 +346,7 @@ class ModelRegistry:
         slot.engine = slot.batcher = slot.translator = None
         slot.memory_bytes = None
         slot.provider = self.settings.provider
-        if batcher is not None:
-            await batcher.shutdown(self.settings.shutdown_grace_s)
         self.metrics.model_evictions.inc()
         self.metrics.models_loaded.set(self.loaded_count())
+        if batcher is not None:  # no lease holds it: this only stops its thread
+            await batcher.shutdown(self.settings.shutdown_grace_s)
