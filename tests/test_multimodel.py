@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.batcher import ContinuousBatcher, RowRequest
-from service.engine import DecodeRequest, FinishedRequest
+from service.engine import BatchEstimate, DecodeRequest, FinishedRequest
 from service.routing import UnsupportedLanguage, plan_route, targets_by_source
 from service.scheduler import RoundRobinTurns
 from service.settings import Settings
@@ -284,9 +284,14 @@ class LoggedEngine:
     def active_rows(self) -> int:
         return len(self._active)
 
-    def add(self, requests: list[DecodeRequest]) -> None:
+    def add(self, requests: list[DecodeRequest]) -> list:
         for request in requests:
             self._active[request.request_id] = (list(reversed(request.src_ids)), [])
+        return []  # none refused
+
+    def estimate(self, newcomers=()) -> BatchEstimate:
+        rows = self.active_rows + sum(new_rows for new_rows, _ in newcomers)
+        return BatchEstimate(rows, 0, None)  # no token budget, no cost model
 
     def step(self) -> list[FinishedRequest]:
         if self.quiet_done is not None:
@@ -315,7 +320,9 @@ async def test_a_flood_on_one_model_does_not_starve_another_by_step_counts():
     flood_engine = LoggedEngine("flood", log, turns, quiet_done)
     quiet_engine = LoggedEngine("quiet", log, turns)
     batchers = [
-        ContinuousBatcher(engine, batching="continuous", turn=partial(turns.turn, engine.name))
+        ContinuousBatcher(
+            engine, batching="continuous", cost_aware=False, turn=partial(turns.turn, engine.name)
+        )
         for engine in (flood_engine, quiet_engine)
     ]
     for batcher in batchers:
