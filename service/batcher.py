@@ -249,6 +249,30 @@ class ContinuousBatcher:
         """
         if not rows:
             return []
+        jobs = self._enqueue(rows)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return list(await asyncio.gather(*(job.future for job in jobs)))
+        except BaseException:
+            self._abandon(jobs)
+            raise
+
+    def submit_as_completed(
+        self, rows: Sequence[RowRequest], timeout_s: float | None = None
+    ) -> RowStream:
+        """Queue ``rows`` now (all or none: :class:`QueueFull`, :class:`NotAccepting` raise
+        here, before any result) and return an async iterator of ``(index in rows, result)``
+        in the order the rows finish: streaming responses send a sentence as soon as it is
+        done.
+
+        Same clean-up as :meth:`submit`: when the iteration stops early (``aclose()``, the
+        consumer is cancelled, a row fails, or ``timeout_s`` passes: ``TimeoutError``), rows
+        still queued leave the queue and rows in the batch are dropped at once.
+        """
+        return RowStream(self, self._enqueue(rows) if rows else [], timeout_s)
+
+    def _enqueue(self, rows: Sequence[RowRequest]) -> list[_Job]:
+        """Put one job per row in the queue, all or none (:class:`QueueFull`)."""
         loop = asyncio.get_running_loop()
         now = self._clock()
         jobs = []
@@ -268,12 +292,7 @@ class ContinuousBatcher:
             self.metrics.queue_depth.set(len(self._queue))
             self._idle.clear()
             self._cond.notify()
-        try:
-            async with asyncio.timeout(timeout_s):
-                return list(await asyncio.gather(*(job.future for job in jobs)))
-        except BaseException:
-            self._abandon(jobs)
-            raise
+        return jobs
 
     def begin_shutdown(self) -> None:
         """Refuse new work from now on; what is queued or decoding goes on."""
@@ -545,3 +564,59 @@ class ContinuousBatcher:
         # A closed event loop raises RuntimeError: nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
             job.loop.call_soon_threadsafe(settle)
+
+
+class RowStream:
+    """Results of one :meth:`ContinuousBatcher.submit_as_completed` call as rows finish.
+
+    An async iterator with ``aclose()`` (use ``contextlib.aclosing``): closing it before the
+    end abandons the unfinished rows, whether or not iteration ever started.
+    """
+
+    def __init__(
+        self, batcher: ContinuousBatcher, jobs: list[_Job], timeout_s: float | None
+    ) -> None:
+        self._batcher = batcher
+        self._jobs = jobs
+        self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._index_of = {job.future: index for index, job in enumerate(jobs)}
+        self._pending: set[asyncio.Future[RowResult]] = set(self._index_of)
+        self._ready: deque[asyncio.Future[RowResult]] = deque()
+
+    def __aiter__(self) -> RowStream:
+        return self
+
+    async def __anext__(self) -> tuple[int, RowResult]:
+        try:
+            while not self._ready:
+                if not self._pending:
+                    raise StopAsyncIteration
+                wait_s = None if self._deadline is None else self._deadline - time.monotonic()
+                if wait_s is not None and wait_s <= 0:
+                    raise TimeoutError
+                done, self._pending = await asyncio.wait(
+                    self._pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                # Several may finish in one step (or while the consumer was busy): hand them
+                # out in the order they finished.
+                self._ready.extend(sorted(done, key=self._finish_order))
+            future = self._ready.popleft()
+            return self._index_of[future], future.result()
+        except StopAsyncIteration:
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+    def _finish_order(self, future: asyncio.Future[RowResult]) -> tuple[int, int]:
+        step = -1 if future.exception() is not None else future.result().finished_step
+        return step, self._index_of[future]
+
+    def close(self) -> None:
+        """Abandon the rows that have not finished (no-op once all have)."""
+        if self._pending:
+            self._pending = set()
+            self._batcher._abandon(self._jobs)
+
+    async def aclose(self) -> None:
+        self.close()
