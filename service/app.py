@@ -3,20 +3,24 @@
 Routes validate (pydantic models in service/schemas.py), then hand texts to the translator
 (service/translator.py), which runs the text pipeline (service/text_pipeline.py) and feeds
 the continuous batcher (service/batcher.py). The pieces live in service/api/: routes per API
-(``v1``, ``libretranslate``, ``ops``), ``errors`` (one error shape, domain errors mapped to
-statuses), ``middleware`` (body size limit, request metrics), ``lifecycle`` (background load,
-graceful shutdown) and ``deps`` (what routes share).
+(``v1``, ``stream``, ``libretranslate``, ``files``, ``ops``, ``web``: the page at ``/``),
+``errors`` (one error shape, domain errors mapped to statuses), ``middleware`` (body size
+limit, request metrics), ``lifecycle`` (background load, graceful shutdown) and ``deps``
+(what routes share).
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 
-from service.api import libretranslate, ops, v1
+from service.api import files, libretranslate, ops, stream, v1, web
 from service.api.errors import install_error_handlers
 from service.api.lifecycle import ServiceState, engine_loader, lifespan_of
 from service.api.middleware import BodySizeLimit, RequestMetrics
 from service.engine import Engine
+from service.file_store import TranslatedFiles
 from service.metrics import ServiceMetrics
 from service.registry import EngineLoader
 from service.settings import Settings, get_settings
@@ -35,15 +39,20 @@ def create_app(
     if load_engine is None:
         load_engine = engine_loader(settings) if engine is None else (lambda _spec: engine)
     service = ServiceState(settings, metrics, load_engine)
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from the package's own
+    # files instead of a CDN, so they work on a machine without internet access.
+    app = FastAPIOffline(
         title="mtserve",
         summary="Machine translation on ONNX Runtime with continuous batching.",
         version="0.1.0",
         lifespan=lifespan_of(service),
+        static_url="/static-docs",
     )
     app.state.service = service
-    for api in (v1, libretranslate, ops):
+    app.state.translated_files = TranslatedFiles(settings.files_dir, settings.files_ttl_s)
+    for api in (v1, stream, libretranslate, files, ops, web):
         app.include_router(api.router)
+    app.mount("/static", StaticFiles(directory=web.STATIC_DIR), name="static")
     install_error_handlers(app, metrics, settings.retry_after_s)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: sees every status

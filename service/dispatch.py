@@ -10,7 +10,8 @@ for a model to load.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from service.detection import Detection, LanguageDetector
@@ -25,6 +26,7 @@ from service.text_pipeline import (
     check_request_size,
     decoding_options,
 )
+from service.translator import SentenceDone
 
 AUTO = "auto"
 # Detection is quick (tens of microseconds per short text) but scales with the text: large
@@ -100,18 +102,110 @@ class Dispatcher:
         target: str | None,
         options: DecodingOptions,
     ) -> DispatchResult:
+        route, detections = await self.plan(texts, source, target)
+        return DispatchResult(await self._run(texts, route, options), route, detections)
+
+    async def translate_with_alternatives(
+        self,
+        texts: Sequence[str],
+        source: str | None,
+        target: str | None,
+        options: DecodingOptions,
+        alternatives: int,
+    ) -> tuple[DispatchResult, list[list[str]]]:
+        """:meth:`translate` with up to ``alternatives`` other translations per text from the
+        beam's n-best (``Translator.translate_with_alternatives``). A direct route only: a
+        pivot's two beams have no single n-best, and the identity has no beam; those get []."""
+        route, detections = await self.plan(texts, source, target)
+        if len(route.legs) != 1:
+            batch = await self._run(texts, route, options)
+            return DispatchResult(batch, route, detections), [[] for _ in texts]
+        async with self.registry.lease(route.legs) as [translator]:
+            batch, others = await translator.translate_with_alternatives(
+                texts, options, alternatives
+            )
+        return DispatchResult(batch, route, detections), others
+
+    async def stream(
+        self,
+        texts: Sequence[str],
+        source: str | None,
+        target: str | None,
+        options: DecodingOptions,
+    ) -> DispatchStream:
+        """The sentences of ``texts`` as they finish (``Translator.stream``), then the batch.
+        Refusals (limits, language, queue full) raise here. The model stays leased until the
+        stream ends or is closed. A pivot (or identity) route yields only the batch: a
+        sentence is done when its second leg is, and the legs run text by text."""
+        route, detections = await self.plan(texts, source, target)
+        resources = AsyncExitStack()
+        if len(route.legs) != 1:
+            return DispatchStream(
+                route, detections, _once(lambda: self._run(texts, route, options)), resources
+            )
+        try:
+            [translator] = await resources.enter_async_context(self.registry.lease(route.legs))
+            items = await translator.stream(texts, options)
+        except BaseException:
+            await resources.aclose()
+            raise
+        return DispatchStream(route, detections, items, resources)
+
+    async def plan(
+        self, texts: Sequence[str], source: str | None, target: str | None
+    ) -> tuple[Route, list[Detection] | None]:
+        """Check the texts, detect the source if asked to, choose the route (counted)."""
         check_request_size(self.limits, texts)
         source, detections = await self.resolve_source(texts, source)
         target = target.lower() if target else self.default_target(source)
         route = self.route(source, target)
         kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
         self.registry.metrics.routes.labels(kind=kind).inc()
+        return route, detections
+
+    async def _run(
+        self, texts: Sequence[str], route: Route, options: DecodingOptions
+    ) -> TranslationBatch:
         if not route.legs:
-            return DispatchResult(_unchanged(texts), route, detections)
+            return _unchanged(texts)
         async with self.registry.lease(route.legs) as translators:
             first, *rest = translators
-            batch = await first.translate(texts, options, then=rest[0] if rest else None)
-        return DispatchResult(batch, route, detections)
+            return await first.translate(texts, options, then=rest[0] if rest else None)
+
+
+class DispatchStream:
+    """What :meth:`Dispatcher.stream` returns: ``SentenceDone`` items and, last, the
+    ``TranslationBatch``; ``aclose()`` drops unfinished rows and releases the model."""
+
+    def __init__(
+        self,
+        route: Route,
+        detections: list[Detection] | None,
+        items: AsyncIterator[SentenceDone | TranslationBatch],
+        resources: AsyncExitStack,
+    ) -> None:
+        self.route = route
+        self.detections = detections
+        self._items = items
+        self._resources = resources
+
+    def __aiter__(self) -> DispatchStream:
+        return self
+
+    async def __anext__(self) -> SentenceDone | TranslationBatch:
+        return await anext(self._items)
+
+    async def aclose(self) -> None:
+        try:
+            await self._items.aclose()  # type: ignore[attr-defined]
+        finally:
+            await self._resources.aclose()
+
+
+async def _once(
+    work: Callable[[], Awaitable[TranslationBatch]],
+) -> AsyncIterator[TranslationBatch]:
+    yield await work()
 
 
 def _unchanged(texts: Sequence[str]) -> TranslationBatch:

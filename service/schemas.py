@@ -80,7 +80,16 @@ class LibreTranslateRequest(BaseModel):
     target: str | None = Field(
         None, description="Target language code (may be omitted when the source has one)."
     )
-    format: Literal["text", "html"] = "text"
+    format: Literal["text", "html"] = Field(
+        "text",
+        description="`html`: translate the text between the tags; markup, entities, "
+        'script/style/code/pre and translate="no" elements are kept.',
+    )
+    alternatives: int | StrictStr = Field(
+        0,
+        description="How many other translations to return (from the beam's n-best), at most "
+        "MT_ALTERNATIVES_LIMIT; text format only (html gets []), as LibreTranslate.",
+    )
     api_key: str | None = Field(None, description="Accepted and ignored.")
 
 
@@ -97,6 +106,7 @@ class LibreTranslateResponse(BaseModel):
     # LibreTranslate's field names.
     translatedText: str | list[str]  # noqa: N815
     detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = None  # noqa: N815
+    alternatives: list[str] | list[list[str]] | None = None
 
 
 class Language(BaseModel):
@@ -139,3 +149,37 @@ class ErrorResponse(BaseModel):
 
     error: str
     code: str
+
+
+class TranslateFileResponse(BaseModel):
+    """``POST /translate_file`` (LibreTranslate's shape)."""
+
+    translatedFileUrl: str  # noqa: N815
+
+
+class FrontendLanguage(BaseModel):
+    code: str
+    name: str
+
+
+class FrontendLanguages(BaseModel):
+    source: FrontendLanguage
+    target: FrontendLanguage
+
+
+class FrontendSettings(BaseModel):
+    """``GET /frontend/settings``: LibreTranslate's fields, then ours (camelCase like theirs)."""
+
+    charLimit: int = Field(description="Characters per text (MT_MAX_CHARS_PER_TEXT).")  # noqa: N815
+    frontendTimeout: int = Field(description="Debounce of translate-as-you-type, ms.")  # noqa: N815
+    apiKeys: bool = False  # noqa: N815
+    keyRequired: bool = False  # noqa: N815
+    suggestions: bool = False
+    filesTranslation: bool  # noqa: N815
+    supportedFilesFormat: list[str]  # noqa: N815
+    language: FrontendLanguages
+    maxBeamSize: int  # noqa: N815
+    defaultBeamSize: int  # noqa: N815
+    alternativesLimit: int  # noqa: N815
+    maxTextsPerRequest: int  # noqa: N815
+    maxBodyBytes: int  # noqa: N815

@@ -5,6 +5,7 @@ Every field here is documented in README.md (section "Configuration"); keep the 
 
 from __future__ import annotations
 
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -173,6 +174,33 @@ class Settings(BaseSettings):
         ge=0,
         description="Sentences kept in an LRU cache of finished translations (keyed by the "
         "sentence and the decoding options); 0 turns the cache off.",
+    )
+
+    # --- LibreTranslate extras, files, the web page ----------------------------------------
+    alternatives_limit: int = Field(
+        3,
+        ge=0,
+        description="Most `alternatives` a LibreTranslate /translate request may ask for (400 "
+        "above it); alternatives come from the beam's n-best, so a request decodes with a beam "
+        "of at least alternatives + 1 (capped by max_beam_size).",
+    )
+    files_translation: bool = Field(
+        True, description="Serve POST /translate_file and /download_file (LibreTranslate's)."
+    )
+    files_dir: Path = Field(
+        Path(tempfile.gettempdir()) / "mtserve-files",
+        description="Where translated files wait for their download.",
+    )
+    files_ttl_s: float = Field(
+        1800.0,
+        gt=0,
+        description="Translated files older than this are deleted (LibreTranslate: 30 min).",
+    )
+    frontend_timeout_ms: int = Field(
+        500,
+        ge=0,
+        description="The web page waits this long after the last keystroke before it translates "
+        "(LibreTranslate's frontendTimeout).",
     )
 
     # --- process -----------------------------------------------------------------------

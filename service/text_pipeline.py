@@ -331,6 +331,13 @@ class TextPipeline:
         tokens = [t for t in output_ids if t not in (self.tokenizer.eos_id, self.tokenizer.pad_id)]
         sentence.finish(self.tokenizer.decode(tokens), len(tokens))
 
+    def hypothesis_text(self, sentence: Sentence, output_ids: Sequence[int]) -> str:
+        """What :meth:`finish` would make of ``output_ids`` for ``sentence``, leaving the
+        sentence alone (for the n-best alternatives of beam search)."""
+        tokens = [t for t in output_ids if t not in (self.tokenizer.eos_id, self.tokenizer.pad_id)]
+        restored = restore(self.tokenizer.decode(tokens), sentence.originals)
+        return f"{sentence.prefix}{restored}{sentence.suffix}"
+
     @staticmethod
     def assemble(plans: list[TextPlan], decoded: int) -> TranslationBatch:
         translations = []

@@ -1,5 +1,7 @@
-"""LibreTranslate's API: ``POST /translate`` and ``POST /detect`` (JSON or form fields) and
-``GET /languages``, so existing LibreTranslate clients work unchanged.
+"""LibreTranslate's API: ``POST /translate`` (``format`` text or html, ``alternatives`` from the
+beam's n-best) and ``POST /detect`` (JSON or form fields) and ``GET /languages``, so existing
+LibreTranslate clients work unchanged. Files: service/api/files.py; ``/frontend/settings``:
+service/api/web.py.
 
 Shapes follow LibreTranslate (libretranslate/app.py): ``detectedLanguage`` is
 ``{"confidence", "language"}`` for one text and the same detection repeated per text for a
@@ -11,6 +13,7 @@ or through the pivot language).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
@@ -19,6 +22,9 @@ from pydantic import BaseModel, ValidationError
 from service.api.deps import Service, run_for_client
 from service.api.errors import ERROR_RESPONSES, ApiError, describe
 from service.api.v1 import MODELS_HEADER
+from service.bulk import translate_in_chunks
+from service.dispatch import Dispatcher, DispatchResult
+from service.html_text import translate_html
 from service.languages import language_name
 from service.routing import targets_by_source
 from service.schemas import (
@@ -28,6 +34,8 @@ from service.schemas import (
     LibreTranslateRequest,
     LibreTranslateResponse,
 )
+from service.settings import Settings
+from service.text_pipeline import DecodingOptions, TextTranslation, TranslationBatch
 
 router = APIRouter()
 Body = TypeVar("Body", bound=BaseModel)
@@ -58,12 +66,26 @@ async def translate(
 ) -> LibreTranslateResponse:
     body = await read_body(request, LibreTranslateRequest)
     dispatcher = service.require_dispatcher()
+    alternatives = _alternatives(body.alternatives, service.settings)
     texts = [body.q] if isinstance(body.q, str) else body.q
     options = dispatcher.options(None, None)
-    work = dispatcher.translate(texts, body.source, body.target, options)
-    result = await run_for_client(request, service, work)
+    others: list[list[str]] = [[] for _ in texts]
+    if body.format == "html":
+        work = _translate_html(dispatcher, texts, body.source, body.target, options)
+        result, translated = await run_for_client(request, service, work)
+    else:
+        if alternatives:
+            # The n-best needs a beam of at least alternatives + 1 (LibreTranslate: hypotheses).
+            options = replace(options, beam_size=max(options.beam_size, alternatives + 1))
+            work = dispatcher.translate_with_alternatives(
+                texts, body.source, body.target, options, alternatives
+            )
+            result, others = await run_for_client(request, service, work)
+        else:
+            work = dispatcher.translate(texts, body.source, body.target, options)
+            result = await run_for_client(request, service, work)
+        translated = [t.text for t in result.batch.translations]
     response.headers[MODELS_HEADER] = ",".join(result.route.legs)
-    translated = [t.text for t in result.batch.translations]
     detected = None
     if result.detections:
         top = result.detections[0]
@@ -72,6 +94,61 @@ async def translate(
     return LibreTranslateResponse(
         translatedText=translated[0] if isinstance(body.q, str) else translated,
         detectedLanguage=detected,
+        alternatives=(others[0] if isinstance(body.q, str) else others) if alternatives else None,
+    )
+
+
+def _alternatives(value: int | str, settings: Settings) -> int:
+    """The ``alternatives`` parameter, checked as LibreTranslate does (same texts). The limit
+    is MT_ALTERNATIVES_LIMIT, and never more than the largest beam allows."""
+    try:
+        count = max(0, int(value))
+    except ValueError:
+        raise ApiError(
+            400, "invalid_request", "Invalid request: alternatives parameter is not a number"
+        ) from None
+    limit = min(settings.alternatives_limit, settings.max_beam_size - 1)
+    if count > limit:
+        raise ApiError(
+            400, "invalid_request", f"Invalid request: alternatives parameter must be <= {limit}"
+        )
+    return count
+
+
+async def _translate_html(
+    dispatcher: Dispatcher,
+    texts: list[str],
+    source: str | None,
+    target: str | None,
+    options: DecodingOptions,
+) -> tuple[DispatchResult, list[str]]:
+    """Each text is an HTML fragment: its units (service/html_text.py) go to the models in
+    request-sized chunks (a fragment's many text nodes do not count as many texts), all with
+    the route chosen once for the request (``auto`` detects on the fragments as sent)."""
+    route, detections = await dispatcher.plan(texts, source, target)
+    chunk_size = dispatcher.settings.max_texts_per_request
+    batches: list[TranslationBatch] = []
+
+    async def translate_chunk(units: list[str]) -> list[str]:
+        result = await dispatcher.translate(units, route.source, route.target, options)
+        batches.append(result.batch)
+        return [t.text for t in result.batch.translations]
+
+    async def translate_units(units: list[str]) -> list[str]:
+        return await translate_in_chunks(units, chunk_size, translate_chunk)
+
+    translated = [await translate_html(text, translate_units) for text in texts]
+    return DispatchResult(_merged(batches, translated), route, detections), translated
+
+
+def _merged(batches: list[TranslationBatch], texts: list[str]) -> TranslationBatch:
+    """One batch for the whole request: its texts, the chunks' counts added up."""
+    return TranslationBatch(
+        translations=[TextTranslation(text, 0, 0) for text in texts],
+        input_tokens=sum(b.input_tokens for b in batches),
+        output_tokens=sum(b.output_tokens for b in batches),
+        decoded_sentences=sum(b.decoded_sentences for b in batches),
+        cached_sentences=sum(b.cached_sentences for b in batches),
     )
 
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request, Response
 
 from service.api.deps import Service, run_for_client
 from service.api.errors import ERROR_RESPONSES
+from service.dispatch import DispatchResult
 from service.schemas import (
     DetectedLanguage,
     ModelCard,
@@ -37,8 +38,13 @@ async def translate(
     options = dispatcher.options(body.beam_size, body.max_new_tokens)
     work = dispatcher.translate(texts, body.source_lang, body.target_lang, options)
     result = await run_for_client(request, service, work)
+    response.headers[MODELS_HEADER] = ",".join(result.route.legs)
+    return translate_response(result, started)
+
+
+def translate_response(result: DispatchResult, started: float) -> TranslateResponse:
+    """The ``/v1/translate`` body for ``result`` (also the streaming API's last event)."""
     batch, route = result.batch, result.route
-    response.headers[MODELS_HEADER] = ",".join(route.legs)
     detected = result.detections[0] if result.detections else None
     return TranslateResponse(
         translations=[

@@ -1,0 +1,120 @@
+"""LibreTranslate's file translation: ``POST /translate_file`` (multipart: ``file``, ``source``,
+``target``, ``api_key``) → ``{"translatedFileUrl": …}``, and ``GET /download_file/<name>``.
+
+Formats and what is kept: service/file_translation.py. The file's texts go through the
+translator in request-sized chunks (service/bulk.py), so a file is limited by
+``MT_MAX_BODY_BYTES``, not by the texts-per-request limit. Refusals use LibreTranslate's
+texts ("Invalid request: missing file parameter", "Invalid request: file format not
+supported", …) in our error shape.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse
+from starlette.datastructures import UploadFile
+
+from service.api.deps import Service, run_for_client
+from service.api.errors import ApiError
+from service.bulk import translate_in_chunks
+from service.file_store import TranslatedFiles
+from service.file_translation import SUPPORTED_EXTENSIONS, UnsupportedFile, supported
+from service.file_translation import translate_file as translate_file_content
+from service.schemas import TranslateFileResponse
+
+router = APIRouter()
+
+
+def file_store(request: Request) -> TranslatedFiles:
+    return request.app.state.translated_files
+
+
+@router.post(
+    "/translate_file",
+    response_model=TranslateFileResponse,
+    summary=f"Translate a file ({', '.join(SUPPORTED_EXTENSIONS)}); LibreTranslate-compatible",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file", "source", "target"],
+                        "properties": {
+                            "file": {"type": "string", "format": "binary"},
+                            "source": {"type": "string", "example": "en"},
+                            "target": {"type": "string", "example": "de"},
+                            "api_key": {"type": "string"},
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
+async def translate_file(request: Request, service: Service) -> TranslateFileResponse:
+    settings = service.settings
+    if not settings.files_translation:
+        raise ApiError(403, "files_disabled", "Files translation are disabled on this server.")
+    content_type = request.headers.get("content-type", "")
+    if not content_type.startswith("multipart/form-data"):
+        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
+    form = await request.form()
+    upload = form.get("file")
+    for name in ("source", "target"):
+        if not form.get(name):
+            raise ApiError(400, "invalid_request", f"Invalid request: missing {name} parameter")
+    if not isinstance(upload, UploadFile):
+        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
+    if not upload.filename:
+        raise ApiError(400, "invalid_request", "Invalid request: empty file")
+    if not supported(upload.filename):
+        raise ApiError(400, "invalid_request", "Invalid request: file format not supported")
+    source, target = str(form["source"]), str(form["target"])
+    dispatcher = service.require_dispatcher()
+    content = await upload.read()
+    options = dispatcher.options(None, None)
+    # The pair is chosen once for the whole file: a named source is checked now, before any
+    # work; "auto" is detected on the file's first texts.
+    chosen: list[tuple[str, str]] = []
+    if source.lower() != "auto":
+        route = dispatcher.route(source, target)
+        chosen.append((route.source, route.target))
+
+    async def translate_chunk(texts: list[str]) -> list[str]:
+        if not chosen:
+            planned, _ = await dispatcher.plan(texts, "auto", target)
+            chosen.append((planned.source, planned.target))
+        result = await dispatcher.translate(texts, *chosen[0], options)
+        return [translation.text for translation in result.batch.translations]
+
+    async def translate_texts(texts: list[str]) -> list[str]:
+        return await translate_in_chunks(texts, settings.max_texts_per_request, translate_chunk)
+
+    try:
+        translated = await run_for_client(
+            request,
+            service,
+            translate_file_content(upload.filename, content, target.lower(), translate_texts),
+        )
+    except UnsupportedFile as error:
+        raise ApiError(400, "invalid_request", f"Invalid request: {error}") from error
+    stored = file_store(request).save(translated.filename, translated.content)
+    url = request.url_for("download_file", filename=stored)
+    return TranslateFileResponse(translatedFileUrl=str(url))
+
+
+@router.get(
+    "/download_file/{filename}",
+    summary="Download a translated file (the URL /translate_file returned)",
+    response_class=FileResponse,
+)
+async def download_file(filename: str, request: Request, service: Service) -> FileResponse:
+    if not service.settings.files_translation:
+        raise ApiError(400, "files_disabled", "Files translation are disabled on this server.")
+    store = file_store(request)
+    path = store.path(filename)
+    if path is None:
+        raise ApiError(404, "file_not_found", "Invalid filename")
+    return FileResponse(path, filename=store.download_name(filename))

@@ -1,0 +1,111 @@
+"""``POST /v1/translate/stream``: the body of ``POST /v1/translate``, answered as server-sent
+events (``text/event-stream``, written by sse-starlette) while the sentences decode.
+
+Events, in this order::
+
+    event: sentence   data: {"text": 0, "index": 2, "sentences": 5, "translation": "…", "tokens": 7}
+    …                 one per sentence, as soon as it finishes (not in text order)
+    event: done       data: the whole TranslateResponse (translations, model, usage, time_ms)
+    data: [DONE]
+
+Whatever can refuse the request (validation, limits, queue full, not ready) is refused before
+the stream starts, as a plain JSON error with its status. A failure after the start (timeout,
+engine failure, shutdown) arrives as ``event: error`` with ``{"error", "code", "status"}`` and
+ends the stream without ``[DONE]``. A client that hangs up has its unfinished rows dropped
+from the batch at once (``mt_rejections{reason="client_disconnected"}`` counts it).
+A pivot route (X→en→Y) sends no sentence events, only ``done``: its two legs run text by
+text. Partial output of a sentence while it decodes is not sent: the engine hands back a row's
+tokens when it finishes, and sending per-step tokens would cost a host transfer per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import asdict
+
+from fastapi import APIRouter, Request
+from sse_starlette import EventSourceResponse
+
+from service.api.deps import Service, run_for_client
+from service.api.errors import ERROR_RESPONSES, status_of
+from service.api.lifecycle import ServiceState
+from service.api.v1 import MODELS_HEADER, translate_response
+from service.batcher import EngineFailure, NotAccepting
+from service.dispatch import DispatchResult, DispatchStream
+from service.schemas import TranslateRequest
+from service.text_pipeline import TextError
+from service.translator import SentenceDone
+
+router = APIRouter()
+PING_S = 15  # a comment line now and then keeps proxies from closing a quiet stream
+
+
+@router.post(
+    "/v1/translate/stream",
+    response_class=EventSourceResponse,
+    summary="Translate, streaming each sentence as it finishes (server-sent events)",
+    responses={
+        **ERROR_RESPONSES,
+        200: {"content": {"text/event-stream": {}}, "description": "The events."},
+    },
+)
+async def translate_stream(
+    body: TranslateRequest, request: Request, service: Service
+) -> EventSourceResponse:
+    started = time.perf_counter()
+    dispatcher = service.require_dispatcher()
+    texts = [body.text] if isinstance(body.text, str) else body.text
+    options = dispatcher.options(body.beam_size, body.max_new_tokens)
+    work = dispatcher.stream(texts, body.source_lang, body.target_lang, options)
+    stream = await run_for_client(request, service, work)
+    headers = {MODELS_HEADER: ",".join(stream.route.legs)}
+    return EventSourceResponse(_events(stream, service, started), ping=PING_S, headers=headers)
+
+
+async def _events(
+    stream: DispatchStream, service: ServiceState, started: float
+) -> AsyncIterator[dict[str, str]]:
+    try:
+        async with aclosing(stream):
+            async for item in stream:
+                if isinstance(item, SentenceDone):
+                    data = json.dumps(asdict(item), ensure_ascii=False)
+                    yield {"event": "sentence", "data": data}
+                    continue
+                result = DispatchResult(item, stream.route, stream.detections)
+                yield {
+                    "event": "done",
+                    "data": translate_response(result, started).model_dump_json(),
+                }
+        yield {"data": "[DONE]"}
+    except asyncio.CancelledError:
+        # The client hung up (sse-starlette cancels us): closing the stream dropped the rows.
+        service.metrics.rejections.labels(reason="client_disconnected").inc()
+        raise
+    except Exception as error:
+        status, code, message = _describe_failure(error, service)
+        service.metrics.rejections.labels(reason=code).inc()
+        payload = {"error": message, "code": code, "status": status}
+        yield {"event": "error", "data": json.dumps(payload, ensure_ascii=False)}
+
+
+def _describe_failure(error: Exception, service: ServiceState) -> tuple[int, str, str]:
+    if isinstance(error, TimeoutError):
+        limit = service.settings.request_timeout_s
+        return (
+            504,
+            "timeout",
+            f"translation took longer than MT_REQUEST_TIMEOUT_S={limit:g} s; "
+            "its unfinished sentences were dropped",
+        )
+    if isinstance(error, NotAccepting):
+        return 503, error.reason, str(error)
+    if isinstance(error, EngineFailure):
+        return 500, "engine_failure", str(error)
+    if isinstance(error, TextError):
+        return status_of(error), error.code, error.message
+    return 500, "internal_error", "internal server error"

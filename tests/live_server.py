@@ -1,0 +1,48 @@
+"""The real app on a real socket (uvicorn in a thread), for clients that speak HTTP themselves:
+``libretranslatepy`` (urllib), streaming clients that hang up, and the browser."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import uvicorn
+
+from service.app import create_app
+from service.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def live_server(settings: Settings) -> Iterator[str]:
+    """Serve ``create_app(settings)`` on 127.0.0.1 until the block ends; yields the base URL
+    (with a trailing slash) once ``/ready`` says 200."""
+    app = create_app(settings)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, name="live-server", daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}/"
+    try:
+        for _ in range(3000):
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}ready", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the live server never became ready")
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -1,0 +1,171 @@
+"""The web page in a real browser: Debian's Chromium driven by Playwright, against the real app on
+a real socket with the tiny real model.
+
+No browser is downloaded: Playwright launches ``/usr/bin/chromium`` (``.ci/run`` installs it
+with apt), headless, sandbox and GPU off, no background networking, in a fresh profile. The
+test skips with a reason when the binary or Playwright is missing. Screenshots go to
+``build/browser/`` (light and dark).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+import polib
+import pytest
+
+from service.settings import Settings
+from tests.live_server import live_server
+from tests.service_fixtures import tiny_model
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "browser"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+PO_FILE = b"""msgid ""
+msgstr ""
+"Content-Type: text/plain; charset=UTF-8\\n"
+
+#, python-format
+msgid "Save %s files"
+msgstr ""
+
+msgid "Open the window"
+msgstr ""
+"""
+LONG_TEXT = (
+    "Save changes to the file. Open the window and close all files.\n"
+    "Delete the folder. Search and replace in this window."
+)
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(), reason="no chromium binary (apt-get install chromium)"
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory):
+    settings = Settings(
+        model_dir=tiny_model(tmp_path_factory),
+        provider="cpu",
+        intra_op_threads=1,
+        max_new_tokens=32,
+        files_dir=tmp_path_factory.mktemp("files"),
+        frontend_timeout_ms=150,
+    )
+    with live_server(settings) as url:
+        yield url
+
+
+@pytest.fixture
+def page(tmp_path):
+    with playwright_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"),  # a fresh user-data-dir
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            viewport={"width": 1200, "height": 720},
+        )
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def expected(base_url: str, text: str, **options) -> str:
+    body = {"text": text, **options}
+    response = httpx.post(f"{base_url}v1/translate", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()["translations"][0]["text"]
+
+
+def wait_done(page) -> None:
+    page.wait_for_function(
+        "document.getElementById('text-status').textContent.startsWith('Done')", timeout=60_000
+    )
+
+
+def test_type_translate_switch_pair_stream_upload_a_po_file(base_url, page, tmp_path):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(base_url)
+    page.wait_for_selector("body[data-ready=true]")
+    assert page.input_value("#source-lang") == "en"
+    assert page.input_value("#target-lang") == "de"
+    assert "tiny-random" in page.text_content("#model-info")
+
+    # Type: translated as you type, after the debounce.
+    page.click("#source-text")
+    page.keyboard.type("Save changes")
+    wait_done(page)
+    assert page.input_value("#target-text") == expected(base_url, "Save changes")
+    assert "ms" in page.text_content("#latency")
+
+    # Switch the pair: detect the source language.
+    page.select_option("#source-lang", "auto")
+    wait_done(page)
+    assert page.input_value("#target-text") == expected(base_url, "Save changes")
+    assert "detected English" in page.text_content("#text-status")
+
+    # A long text is streamed sentence by sentence; the end result is the whole translation.
+    page.select_option("#beam-size", "2")
+    page.fill("#source-text", LONG_TEXT)
+    wait_done(page)
+    assert page.input_value("#target-text") == expected(base_url, LONG_TEXT, beam_size=2)
+    assert "first sentence" in page.text_content("#latency")
+    page.screenshot(
+        path=str(SCREENSHOTS.mkdir(parents=True, exist_ok=True) or SCREENSHOTS / "page.png")
+    )
+
+    # Files: upload a .po file, get a link to the translated one.
+    page.click("#tab-files")
+    assert page.is_visible("#file-input") and not page.is_visible("#source-text")
+    po_path = tmp_path / "ui.po"
+    po_path.write_bytes(PO_FILE)
+    page.set_input_files("#file-input", str(po_path))
+    page.click("#file-submit")
+    page.wait_for_selector("#file-download:not([hidden])", timeout=60_000)
+    link = page.get_attribute("#file-download", "href")
+    catalog = polib.pofile(httpx.get(link, timeout=30).text)
+    assert catalog.find("Save %s files").msgstr == expected(base_url, "Save %s files")
+    assert all("fuzzy" in entry.flags for entry in catalog if entry.msgstr)
+    page.screenshot(path=str(SCREENSHOTS / "files.png"))
+
+    # Dark mode, by the toggle; the choice is remembered.
+    page.click("#tab-text")
+    page.click("#theme-toggle")
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    page.screenshot(path=str(SCREENSHOTS / "page-dark.png"))
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]")
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    assert errors == []
+
+
+def test_keyboard_reaches_every_control_and_tabs_follow_the_arrow_keys(base_url, page):
+    page.goto(base_url)
+    page.wait_for_selector("body[data-ready=true]")
+    for control in page.query_selector_all("select, textarea, input"):
+        control_id = control.get_attribute("id")
+        assert page.query_selector(f'label[for="{control_id}"]'), f"#{control_id} has no label"
+    page.focus("#tab-text")
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("document.activeElement.id") == "tab-files"
+    assert page.is_visible("#file-input")
+    page.keyboard.press("ArrowLeft")
+    assert page.is_visible("#source-text")
