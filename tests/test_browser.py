@@ -18,7 +18,7 @@ import pytest
 
 from service.settings import Settings
 from tests.live_server import live_server
-from tests.service_fixtures import tiny_model
+from tests.service_fixtures import language_models
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "browser"
@@ -58,8 +58,9 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory):
+    # Three tiny models (en→de, de→en, en→fr): the page switches between real pairs.
     settings = Settings(
-        model_dir=tiny_model(tmp_path_factory),
+        model_dirs=list(language_models(tmp_path_factory).values()),
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=32,
@@ -86,8 +87,8 @@ def page(tmp_path):
             context.close()
 
 
-def expected(base_url: str, text: str, **options) -> str:
-    body = {"text": text, **options}
+def expected(base_url: str, text: str, source: str, target: str, **options) -> str:
+    body = {"text": text, "source_lang": source, "target_lang": target, **options}
     response = httpx.post(f"{base_url}v1/translate", json=body, timeout=60)
     assert response.status_code == 200, response.text
     return response.json()["translations"][0]["text"]
@@ -105,32 +106,57 @@ def test_type_translate_switch_pair_stream_upload_a_po_file(base_url, page, tmp_
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(base_url)
     page.wait_for_selector("body[data-ready=true]")
-    assert page.input_value("#source-lang") == "en"
-    assert page.input_value("#target-lang") == "de"
-    assert "tiny-random" in page.text_content("#model-info")
+    assert page.input_value("#source-lang") == "auto"  # several sources: detect (LibreTranslate)
+    page.select_option("#source-lang", "en")
+    assert [
+        o for o in page.eval_on_selector_all("#target-lang option", "os => os.map(o => o.value)")
+    ] == ["de", "fr"]
+    page.select_option("#target-lang", "de")
+    assert "tiny-en-de" in page.text_content("#model-info")
 
     # Type: translated as you type, after the debounce.
     page.click("#source-text")
     page.keyboard.type("Save changes")
     wait_done(page)
-    assert page.input_value("#target-text") == expected(base_url, "Save changes")
-    assert "ms" in page.text_content("#latency")
+    german = page.input_value("#target-text")
+    assert german == expected(base_url, "Save changes", "en", "de")
+    assert "model tiny-en-de" in page.text_content("#latency")
 
-    # Switch the pair: detect the source language.
-    page.select_option("#source-lang", "auto")
+    # Switch the pair: en→fr is another model.
+    page.select_option("#target-lang", "fr")
     wait_done(page)
-    assert page.input_value("#target-text") == expected(base_url, "Save changes")
-    assert "detected English" in page.text_content("#text-status")
+    assert page.input_value("#target-text") == expected(base_url, "Save changes", "en", "fr")
+    assert "model tiny-en-fr" in page.text_content("#latency")
+    assert page.is_disabled("#swap")  # nothing translates fr→en
+
+    # Swap: de→en, the German translation becomes the text to translate.
+    page.select_option("#target-lang", "de")
+    wait_done(page)
+    page.click("#swap")
+    wait_done(page)
+    assert (page.input_value("#source-lang"), page.input_value("#target-lang")) == ("de", "en")
+    assert page.input_value("#source-text") == german
+    assert page.input_value("#target-text") == expected(base_url, german, "de", "en")
+
+    # Detect the source language: the page says what was detected.
+    page.select_option("#source-lang", "auto")
+    page.select_option("#target-lang", "de")
+    page.fill("#source-text", "Save changes")
+    wait_done(page)
+    assert page.input_value("#target-text") == expected(base_url, "Save changes", "auto", "de")
+    assert "detected" in page.text_content("#text-status")
 
     # A long text is streamed sentence by sentence; the end result is the whole translation.
+    page.select_option("#source-lang", "en")
+    page.select_option("#target-lang", "de")
     page.select_option("#beam-size", "2")
     page.fill("#source-text", LONG_TEXT)
     wait_done(page)
-    assert page.input_value("#target-text") == expected(base_url, LONG_TEXT, beam_size=2)
-    assert "first sentence" in page.text_content("#latency")
-    page.screenshot(
-        path=str(SCREENSHOTS.mkdir(parents=True, exist_ok=True) or SCREENSHOTS / "page.png")
+    assert page.input_value("#target-text") == expected(
+        base_url, LONG_TEXT, "en", "de", beam_size=2
     )
+    assert "first sentence" in page.text_content("#latency")
+    page.screenshot(path=str(SCREENSHOTS / "page.png"))
 
     # Files: upload a .po file, get a link to the translated one.
     page.click("#tab-files")
@@ -142,7 +168,7 @@ def test_type_translate_switch_pair_stream_upload_a_po_file(base_url, page, tmp_
     page.wait_for_selector("#file-download:not([hidden])", timeout=60_000)
     link = page.get_attribute("#file-download", "href")
     catalog = polib.pofile(httpx.get(link, timeout=30).text)
-    assert catalog.find("Save %s files").msgstr == expected(base_url, "Save %s files")
+    assert catalog.find("Save %s files").msgstr == expected(base_url, "Save %s files", "en", "de")
     assert all("fuzzy" in entry.flags for entry in catalog if entry.msgstr)
     page.screenshot(path=str(SCREENSHOTS / "files.png"))
 

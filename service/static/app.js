@@ -322,7 +322,7 @@ async function init() {
   $("file-submit").disabled = !settings.filesTranslation;
 
   const cards = models.data.map((m) => `${m.id} (${m.source_lang}→${m.target_lang}, ${m.provider}${m.ready ? "" : ", loading"})`);
-  $("model-info").textContent = `Model: ${cards.join(", ")}`;
+  $("model-info").textContent = `${cards.length === 1 ? "Model" : "Models"}: ${cards.join(", ")}`;
 
   $("source-text").addEventListener("input", scheduleTranslation);
   for (const id of ["source-lang", "target-lang", "beam-size"]) {
