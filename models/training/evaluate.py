@@ -3,8 +3,13 @@ baseline, placeholder survival, and example translations.
 
     python -m models.training.evaluate --model models/default --corpus build/corpus [--beam-size 4]
 
-Translation goes through the same placeholder protection as the service. The printed scores are
-the ones MODEL_CARD.md quotes; the JSON lands in ``--output``.
+Translation goes through the service's own text pipeline (service/text_pipeline.py): the same
+sentence splitting, placeholder masking, tag edges, per-sentence token limit and output budget
+(``MT_OUTPUT_LENGTH_RATIO`` x source tokens + ``MT_OUTPUT_LENGTH_SLACK``, at most
+``MT_MAX_NEW_TOKENS``) and reassembly, so what is scored is what is served. A text the service
+would refuse (413: a sentence over ``MT_MAX_INPUT_TOKENS``) scores as an empty translation and
+is counted. The printed scores are the ones MODEL_CARD.md quotes; the JSON lands in
+``--output``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import sacrebleu
 import torch
@@ -22,52 +28,120 @@ from models.checkpoint import load_pretrained
 from models.search import beam_search, greedy_search
 from models.training.corpus import read_tsv
 from models.transformer import Transformer
-from service.placeholders import placeholder_strings, protect, restore, survival_rate
+from service.placeholders import placeholder_strings, survival_rate
+from service.settings import Settings
+from service.text_pipeline import InputTooLarge, TextLimits, TextPipeline, TextPlan
 from service.tokenizer import Tokenizer
+
+# The backend: source ids, each row's token budget and placeholder constraint -> output ids.
+DecodeIds = Callable[[list[list[int]], list[int], list[dict[int, int] | None]], list[list[int]]]
 
 
 def translate_with(
-    decode_ids: Callable[[list[list[int]], int], list[list[int]]],
+    decode_ids: DecodeIds,
     tokenizer: Tokenizer,
     texts: list[str],
     batch_size: int = 64,
-) -> list[str]:
-    """Protect placeholders, tokenize, decode in length-sorted batches, detokenize, restore.
+    source_lang: str = "en",
+    model_positions: int | None = None,
+) -> tuple[list[str], int]:
+    """Translate ``texts`` through the service's text pipeline; sentences decode in
+    length-sorted batches. Returns the translations and how many texts the service would
+    refuse (those come back empty).
 
-    ``decode_ids(src_ids, max_new_tokens)`` is the backend: the PyTorch reference search or the
-    ONNX Runtime engine, so both are scored through exactly the same text handling.
+    ``decode_ids`` is the backend: the PyTorch reference search or the ONNX Runtime engine, so
+    both are scored through exactly the same text handling.
     """
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    translated: dict[int, str] = {}
-    for start in range(0, len(order), batch_size):
-        indices = order[start : start + batch_size]
-        protected = [protect(texts[i]) for i in indices]
-        ids = tokenizer.encode([masked for masked, _ in protected])
-        max_new_tokens = int(max(len(row) for row in ids) * 1.5) + 10
-        hypotheses = decode_ids(ids, max_new_tokens)
-        for index, tokens, (_, originals) in zip(indices, hypotheses, protected, strict=True):
-            translated[index] = restore(tokenizer.decode(tokens), originals)
-    return [translated[i] for i in range(len(texts))]
+    pipeline = TextPipeline(
+        tokenizer, TextLimits.from_settings(Settings()), source_lang, model_positions
+    )
+    options = pipeline.options(None, None)  # the output budget; the backend does the search
+    plans: list[list[TextPlan] | None] = []
+    for text in texts:
+        try:
+            plans.append(pipeline.plan([text], options))
+        except InputTooLarge:
+            plans.append(None)
+    sentences = [
+        sentence
+        for text_plans in plans
+        if text_plans is not None
+        for plan in text_plans
+        for sentence in plan.sentences
+        if sentence.needs_model
+    ]
+    sentences.sort(key=lambda sentence: len(sentence.src_ids))
+    for start in range(0, len(sentences), batch_size):
+        batch = sentences[start : start + batch_size]
+        outputs = decode_ids(
+            [list(sentence.src_ids) for sentence in batch],
+            [sentence.max_new_tokens for sentence in batch],
+            [sentence.copy_tokens for sentence in batch],
+        )
+        for sentence, output_ids in zip(batch, outputs, strict=True):
+            pipeline.finish(sentence, output_ids)
+    translations = [
+        pipeline.assemble(text_plans, decoded=0).translations[0].text if text_plans else ""
+        for text_plans in plans
+    ]
+    return translations, sum(text_plans is None for text_plans in plans)
 
 
-def torch_decoder(
-    model: Transformer, beam_size: int = 1
-) -> Callable[[list[list[int]], int], list[list[int]]]:
-    """The PyTorch reference search as a ``decode_ids`` backend."""
+def torch_decoder(model: Transformer, beam_size: int = 1) -> DecodeIds:
+    """The PyTorch reference search as a backend (no placeholder constraint). A batch decodes
+    to its largest budget and each row is cut to its own: the same tokens for greedy search;
+    for beam search, rows whose budget is below the batch's may end differently."""
     config = model.config
 
-    def decode_ids(ids: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    def decode_ids(
+        ids: list[list[int]], budgets: list[int], _: list[dict[int, int] | None]
+    ) -> list[list[int]]:
         model.eval()
         src_ids = torch.full((len(ids), max(len(row) for row in ids)), config.pad_id)
         for row, row_ids in enumerate(ids):
             src_ids[row, : len(row_ids)] = torch.tensor(row_ids)
         src_mask = (src_ids != config.pad_id).long()
-        max_new_tokens = min(max_new_tokens, config.max_positions - 1)
+        max_new_tokens = min(max(budgets), config.max_positions - 1)
         if beam_size == 1:
-            return greedy_search(model, src_ids, src_mask, max_new_tokens=max_new_tokens)
-        return beam_search(
-            model, src_ids, src_mask, beam_size=beam_size, max_new_tokens=max_new_tokens
+            outputs = greedy_search(model, src_ids, src_mask, max_new_tokens=max_new_tokens)
+        else:
+            outputs = beam_search(
+                model, src_ids, src_mask, beam_size=beam_size, max_new_tokens=max_new_tokens
+            )
+        return [output[:budget] for output, budget in zip(outputs, budgets, strict=True)]
+
+    return decode_ids
+
+
+def engine_decoder(engine: Any, beam_size: int, constrain_placeholders: bool) -> DecodeIds:
+    """The serving engine (``service.engine.Engine``) as a backend: every row with its own
+    budget, as the batcher submits them; the placeholder constraint when asked."""
+    from service.engine import DecodeRequest
+
+    def decode_ids(
+        ids: list[list[int]], budgets: list[int], copy_tokens: list[dict[int, int] | None]
+    ) -> list[list[int]]:
+        request_ids = [("evaluate", engine.steps, row) for row in range(len(ids))]
+        rejected = engine.add(
+            [
+                DecodeRequest(
+                    request_id=request_id,
+                    src_ids=row_ids,
+                    beam_size=beam_size,
+                    max_new_tokens=budget,
+                    copy_tokens=copies if constrain_placeholders else None,
+                )
+                for request_id, row_ids, budget, copies in zip(
+                    request_ids, ids, budgets, copy_tokens, strict=True
+                )
+            ]
         )
+        refused = {rejection.request_id for rejection in rejected}
+        results: dict[object, list[int]] = {request_id: [] for request_id in refused}
+        while len(results) < len(request_ids):
+            for done in engine.step():
+                results[done.request_id] = done.tokens
+        return [results[request_id] for request_id in request_ids]
 
     return decode_ids
 
@@ -76,7 +150,13 @@ def translate(
     model: Transformer, tokenizer: Tokenizer, texts: list[str], beam_size: int = 1
 ) -> list[str]:
     """Translate with the PyTorch reference (used for validation during training)."""
-    return translate_with(torch_decoder(model, beam_size), tokenizer, texts)
+    translations, _ = translate_with(
+        torch_decoder(model, beam_size),
+        tokenizer,
+        texts,
+        model_positions=model.config.max_positions,
+    )
+    return translations
 
 
 def evaluate(
@@ -89,26 +169,22 @@ def evaluate(
 ) -> dict:
     if onnx_dir is None:
         tokenizer = Tokenizer.from_dir(model_dir)
-        decode_ids = torch_decoder(load_pretrained(model_dir), beam_size)
+        model = load_pretrained(model_dir)
+        decode_ids = torch_decoder(model, beam_size)
+        positions = model.config.max_positions
     else:
         from service.engine import Engine
-        from service.text_pipeline import copy_tokens_for, placeholder_token_ids
 
         engine = Engine.from_dir(onnx_dir, provider="cpu")
         tokenizer = engine.tokenizer
         # The service's placeholder constraint (service/decoding.py, CopyConstraint).
-        symbol_ids = placeholder_token_ids(tokenizer) if constrain_placeholders else frozenset()
-
-        def decode_ids(ids: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-            copy_tokens = [copy_tokens_for(row, symbol_ids) for row in ids]
-            return engine.translate_ids(
-                ids, beam_size=beam_size, max_new_tokens=max_new_tokens, copy_tokens=copy_tokens
-            )
+        decode_ids = engine_decoder(engine, beam_size, constrain_placeholders)
+        positions = engine.model.info.max_positions
 
     pairs = read_tsv(corpus / "test.tsv")[:limit]
     sources, references = [p.source for p in pairs], [p.target for p in pairs]
     started = time.perf_counter()
-    hypotheses = translate_with(decode_ids, tokenizer, sources)
+    hypotheses, refused = translate_with(decode_ids, tokenizer, sources, model_positions=positions)
     seconds = time.perf_counter() - started
     with_placeholders = [i for i, source in enumerate(sources) if placeholder_strings(source)]
     return {
@@ -116,6 +192,7 @@ def evaluate(
         "backend": "pytorch" if onnx_dir is None else f"onnxruntime ({onnx_dir})",
         "placeholder_constraint": onnx_dir is not None and constrain_placeholders,
         "test_pairs": len(pairs),
+        "refused_texts": refused,
         "beam_size": beam_size,
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
         "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),

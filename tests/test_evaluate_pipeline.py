@@ -1,0 +1,48 @@
+"""The evaluation translates through the service's text pipeline: what it scores is what the
+service serves, sentence splitting, placeholders, budgets and refusals included."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from models.training.evaluate import engine_decoder, translate_with
+from service.app import create_app
+from service.engine import Engine
+from service.settings import Settings
+from tests.service_fixtures import tiny_model
+
+TEXTS = [
+    "Save changes. Open the file in a new window.",
+    "<b>Delete</b> all files in %s",
+    "   ",
+    "Print this folder with your account",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model(tmp_path_factory)
+
+
+def test_evaluation_gives_the_translations_the_service_serves(model_dir):
+    settings = Settings(model_dir=model_dir, provider="cpu", intra_op_threads=1)
+    with TestClient(create_app(settings)) as client:
+        for _ in range(600):
+            if client.get("/ready").status_code == 200:
+                break
+            time.sleep(0.05)
+        served = client.post("/v1/translate", json={"text": TEXTS, "source_lang": "en"}).json()
+        too_long = client.post("/v1/translate", json={"text": "save " * 300})
+    engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
+    evaluated, refused = translate_with(
+        engine_decoder(engine, beam_size=1, constrain_placeholders=True),
+        engine.tokenizer,
+        [*TEXTS, "save " * 300],
+        model_positions=engine.model.info.max_positions,
+    )
+    assert evaluated[: len(TEXTS)] == [t["text"] for t in served["translations"]]
+    assert too_long.status_code == 413
+    assert evaluated[-1] == "" and refused == 1  # what the service refuses scores as nothing
