@@ -292,6 +292,9 @@ class ModelRegistry:
                 self.metrics.model_loads.labels(model=spec.model_id, outcome="failed").inc()
                 return
             after = resident_bytes()
+            if not self._accepting:  # shut down while it loaded: start no engine thread
+                slot.state = "unloaded"
+                return
             turn = (
                 partial(self.turns.turn, spec.model_id)
                 if self.turns is not None
