@@ -108,12 +108,13 @@ class Timers:
 
 def instrument(engine: Engine) -> Timers:
     timers = Timers()
-    model = engine.model
-    timers.wrap(model, "encode", "encode")
-    timers.wrap(model, "decode", "decode")
-    # Device helper graphs (and host fast paths, if the model has them under these names).
-    for name in ("select", "concat", "host_select", "host_concat"):
-        timers.wrap(model, name, "kv_" + name.removeprefix("host_"))
+    # This tree's engine calls its KV backend; revisions before the backends (``--ref``) call
+    # the model object itself, with ``concat`` where the backends have ``merge``.
+    backend = getattr(engine.model, "kv", engine.model)
+    timers.wrap(backend, "encode", "encode")
+    timers.wrap(backend, "decode", "decode")
+    for name in ("select", "merge", "concat"):
+        timers.wrap(backend, name, "kv_select" if name == "select" else "kv_merge")
     timers.wrap(engine, "_rearrange", "rearrange")
     return timers
 
@@ -144,7 +145,7 @@ def replay(engine: Engine, timers: Timers, schedule: dict[int, list[DecodeReques
             tokens[done.request_id] = done.tokens
         step += 1
     step_total = sum(step_times)
-    kv = sum(timers.total[key] for key in ("kv_select", "kv_concat"))
+    kv = sum(timers.total[key] for key in ("kv_select", "kv_merge"))
     return {
         "steps": len(step_times),
         "wall_s": step_total + add_total,
@@ -153,10 +154,10 @@ def replay(engine: Engine, timers: Timers, schedule: dict[int, list[DecodeReques
         "encode_s": timers.total["encode"],
         "decode_s": timers.total["decode"],
         "kv_select_s": timers.total["kv_select"],
-        "kv_concat_s": timers.total["kv_concat"],
+        "kv_merge_s": timers.total["kv_merge"],
         "rearrange_s": timers.total["rearrange"],  # includes kv_select called from it
         # add minus the encoder: padding, concatenation of the running batch
-        "add_host_s": add_total - timers.total["encode"] - timers.total["kv_concat"],
+        "add_host_s": add_total - timers.total["encode"] - timers.total["kv_merge"],
         # step minus the decoder graph and the rearrange (search, masks, inputs)
         "step_host_s": step_total - timers.total["decode"] - timers.total["rearrange"],
         "kv_total_s": kv,
@@ -192,7 +193,7 @@ def summarize(runs: list[dict], ids: list) -> dict:
             "encode_s",
             "decode_s",
             "kv_select_s",
-            "kv_concat_s",
+            "kv_merge_s",
             "rearrange_s",
             "add_host_s",
             "step_host_s",

@@ -14,9 +14,9 @@ decoder.onnx
     inputs  input_ids (B, T), positions (B, T), self_attention_mask (B, P+T) int64,
             past_key_{i}, past_value_{i} (B, H, P, Dh), cross_key_{i}, cross_value_{i} (B, H, S, Dh),
             encoder_attention_mask (B, S) int64
-            top_k (1,), banned_ids (B, nb), watch_ids (B, nw) int64 (the search head)
+            top_k (1,), banned_ids (B*T, nb), watch_ids (B*T, nw) int64 (the search head)
     outputs logits (B, T, V), present_key_{i}, present_value_{i} (B, H, P+T, Dh),
-            top_log_probs, top_ids (B, k), raw_best_id (B,), watch_log_probs (B, nw)
+            top_log_probs, top_ids (B*T, k), watch_log_probs (B*T, nw)
 
 The search head (export/search_head.py) is appended to the traced decoder: log-softmax and
 top-k of the last position run in the graph, so the runtime never fetches the full logits.
@@ -33,6 +33,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -42,7 +44,7 @@ from torch import Tensor, nn
 
 from export.search_head import SEARCH_INPUTS, SEARCH_OUTPUTS, add_search_head
 from models.checkpoint import copy_tokenizer_files, language_pair, load_pretrained
-from models.transformer import Transformer
+from models.transformer import MultiHeadAttention, Transformer
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,19 @@ def example_decoder_inputs(model: Transformer, batch: int, new: int, past: int, 
         cache(src),
         src_mask,
     )
+
+
+@contextmanager
+def written_out_attention(model: Transformer) -> Iterator[None]:
+    """Attention as explicit matmuls while tracing (see ``MultiHeadAttention.written_out``)."""
+    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    for module in modules:
+        module.written_out = True
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.written_out = False
 
 
 def export_encoder(model: Transformer, path: Path, opset: int) -> None:
@@ -319,7 +334,7 @@ def export_model(
     output_dir.mkdir(parents=True, exist_ok=True)
     model = model.eval()
     started = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), written_out_attention(model):
         export_encoder(model, output_dir / ENCODER_FILE, opset)
         export_decoder(model, output_dir / DECODER_FILE, opset)
     decoder = onnx.load(output_dir / DECODER_FILE)

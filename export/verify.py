@@ -127,8 +127,8 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
                 "encoder_attention_mask": src_mask.numpy(),
                 # the search head: top 5 with pad banned, a few ids watched
                 "top_k": np.array([5], dtype=np.int64),
-                "banned_ids": np.full((batch, 1), config.pad_id, dtype=np.int64),
-                "watch_ids": np.tile(np.arange(3, dtype=np.int64), (batch, 1)),
+                "banned_ids": np.full((batch * new_len, 1), config.pad_id, dtype=np.int64),
+                "watch_ids": np.tile(np.arange(3, dtype=np.int64), (batch * new_len, 1)),
             }
             for i in range(layers):
                 feeds[f"past_key_{i}"] = past_keys[i].numpy()
@@ -146,8 +146,8 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
                 for kind, tensors in (("key", expected[1]), ("value", expected[2]))
             )
             errors[f"logits_P{past_len}_T{new_len}"] = logits_error
-            expected_log_probs = torch.log_softmax(expected[0][:, -1], dim=-1)
-            expected_log_probs[:, config.pad_id] = float("-inf")
+            expected_log_probs = torch.log_softmax(expected[0], dim=-1).flatten(0, 1)
+            expected_log_probs[:, config.pad_id] = float("-inf")  # the head ranks N*T rows
             expected_top = expected_log_probs.topk(5, dim=-1).values.numpy()
             errors[f"search_head_P{past_len}_T{new_len}"] = float(
                 np.abs(got[out_names.index("top_log_probs")] - expected_top).max()

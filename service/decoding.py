@@ -1,8 +1,8 @@
 """Per-request search state: one small object per request, numpy only.
 
 The decoder graph ends in a search head (export/search_head.py): per row it returns the k best
-log-probabilities and their ids (bans applied), the unbanned argmax, and the log-probabilities
-of a few watched ids. The searches here never see the vocabulary-wide logits: beam
+log-probabilities and their ids (bans applied) and the log-probabilities, before the bans, of
+a few watched ids. The searches here never see the vocabulary-wide logits: beam
 bookkeeping touches ``rows x k`` numbers.
 
 Both classes share one interface, driven by the engine once per decoder step:
@@ -10,7 +10,8 @@ Both classes share one interface, driven by the engine once per decoder step:
 - ``num_rows``: rows the request occupies in the batch (1 for greedy, K for beam search);
 - ``top_k``: how many candidates per row the search needs (1 greedy, 2K beam);
 - ``bans()`` / ``watch_ids()``: the rows' extra banned ids (rows, b) and watched ids (w,) for
-  the next step, or None (the engine always bans pad and, by default, unk);
+  the next step, or None (the engine always bans pad and, by default, unk, and watches its
+  bans beside a search's watched ids);
 - ``advance(head) -> (next_tokens, parent_rows)``: ``head`` is the request's rows of the
   step's ``StepOutput``; returns the tokens to feed next (rows,) and, per new row, the row
   (0..rows-1 within the request) whose cache it continues;
@@ -26,8 +27,8 @@ Placeholder constraint (``CopyConstraint``, optional): symbols that stand for pl
 must come out exactly as often as the source has them. Per row it bans the symbols the row
 may not emit (absent from the source, or already emitted as often as the source has them) and
 bans eos while the row still owes symbols; once the steps left equal the symbols owed, or the
-row would stop (its unbanned argmax is eos), only owed symbols are allowed: the row chooses
-among them by their log-probabilities renormalised over that set (the watched ids).
+row would stop (its argmax before the bans is eos), only owed symbols are allowed: the row
+chooses among them by their log-probabilities renormalised over that set (the watched ids).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class CopyConstraint:
         symbols are forced at the end."""
         scores, ids = scores.copy(), ids.copy()
         owed = self.remaining.sum(axis=1)  # (rows,)
-        wants_to_stop = head.raw_best_id == self.eos_id
+        wants_to_stop = self._unbanned_best(head, scores[:, 0], ids[:, 0]) == self.eos_id
         forced = np.flatnonzero((owed > 0) & ((owed >= steps_left) | wants_to_stop))
         width = ids.shape[1]
         symbols = len(self.ids)
@@ -103,6 +104,24 @@ class CopyConstraint:
             scores[row, : len(take)] = log_probs[take]
             ids[row, : len(take)] = self.ids[take]
         return scores, ids
+
+    @staticmethod
+    def _unbanned_best(head: StepOutput, top_score: np.ndarray, top_id: np.ndarray) -> np.ndarray:
+        """Each row's argmax before any ban (ties: lower id), (rows,). The best allowed id is
+        the head's top 1; every banned id is watched (the engine watches its bans, the
+        constraint its symbols and eos), with its log-prob before the bans."""
+        candidate_ids = np.concatenate([top_id[:, None], head.watch_ids], axis=1)
+        candidate_scores = np.concatenate([top_score[:, None], head.watch_log_probs], axis=1)
+        best = [
+            top_k_descending(row_scores, 1, row_ids)[0]
+            for row_scores, row_ids in zip(candidate_scores, candidate_ids, strict=True)
+        ]
+        return candidate_ids[np.arange(len(best)), best]
+
+    def watch_ids(self) -> np.ndarray:
+        """The symbols (their renormalised log-probs when a row must pay what it owes), then
+        eos (would the row stop?)."""
+        return np.append(self.ids, self.eos_id)
 
     def advance(self, tokens: np.ndarray, parents: np.ndarray) -> None:
         """The rows continue ``parents`` with ``tokens``: reorder, count emitted symbols."""
@@ -137,7 +156,7 @@ class _Search:
         return self.constraint.bans() if self.constraint is not None else None
 
     def watch_ids(self) -> np.ndarray | None:
-        return self.constraint.ids if self.constraint is not None else None
+        return self.constraint.watch_ids() if self.constraint is not None else None
 
     def _candidates(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
         """(rows, top_k) log-probs and ids of this step's candidates."""

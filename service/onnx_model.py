@@ -45,7 +45,7 @@ KVBackendName = Literal["host", "device"]
 Cache = list[ort.OrtValue] | list[np.ndarray]
 
 _NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16}
-SEARCH_OUTPUTS = ["top_log_probs", "top_ids", "raw_best_id", "watch_log_probs"]
+SEARCH_OUTPUTS = ["top_log_probs", "top_ids", "watch_log_probs"]
 
 
 class ExportTooOld(RuntimeError):
@@ -98,7 +98,7 @@ class StepInputs:
     encoder_attention_mask: np.ndarray  # (N, S)
     top_k: int
     banned_ids: np.ndarray  # (N, B): -inf before the log-softmax (pad-filled)
-    watch_ids: np.ndarray  # (N, W): log-probs wanted besides the top k (pad-filled)
+    watch_ids: np.ndarray  # (N, W): log-probs (before bans) wanted besides the top k
 
     def feeds(self) -> dict[str, np.ndarray]:
         as_int64 = lambda array: np.ascontiguousarray(array, dtype=np.int64)  # noqa: E731
@@ -117,17 +117,17 @@ class StepInputs:
 class StepOutput:
     """What the host receives from one decoder call: the search head, ``rows x k`` numbers."""
 
-    top_log_probs: np.ndarray  # (N, k) float32, best first
+    top_log_probs: np.ndarray  # (N, k) float32, bans applied, best first
     top_ids: np.ndarray  # (N, k) int64
-    raw_best_id: np.ndarray  # (N,) int64: argmax before any ban
-    watch_log_probs: np.ndarray  # (N, W) float32
+    watch_log_probs: np.ndarray  # (N, W) float32, before the bans
+    watch_ids: np.ndarray  # (N, W) int64: the ids watched (an input, kept beside its answer)
 
     def rows(self, start: int, end: int) -> StepOutput:
         return StepOutput(
             self.top_log_probs[start:end],
             self.top_ids[start:end],
-            self.raw_best_id[start:end],
             self.watch_log_probs[start:end],
+            self.watch_ids[start:end],
         )
 
 
@@ -195,9 +195,20 @@ class HostKV:
         feeds.update(zip(model.past_names, past, strict=True))
         feeds.update(zip(model.cross_names, cross, strict=True))
         outputs = model.decoder.run(SEARCH_OUTPUTS + model.present_names, feeds)
-        return StepOutput(*outputs[:4]), outputs[4:]
+        return StepOutput(*outputs[:3], inputs.watch_ids), outputs[3:]
 
     def select(self, cache: Cache, rows: np.ndarray, start: int, end: int) -> Cache:
+        count, length = cache[0].shape[0], cache[0].shape[2]
+        if start == 0 and end == length and len(rows) == count:
+            # A beam reorder: most rows keep their own cache, so copy only the rows that
+            # continue another row's, in place (the right side is gathered first, so rows
+            # that swap read the old values). The caches are this batch's own arrays.
+            moved = np.flatnonzero(rows != np.arange(count))
+            if len(moved) <= count // 2:
+                sources = rows[moved]
+                for value in cache:
+                    value[moved] = value[sources]
+                return cache
         # Basic slicing first (a view), then one gather copy along axis 0: contiguous.
         return [np.take(value[:, :, start:end], rows, axis=0) for value in cache]
 
@@ -262,8 +273,8 @@ class DeviceKV:
         model.decoder.run_with_iobinding(binding)
         binding.synchronize_outputs()
         outputs = binding.get_outputs()
-        head = StepOutput(*(value.numpy() for value in outputs[:4]))
-        return head, list(outputs[4:])
+        head = StepOutput(*(value.numpy() for value in outputs[:3]), inputs.watch_ids)
+        return head, list(outputs[3:])
 
     def select(self, cache: Cache, rows: np.ndarray, start: int, end: int) -> Cache:
         binding = self.kv_select.io_binding()

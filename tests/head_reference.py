@@ -16,21 +16,23 @@ def head_from_logits(
     watch_ids: np.ndarray | None = None,
 ) -> StepOutput:
     """logits (N, V) -> what the graph's head returns: log-softmax, bans (``banned`` for every
-    row, ``extra_bans`` (N, b) per row) set to -inf, sorted top k (ties: lower id first), the
-    unbanned argmax, and the log-probs at ``watch_ids`` (W,)."""
+    row, ``extra_bans`` (N, b) per row) set to -inf, sorted top k (ties: lower id first), and
+    the log-probs before the bans at ``watch_ids`` (W,) followed by ``banned`` (as the engine
+    watches them)."""
     logits = np.asarray(logits, dtype=np.float64)
     shifted = logits - logits.max(axis=1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    unbanned = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    log_probs = unbanned.copy()
     log_probs[:, list(banned)] = -np.inf
     if extra_bans is not None:
         np.put_along_axis(log_probs, np.asarray(extra_bans), -np.inf, axis=1)
     order = np.argsort(-log_probs, axis=1, kind="stable")[:, :top_k]
-    watch = np.zeros((len(logits), 1)) if watch_ids is None else log_probs[:, watch_ids]
+    watched = np.zeros(1, dtype=np.int64) if watch_ids is None else np.append(watch_ids, banned)
     return StepOutput(
         np.take_along_axis(log_probs, order, axis=1).astype(np.float32),
         order.astype(np.int64),
-        logits.argmax(axis=1).astype(np.int64),
-        watch.astype(np.float32),
+        unbanned[:, watched].astype(np.float32),
+        np.tile(watched, (len(logits), 1)),
     )
 
 
