@@ -19,6 +19,7 @@ from service.api.errors import ApiError
 from service.app import create_app
 from service.engine import DecodeRequest, Engine, FinishedRequest, RejectedRequest
 from service.settings import Settings
+from service.step_cost import StepShape
 from tests.service_fixtures import only_model, solo_translator, tiny_model
 
 BASE_TEXTS = [
@@ -107,6 +108,9 @@ class GatedEngine:
 
 
 def settings_for(model_dir, **overrides) -> Settings:
+    """These tests pin admission by step counts: the cost-aware rule, which decides by
+    measured timings, is off here (tests/test_batcher.py pins it on a deterministic cost)."""
+    overrides.setdefault("admission_cost_aware", False)
     return Settings(model_dir=model_dir, provider="cpu", intra_op_threads=1, **overrides)
 
 
@@ -365,3 +369,16 @@ async def test_not_ready_until_warmed_up(model_dir):
                 ).status_code == 200
     finally:
         engine.release.set()
+
+
+@pytest.mark.anyio
+async def test_cost_aware_service_calibrates_its_step_cost_at_start_up(model_dir):
+    engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
+    assert not engine.step_cost.fitted
+    app = create_app(settings_for(model_dir, admission_cost_aware=True), engine=engine)
+    async with serving(app) as client:
+        response = await client.post("/v1/translate", json={"text": "Save changes"})
+        batcher = only_model(app).batcher
+    assert response.status_code == 200
+    assert engine.step_cost.fitted and batcher.config.cost_aware
+    assert engine.step_cost.predict(StepShape(8, 4, 8)) > 0
