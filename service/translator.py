@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,12 +109,14 @@ class Translator:
         model's batcher like any other rows. Raises the pipeline's ``TextError``s for the
         limits, and whatever the batchers raise (queue full, shutting down, timeout)."""
         pipeline = self.pipeline
+        # One MT_REQUEST_TIMEOUT_S for the request, however many legs it takes.
+        deadline = time.monotonic() + self.settings.request_timeout_s
         plans = await self._plan(texts, options)
-        decoded = await self._decode(plans, options)
+        decoded = await self._decode(plans, options, deadline)
         if then is None:
             return pipeline.assemble(plans, decoded=decoded)
         first_leg = pipeline.assemble(plans, decoded=decoded)
-        second_leg = await then._continue(plans, options)
+        second_leg = await then._continue(plans, options, deadline)
         return dataclasses.replace(
             second_leg,
             input_tokens=first_leg.input_tokens,
@@ -122,7 +125,9 @@ class Translator:
             cached_sentences=first_leg.cached_sentences + second_leg.cached_sentences,
         )
 
-    async def _continue(self, plans: list[TextPlan], options: DecodingOptions) -> TranslationBatch:
+    async def _continue(
+        self, plans: list[TextPlan], options: DecodingOptions, deadline: float
+    ) -> TranslationBatch:
         """The second leg: every sentence the first model translated becomes this model's
         source (in place, so the texts keep their sentence structure and whitespace)."""
         cached = self._cached if self.cache is not None else None
@@ -133,7 +138,7 @@ class Translator:
                 else sentence
                 for sentence in plan.sentences
             ]
-        decoded = await self._decode(plans, options)
+        decoded = await self._decode(plans, options, deadline)
         return self.pipeline.assemble(plans, decoded=decoded)
 
     async def translate_with_alternatives(
@@ -189,10 +194,14 @@ class Translator:
             return await asyncio.to_thread(pipeline.plan, texts, options, cached)
         return pipeline.plan(texts, options, cached)
 
-    async def _decode(self, plans: list[TextPlan], options: DecodingOptions) -> int:
-        """Decode the sentences of ``plans`` that need the model, all at once; how many."""
+    async def _decode(
+        self, plans: list[TextPlan], options: DecodingOptions, deadline: float
+    ) -> int:
+        """Decode the sentences of ``plans`` that need the model, all at once, before
+        ``deadline`` (``time.monotonic``; ``TimeoutError`` past it); how many."""
         to_decode, rows = self._rows(plans, options)
-        results = await self.batcher.submit(rows, timeout_s=self.settings.request_timeout_s)
+        timeout_s = max(0.0, deadline - time.monotonic())
+        results = await self.batcher.submit(rows, timeout_s=timeout_s)
         for sentence, result in zip(to_decode, results, strict=True):
             self._finish(sentence, result.tokens, options)
         return len(to_decode)
