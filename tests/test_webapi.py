@@ -354,3 +354,14 @@ def test_libretranslatepy_translates_and_lists_languages(model_dir, tmp_path):
             {"code": "de", "name": "German", "targets": []},
             {"code": "en", "name": "English", "targets": ["de"]},
         ]
+
+
+def test_weblate_batch_request_gets_one_translation_per_text(client):
+    """Weblate's LibreTranslate machinery: JSON, ``q`` a list, ``api_key`` possibly empty;
+    it reads ``translatedText`` by index and the codes of ``/languages``."""
+    texts = ["Save changes", "Open the file", "Close"]
+    body = {"api_key": "", "q": texts, "source": "en", "target": "de"}
+    response = client.post("/translate", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["translatedText"] == served(client, texts)
+    assert {"en", "de"} <= {language["code"] for language in client.get("/languages").json()}

@@ -29,6 +29,7 @@ from dataclasses import asdict
 
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
 
 from service.api.deps import Service, run_for_client
 from service.api.errors import ERROR_RESPONSES, status_of
@@ -63,7 +64,14 @@ async def translate_stream(
     work = dispatcher.stream(texts, body.source_lang, body.target_lang, options)
     stream = await run_for_client(request, service, work)
     headers = {MODELS_HEADER: ",".join(stream.route.legs)}
-    return EventSourceResponse(_events(stream, service, started), ping=PING_S, headers=headers)
+    # The events close the stream when they end; the background task closes it too when the
+    # client hung up before the first event (the event generator then never ran).
+    return EventSourceResponse(
+        _events(stream, service, started),
+        ping=PING_S,
+        headers=headers,
+        background=BackgroundTask(stream.aclose),
+    )
 
 
 async def _events(
