@@ -12,7 +12,7 @@ space  := $(subst ,, )
 HOST   ?= 0.0.0.0
 PORT   ?= 8000
 
-.PHONY: serve test lint onnx venv clean
+.PHONY: serve test lint onnx venv clean fuzz
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,3 +43,11 @@ test: $(VENV)/.installed
 
 clean:
 	rm -rf build
+
+# Long property-based fuzz run (schemathesis against the OpenAPI schema, every operation,
+# MT_FUZZ_EXAMPLES cases each); the count of cases sent is written to build/fuzz/report.json.
+FUZZ_EXAMPLES ?= 800
+fuzz: $(VENV)/.installed
+	MT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MT_FUZZ_REPORT=build/fuzz/report.json \
+		$(PY) -m pytest -q -p no:randomly tests/test_fuzz.py
+	cat build/fuzz/report.json

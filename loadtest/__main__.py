@@ -27,6 +27,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "loadtest.compare_batching",
         "the same open-loop load against MT_BATCHING=continuous, then static; side by side",
     ),
+    "overload": (
+        "loadtest.overload",
+        "open loop at --factor x measured capacity: shedding, probes, memory, CPU split",
+    ),
+    "soak": (
+        "loadtest.soak",
+        "a long open-loop run at --fraction x --capacity: errors, RSS growth, open fds",
+    ),
     "stub": ("loadtest.stub_server", "a stand-in service for trying the tools without a model"),
 }
 

@@ -222,6 +222,28 @@ def spawned_server(
 
     ``command`` (``{port}`` is replaced) replaces ``python -m service`` — the tests use a stub.
     """
+    with spawned_process(
+        model_dir,
+        command=command,
+        extra_env=extra_env,
+        ready_timeout_s=ready_timeout_s,
+        stop_timeout_s=stop_timeout_s,
+        log_path=log_path,
+    ) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def spawned_process(
+    model_dir: str | os.PathLike[str] | None,
+    *,
+    command: Sequence[str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 300.0,
+    stop_timeout_s: float = 60.0,
+    log_path: Path | None = None,
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``spawned_server`` that also yields the process (for its pid, or to signal it)."""
     port = free_loopback_port()
     argv = (
         [part.replace("{port}", str(port)) for part in command]
@@ -243,7 +265,7 @@ def spawned_server(
     )
     try:
         _wait_ready(url, process, ready_timeout_s, log_path)
-        yield url
+        yield url, process
     finally:
         _stop(process, stop_timeout_s)
         if log_file:

@@ -5,20 +5,29 @@ Routes validate (pydantic models in service/schemas.py), then hand texts to the 
 the continuous batcher (service/batcher.py). The pieces live in service/api/: routes per API
 (``v1``, ``stream``, ``libretranslate``, ``files``, ``ops``, ``web``: the page at ``/``),
 ``errors`` (one error shape, domain errors mapped to statuses), ``middleware`` (body size
-limit, request metrics), ``lifecycle`` (background load, graceful shutdown) and ``deps``
-(what routes share).
+limit, request metrics), ``lifecycle`` (background load, graceful shutdown), ``deps`` (what
+routes share), ``admission`` (the in-flight bound that refuses before any work), ``access``
+and ``rate_limits`` (API keys, per-client limits) and ``request_id``.
+
+Middleware, outermost first: request id, request metrics, CORS (when configured), the
+admission gate, the body size limit; so every response, a refusal included, has an
+``X-Request-ID`` and is counted.
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from service.api import files, libretranslate, ops, stream, v1, web
+from service.api.access import AccessPolicy
+from service.api.admission import AdmissionGate
 from service.api.errors import install_error_handlers
 from service.api.lifecycle import ServiceState, engine_loader, lifespan_of
 from service.api.middleware import BodySizeLimit, RequestMetrics
+from service.api.request_id import HEADER, RequestId
 from service.engine import Engine
 from service.file_store import TranslatedFiles
 from service.metrics import ServiceMetrics
@@ -49,11 +58,28 @@ def create_app(
         static_url="/static-docs",
     )
     app.state.service = service
+    app.state.access = AccessPolicy(settings)
     app.state.translated_files = TranslatedFiles(settings.files_dir, settings.files_ttl_s)
     for api in (v1, stream, libretranslate, files, ops, web):
         app.include_router(api.router)
     app.mount("/static", StaticFiles(directory=web.STATIC_DIR), name="static")
     install_error_handlers(app, metrics, settings.retry_after_s)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: sees every status
+    # Before anything reads the body: under overload a refusal must cost next to nothing.
+    app.add_middleware(
+        AdmissionGate,
+        max_in_flight=settings.max_inflight_requests,
+        retry_after_s=settings.retry_after_s,
+        metrics=metrics,
+    )
+    if origins := [o.strip() for o in settings.cors_origins.split(",") if o.strip()]:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", HEADER],
+            expose_headers=["Retry-After", HEADER],
+        )
+    app.add_middleware(RequestMetrics, metrics=metrics)  # sees every status
+    app.add_middleware(RequestId)  # outermost: every response carries the id
     return app

@@ -215,6 +215,7 @@ class ContinuousBatcher:
         self._idle = threading.Event()
         self._idle.set()
         self._thread: threading.Thread | None = None
+        self._death: BaseException | None = None  # why the engine thread died, if it did
 
     # --- event-loop side -------------------------------------------------------------------
 
@@ -281,6 +282,8 @@ class ContinuousBatcher:
             request = replace(row, request_id=job_id, src_ids=tuple(row.src_ids))
             jobs.append(_Job(job_id, request, loop.create_future(), loop, enqueued_at=now))
         with self._cond:
+            if self._death is not None:
+                raise NotAccepting("engine_stopped")
             if not self._accepting:
                 raise NotAccepting("shutting_down")
             if len(self._queue) + len(jobs) > self.max_queue:
@@ -342,6 +345,34 @@ class ContinuousBatcher:
     # --- engine thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as error:
+            # A bug in the loop itself (engine errors inside add/step are caught there): the
+            # thread is gone, so nothing would ever resolve the futures. Fail them all now,
+            # refuse new work, and let ``alive`` tell the health checks.
+            logger.critical("the engine thread died", exc_info=error)
+            self._fail_everything_after_death(error)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the engine thread is running (False after it died; True before start)."""
+        thread = self._thread
+        return self._death is None and (thread is None or thread.is_alive() or self._stopping)
+
+    def _fail_everything_after_death(self, error: BaseException) -> None:
+        with self._cond:
+            self._death = error
+            self._accepting = False
+            leftovers = list(self._queue) + list(self._running.values())
+            self._queue.clear()
+            self._running.clear()
+        for job in leftovers:
+            self._fail(job, EngineFailure(f"the engine thread stopped ({type(error).__name__})"))
+        self.metrics.queue_depth.set(0)
+        self._idle.set()
+
+    def _serve(self) -> None:
         while True:
             with self._cond:
                 while not (self._running or self._to_drop or self._stopping):
@@ -489,7 +520,12 @@ class ContinuousBatcher:
             self.metrics.engine_errors.inc()
             self._drop([job.job_id for job in newcomers])
             for job in newcomers:
-                self._fail(job, EngineFailure(f"the engine failed to encode the input: {error}"))
+                self._fail(
+                    job,
+                    EngineFailure(
+                        f"the engine failed to encode the input ({type(error).__name__})"
+                    ),
+                )
             return
         refused = {rejection.request_id: rejection.reason for rejection in rejected}
         for job in newcomers:
@@ -518,7 +554,10 @@ class ContinuousBatcher:
             failed = list(self._running.values())
             self._drop(list(self._running))
             for job in failed:
-                self._fail(job, EngineFailure(f"the engine failed during decoding: {error}"))
+                self._fail(
+                    job,
+                    EngineFailure(f"the engine failed during decoding ({type(error).__name__})"),
+                )
             return
         self.metrics.batch_rows.observe(rows_in_step)
         self.metrics.decode_steps.inc()

@@ -75,6 +75,11 @@ class ServiceMetrics:
         self.cache_hits = Counter("mt_cache_hits", "Sentences answered from the cache.", registry=r)
         self.queue_depth = Gauge("mt_queue_depth", "Sentences waiting for admission.", registry=r)
         self.inflight_rows = Gauge("mt_inflight_rows", "Rows in the running batch.", registry=r)
+        self.inflight_requests = Gauge(
+            "mt_inflight_requests",
+            "Translation requests admitted and not yet answered (MT_MAX_INFLIGHT_REQUESTS).",
+            registry=r,
+        )
         self.rejections = Counter(
             "mt_rejections",
             "Requests refused or abandoned, by reason.",

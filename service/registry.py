@@ -288,7 +288,8 @@ class ModelRegistry:
                     await asyncio.to_thread(engine.calibrate)
             except Exception as error:
                 logger.exception("loading model %s from %s failed", spec.model_id, spec.model_dir)
-                slot.state, slot.detail = "failed", str(error)
+                # The detail reaches responses: the exception's type, not its text (paths).
+                slot.state, slot.detail = "failed", f"{type(error).__name__}; see the server log"
                 self.metrics.model_loads.labels(model=spec.model_id, outcome="failed").inc()
                 return
             after = resident_bytes()

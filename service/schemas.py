@@ -9,7 +9,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+
+
+def valid_unicode(value: str | list[str] | None) -> str | list[str] | None:
+    """JSON may carry ``\\ud800``, an unpaired UTF-16 surrogate: a Python str can hold it,
+    but it is no character, cannot be encoded to UTF-8 (the tokenizer, the response) and is
+    always the client's mistake, so it is refused at validation rather than failing deep
+    inside (a field validator, so error locations stay ``text``, ``q`` ...)."""
+    for index, text in enumerate([value] if isinstance(value, str) else value or []):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            where = "" if isinstance(value, str) else f"text {index}: "
+            raise ValueError(
+                f"{where}unpaired UTF-16 surrogate U+{ord(text[error.start]):04X} at index "
+                f"{error.start}; send valid Unicode"
+            ) from None
+    return value
 
 
 class TranslateRequest(BaseModel):
@@ -34,6 +51,8 @@ class TranslateRequest(BaseModel):
     max_new_tokens: int | None = Field(
         None, ge=1, description="Most tokens generated per sentence; at most MT_MAX_NEW_TOKENS."
     )
+
+    _valid_unicode = field_validator("text", "source_lang", "target_lang")(valid_unicode)
 
 
 class Translation(BaseModel):
@@ -90,7 +109,13 @@ class LibreTranslateRequest(BaseModel):
         description="How many other translations to return (from the beam's n-best), at most "
         "MT_ALTERNATIVES_LIMIT; text format only (html gets []), as LibreTranslate.",
     )
-    api_key: str | None = Field(None, description="Accepted and ignored.")
+    api_key: str | None = Field(
+        None,
+        description="API key, when the service has keys (MT_API_KEYS); else ignored. "
+        "`Authorization: Bearer KEY` works too.",
+    )
+
+    _valid_unicode = field_validator("q", "source", "target", "api_key")(valid_unicode)
 
 
 class DetectRequest(BaseModel):
@@ -100,6 +125,8 @@ class DetectRequest(BaseModel):
 
     q: StrictStr | list[StrictStr] = Field(description="Text (or texts) to detect.")
     api_key: str | None = Field(None, description="Accepted and ignored.")
+
+    _valid_unicode = field_validator("q", "api_key")(valid_unicode)
 
 
 class LibreTranslateResponse(BaseModel):

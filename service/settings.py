@@ -95,6 +95,13 @@ class Settings(BaseSettings):
     max_queue: int = Field(
         256, ge=1, description="Most queued sentences; beyond it requests get 429."
     )
+    max_inflight_requests: int = Field(
+        128,
+        ge=1,
+        description="Most translation requests in progress at once. Beyond it a request is "
+        "refused with 429 from its headers alone, before its body is read: under overload the "
+        "refusals stay fast and the admitted requests' wait stays bounded.",
+    )
     batching: Literal["continuous", "static"] = Field(
         "continuous",
         description="Admission policy. `continuous`: queued sentences join the running batch "
@@ -203,6 +210,40 @@ class Settings(BaseSettings):
         "(LibreTranslate's frontendTimeout).",
     )
 
+    # --- access control (all off by default) ---------------------------------------------
+    api_keys: str = Field(
+        "",
+        description="Comma-separated API keys. Any key (here or in api_keys_file) turns keys "
+        "on: translation requests then need `Authorization: Bearer KEY` (or LibreTranslate's "
+        "`api_key` field); a missing key is 401, an unknown one 403.",
+    )
+    api_keys_file: Path | None = Field(
+        None,
+        description='JSON file of API keys with their own limits: {"KEY": '
+        '{"requests_per_minute": 60, "chars_per_minute": 50000}, ...}; missing limits are the '
+        "global ones below.",
+    )
+    rate_limit_requests_per_minute: int = Field(
+        0,
+        ge=0,
+        description="Translation requests per minute per API key (or per client address "
+        "without keys), moving window; beyond it 429 with Retry-After. 0: no limit.",
+    )
+    rate_limit_chars_per_minute: int = Field(
+        0,
+        ge=0,
+        description="Characters to translate per minute per API key or client address, "
+        "moving window; 0: no limit.",
+    )
+    metrics_token: str = Field(
+        "", description="If set, `GET /metrics` needs `Authorization: Bearer TOKEN` (else 401)."
+    )
+    cors_origins: str = Field(
+        "",
+        description="Comma-separated origins allowed to call the API from a browser (CORS), "
+        "or `*`; empty: no CORS headers.",
+    )
+
     # --- process -----------------------------------------------------------------------
     host: str = "0.0.0.0"
     port: int = 8000
@@ -210,6 +251,14 @@ class Settings(BaseSettings):
         30.0, ge=0, description="SIGTERM: time to finish in-flight work."
     )
     log_level: str = "info"
+    gil_switch_interval_ms: float = Field(
+        0.5,
+        gt=0,
+        description="Python's thread switch interval (sys.setswitchinterval; Python's default "
+        "is 5 ms). The event loop gives up the GIL at every socket call; with the default, the "
+        "engine thread then keeps it for up to 5 ms each time, and under load the loop starves "
+        "(health checks and refusals take seconds). Set by `python -m service` at start-up.",
+    )
 
     @field_validator("model_dirs", mode="before")
     @classmethod

@@ -9,6 +9,7 @@ from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 
+from service.api.access import AccessPolicy
 from service.api.errors import ApiError
 from service.api.lifecycle import ServiceState
 from service.batcher import EngineFailure, InvalidRow, NotAccepting, QueueFull
@@ -21,6 +22,13 @@ def get_service(request: Request) -> ServiceState:
 
 
 Service = Annotated[ServiceState, Depends(get_service)]
+
+
+def get_access(request: Request) -> AccessPolicy:
+    return request.app.state.access
+
+
+Access = Annotated[AccessPolicy, Depends(get_access)]
 
 
 async def run_for_client(request: Request, service: ServiceState, work: Awaitable[T]) -> T:

@@ -10,6 +10,7 @@ await it (service/api/deps.py).
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -61,21 +62,32 @@ def describe(errors: Any) -> str:
     return "; ".join(dict.fromkeys(parts))
 
 
+class ErrorJSONResponse(JSONResponse):
+    """Error messages may quote what the client sent (a field name, a language code), which
+    can hold anything, an unpaired surrogate included: escaped to ASCII, every error body
+    encodes, so no error turns into a 500 while being reported."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode()
+
+
 def error_response(
     status: int, code: str, message: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
-    return JSONResponse({"error": message, "code": code}, status_code=status, headers=headers)
+    return ErrorJSONResponse({"error": message, "code": code}, status_code=status, headers=headers)
 
 
 def install_error_handlers(app: FastAPI, metrics: ServiceMetrics, retry_after_s: int) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, error: ApiError) -> JSONResponse:
         metrics.rejections.labels(reason=error.code).inc()
+        logger.info("refused with %d %s: %s", error.status_code, error.code, error.message)
         return error_response(error.status_code, error.code, error.message, error.headers)
 
     @app.exception_handler(TextError)
     async def text_error(_: Request, error: TextError) -> JSONResponse:
         metrics.rejections.labels(reason=error.code).inc()
+        logger.info("refused with %d %s: %s", status_of(error), error.code, error.message)
         return error_response(status_of(error), error.code, error.message)
 
     @app.exception_handler(ModelNotReady)

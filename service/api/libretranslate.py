@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ValidationError
 
-from service.api.deps import Service, run_for_client
+from service.api.deps import Access, Service, run_for_client
 from service.api.errors import ERROR_RESPONSES, ApiError, describe
 from service.api.v1 import MODELS_HEADER
 from service.bulk import translate_in_chunks
@@ -62,12 +62,13 @@ _DETECT_SCHEMA = DetectRequest.model_json_schema()
     },
 )
 async def translate(
-    request: Request, response: Response, service: Service
+    request: Request, response: Response, service: Service, access: Access
 ) -> LibreTranslateResponse:
     body = await read_body(request, LibreTranslateRequest)
+    texts = [body.q] if isinstance(body.q, str) else body.q
+    access.admit(request, body.api_key, chars=sum(map(len, texts)))
     dispatcher = service.require_dispatcher()
     alternatives = _alternatives(body.alternatives, service.settings)
-    texts = [body.q] if isinstance(body.q, str) else body.q
     options = dispatcher.options(None, None)
     others: list[list[str]] = [[] for _ in texts]
     if body.format == "html":
@@ -190,6 +191,10 @@ async def read_body(request: Request, model: type[Body]) -> Body:
             data = json.loads(raw) if raw else {}
         except ValueError as error:
             raise ApiError(400, "malformed_json", f"malformed JSON body: {error}") from error
+        except RecursionError as error:
+            raise ApiError(
+                400, "malformed_json", "malformed JSON body: nested too deeply"
+            ) from error
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_request", "Invalid request: the body must be a JSON object")
     if data.get("q") is None:

@@ -78,15 +78,18 @@ class ServiceState:
                 detector = await asyncio.to_thread(LanguageDetector, sources)
         except Exception as error:
             logger.exception("loading the language detector failed")
-            self.phase, self.detail = "failed", f"loading the language detector failed: {error}"
+            # The detail goes into responses: the exception's type only, never its text
+            # (paths, library internals); the log has the rest.
+            self.phase = "failed"
+            self.detail = (
+                f"loading the language detector failed ({type(error).__name__}); see the server log"
+            )
             return
         self.dispatcher = Dispatcher(registry, detector, self.settings)
         if failed := await registry.load_eager():
             self.phase = "failed"
             self.detail = "; ".join(
-                f"loading the model {slot.spec.model_id} from {slot.spec.model_dir} failed: "
-                f"{slot.detail}"
-                for slot in failed
+                f"loading the model {slot.spec.model_id} failed: {slot.detail}" for slot in failed
             )
             return
         if self.phase == "loading":
@@ -110,7 +113,26 @@ class ServiceState:
             if not await self.registry.shutdown(grace_left):
                 logger.warning("shutdown grace elapsed with work unfinished; it was failed")
 
+    def refresh_phase(self) -> str:
+        """The phase, turned to ``failed`` once an engine thread has died: the process can
+        no longer serve that model, and ``/health`` must say so for an orchestrator to
+        restart it."""
+        if self.registry is not None and self.phase != "failed":
+            dead = [
+                model_id
+                for model_id, slot in self.registry.slots.items()
+                if slot.batcher is not None and not slot.batcher.alive
+            ]
+            if dead:
+                self.phase = "failed"
+                self.detail = (
+                    f"the engine thread of {', '.join(dead)} stopped; the process must be restarted"
+                )
+                logger.critical(self.detail)
+        return self.phase
+
     def require_dispatcher(self) -> Dispatcher:
+        self.refresh_phase()
         if self.phase == "ready" and self.dispatcher is not None:
             return self.dispatcher
         reason = {

@@ -6,7 +6,7 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from service.api.deps import Service, run_for_client
+from service.api.deps import Access, Service, run_for_client
 from service.api.errors import ERROR_RESPONSES
 from service.dispatch import DispatchResult
 from service.schemas import (
@@ -30,11 +30,16 @@ MODELS_HEADER = "X-Translation-Models"  # which models ran, on both translation 
     summary="Translate one text or a list of texts",
 )
 async def translate(
-    body: TranslateRequest, request: Request, response: Response, service: Service
+    body: TranslateRequest,
+    request: Request,
+    response: Response,
+    service: Service,
+    access: Access,
 ) -> TranslateResponse:
     started = time.perf_counter()
-    dispatcher = service.require_dispatcher()
     texts = [body.text] if isinstance(body.text, str) else body.text
+    access.admit(request, None, chars=sum(map(len, texts)))
+    dispatcher = service.require_dispatcher()
     options = dispatcher.options(body.beam_size, body.max_new_tokens)
     work = dispatcher.translate(texts, body.source_lang, body.target_lang, options)
     result = await run_for_client(request, service, work)

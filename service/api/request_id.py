@@ -1,0 +1,59 @@
+"""``X-Request-ID`` on every response and in every log line written while serving a request.
+
+A well-formed id sent by the client (or by a gateway in front of us) is kept, so one id
+follows a request through the whole chain; anything else is replaced by a fresh one (an id
+goes into logs and headers, so it must not carry newlines or unbounded text). The id lives in
+a context variable for the duration of the request; ``RequestIdLogFilter`` copies it onto
+log records (``%(request_id)s``, ``-`` outside a request).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+HEADER = "X-Request-ID"
+_HEADER_KEY = HEADER.lower().encode()
+_VALID_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+
+current_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+
+class RequestId:
+    """Outermost middleware: every response, refusals included, carries the id."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        sent = dict(scope.get("headers") or []).get(_HEADER_KEY)
+        request_id = sent.decode() if sent and _VALID_ID.fullmatch(sent) else uuid.uuid4().hex
+        token = current_request_id.set(request_id)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k != _HEADER_KEY]
+                headers.append((_HEADER_KEY, request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            current_request_id.reset(token)
+
+
+class RequestIdLogFilter(logging.Filter):
+    """Adds ``request_id`` to every record (attach it to handlers, not loggers, so records
+    propagated from any logger get it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = current_request_id.get()
+        return True
