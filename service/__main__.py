@@ -16,6 +16,7 @@ from types import FrameType
 
 import uvicorn
 
+from service.api.request_id import install_request_id_logging
 from service.app import create_app
 from service.settings import get_settings
 
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         update |= {"model_dir": args.model_dir, "model_dirs": [], "models_dir": None}
     settings = settings.model_copy(update=update)
     logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
     # Process-wide: a short switch interval keeps the event loop responsive while the engine
     # thread runs Python between its ONNX Runtime calls (see the setting's description).
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         lifespan="on",
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
     )
+    install_request_id_logging()  # after uvicorn.Config, which configures its loggers
     server = GracefulServer(config, on_exit=app.state.service.begin_shutdown)
     server.run()
     return 0

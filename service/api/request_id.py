@@ -57,3 +57,22 @@ class RequestIdLogFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = current_request_id.get()
         return True
+
+
+ACCESS_FORMAT = (
+    '%(asctime)s %(levelname)s access [%(request_id)s]: %(client_addr)s "%(request_line)s" '
+    "%(status_code)s"
+)
+
+
+def install_request_id_logging() -> None:
+    """Every handler of the root and uvicorn loggers gets the filter; uvicorn's access log
+    line gets the id in its format (it is written while the request's context is current)."""
+    from uvicorn.logging import AccessFormatter
+
+    log_filter = RequestIdLogFilter()
+    for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access"):
+        for handler in logging.getLogger(name).handlers:
+            handler.addFilter(log_filter)
+            if name == "uvicorn.access":
+                handler.setFormatter(AccessFormatter(ACCESS_FORMAT, use_colors=False))
