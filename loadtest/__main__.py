@@ -35,6 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "loadtest.soak",
         "a long open-loop run at --fraction x --capacity: errors, RSS growth, open fds",
     ),
+    "faults": (
+        "loadtest.faults",
+        "engine error in one step, dead engine thread, SIGTERM: each under load",
+    ),
     "stub": ("loadtest.stub_server", "a stand-in service for trying the tools without a model"),
 }
 

@@ -44,16 +44,22 @@ MAX_REQUESTS_PER_RUN = 20_000
 
 
 def poisson_schedule(
-    rate: float, *, duration_s: float | None = None, count: int | None = None, seed: int = 0
+    rate: float,
+    *,
+    duration_s: float | None = None,
+    count: int | None = None,
+    seed: int = 0,
+    max_requests: int = MAX_REQUESTS_PER_RUN,
 ) -> list[float]:
     """Arrival offsets (s) of a Poisson process at ``rate``/s: exponential inter-arrival
     times with mean 1/rate. Stops at ``duration_s`` or after ``count`` arrivals, whichever
-    comes first (at least one of them is required), and never beyond MAX_REQUESTS_PER_RUN."""
+    comes first (at least one of them is required), and never beyond ``max_requests``
+    (MAX_REQUESTS_PER_RUN unless a script such as the soak raises it)."""
     if rate <= 0:
         raise ValueError("rate must be positive")
     if duration_s is None and count is None:
         raise ValueError("give a duration, a count, or both")
-    limit = min(count if count is not None else MAX_REQUESTS_PER_RUN, MAX_REQUESTS_PER_RUN)
+    limit = min(count if count is not None else max_requests, max_requests)
     rng = random.Random(seed)
     offsets: list[float] = []
     now = 0.0

@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, given, settings
+from schemathesis import GenerationMode
 
 from service.settings import Settings
 from tests.live_server import live_server
@@ -191,40 +192,49 @@ def test_the_service_is_healthy_and_translates_after_the_hostile_cases(http):
 
 # --- schemathesis ------------------------------------------------------------------------------
 
-
-@pytest.fixture(scope="module")
-def api_schema(server_url):
-    return schemathesis.openapi.from_url(server_url + "/openapi.json")
-
-
-schema = schemathesis.pytest.from_fixture("api_schema")
+# The schema the app serves at /openapi.json, built without loading a model (no lifespan), so
+# the operations can parametrize the test at collection time.
+API_SCHEMA = schemathesis.openapi.from_dict(create_app(Settings()).openapi())
+OPERATIONS = [result.ok() for result in API_SCHEMA.get_all_operations()]
 _cases_sent = 0
 
 
-@schema.parametrize()
-@settings(
-    max_examples=FUZZ_EXAMPLES,
-    derandomize=True,  # the same cases every run: a failure here is reproducible
-    deadline=None,
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=list(HealthCheck),
-)
-def test_generated_requests_get_no_5xx_and_json_errors(case, server_url):
-    global _cases_sent
-    response = case.call(base_url=server_url, timeout=60)
-    _cases_sent += 1
-    assert response.status_code < 500, (case.method, case.path, response.text[:300])
-    if response.status_code >= 400 and case.path != "/metrics":
-        body = response.json()
-        assert isinstance(body, dict) and body.get("error"), response.text[:300]
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
+@pytest.mark.parametrize("operation", OPERATIONS, ids=lambda operation: operation.label)
+def test_generated_requests_get_no_5xx_and_json_errors(server_url, operation, mode):
+    @settings(
+        max_examples=FUZZ_EXAMPLES,
+        derandomize=True,  # the same cases every run: a failure here is reproducible
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def check(case) -> None:
+        global _cases_sent
+        response = case.call(base_url=server_url, timeout=60)
+        _cases_sent += 1
+        assert response.status_code < 500, (case.method, case.path, response.text[:300])
+        if response.status_code >= 400:
+            body = response.json()
+            assert isinstance(body, dict) and body.get("error"), response.text[:300]
+
+    check()
 
 
-def test_healthy_after_the_generated_requests(http, request):
+def test_healthy_after_the_generated_requests(http):
     assert http.get("/health").status_code == 200
     assert http.post("/v1/translate", json={"text": "Open"}).status_code == 200
     if FUZZ_REPORT:
         report = Path(FUZZ_REPORT)
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(
-            json.dumps({"examples_per_operation": FUZZ_EXAMPLES, "cases_sent": _cases_sent})
+            json.dumps(
+                {
+                    "examples_per_operation_and_mode": FUZZ_EXAMPLES,
+                    "operations": [operation.label for operation in OPERATIONS],
+                    "cases_sent": _cases_sent,
+                }
+            )
         )

@@ -481,3 +481,34 @@ def test_spawned_stub_server_serves_a_short_closed_loop_and_stops(tmp_path):
     assert [r.status for r in records] == [200] * 6
     with pytest.raises(httpx.ConnectError):
         httpx.get(url + "/ready", timeout=2, trust_env=False)
+
+
+def test_raw_client_runs_the_same_loops_and_survives_closed_keep_alive_connections(tmp_path):
+    from loadtest.client import spawned_process
+    from loadtest.process_stats import ProcessSampler, cpu_split, thread_cpu_seconds
+    from loadtest.raw_http import RawClient
+
+    command = [sys.executable, "-m", "loadtest.stub_server", "--port", "{port}", "--base-ms", "1"]
+    with spawned_process(None, command=command, ready_timeout_s=60) as (url, process):
+
+        async def scenario() -> tuple[list[RequestRecord], int]:
+            async with RawClient(url, max_connections=2, timeout_s=10) as client:
+                records = await run_closed_loop(
+                    client, url, InputSampler(seed=0), concurrency=2, max_requests=6
+                )
+                # A pooled connection the server has closed meanwhile is retried, not an error.
+                for connection in client._free:
+                    connection.writer.transport.abort()
+                again = await client.post(url + "/v1/translate", json={"text": "Save"})
+                return records, again.status_code
+
+        before = thread_cpu_seconds(process.pid)
+        records, status_after_close = asyncio.run(scenario())
+        sampler = ProcessSampler(process.pid)
+        sampler.sample(started=0.0)
+        split = cpu_split(process.pid, before, thread_cpu_seconds(process.pid))
+    assert [r.status for r in records] == [200] * 6
+    assert all(r.output_chars > 0 for r in records)
+    assert status_after_close == 200
+    assert sampler.samples[0]["rss_mb"] > 0 and sampler.samples[0]["fds"] > 0
+    assert split["threads"] >= 1 and split["loop_cpu_s"] >= 0

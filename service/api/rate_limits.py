@@ -6,6 +6,10 @@ character). Its in-memory storage reads the wall clock itself; ``ClockedMemorySt
 that storage with the clock injected, so tests step a fake clock instead of sleeping, and so
 a refusal can say exactly when there will be room again (``Retry-After``).
 
+The moving window keeps one entry per unit of cost (that is how ``limits`` counts a cost),
+so a characters-per-minute limit holds up to that many entries per client: fine for the tens
+or hundreds of thousands a translation API allows per minute, not for billions.
+
 A limit of 0 is no limit. A cost larger than the whole limit (one request with more
 characters than the per-minute allowance) can never pass; it is refused with the reason.
 """
