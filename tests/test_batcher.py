@@ -328,8 +328,10 @@ async def test_engine_failure_fails_the_batch_and_the_batcher_recovers(make_batc
     engine = FakeEngine()
     batcher = make_batcher(engine)
     engine.fail_next_step = True
-    with pytest.raises(EngineFailure, match="device lost"):
+    # The exception's type, not its text (which may carry paths and ends up in a response).
+    with pytest.raises(EngineFailure, match=r"failed during decoding \(RuntimeError\)") as failed:
         await batcher.submit([sentence(4)])
+    assert "device lost" not in str(failed.value)
     [result] = await batcher.submit([sentence(4)])
     assert result.tokens == FakeEngine.expected(sentence(4).src_ids)
 
