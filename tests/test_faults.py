@@ -72,7 +72,8 @@ def translate(client, text: str):
 async def test_an_engine_error_fails_only_the_requests_in_that_step(model_dir, engine):
     app = create_app(settings_for(model_dir), engine=engine)
     async with serving(app) as client:
-        batcher = app.state.service.batcher
+        [slot] = app.state.service.registry.slots.values()
+        batcher = slot.batcher
         engine.close()
         in_step = translate(client, "Save changes")
         await wait_until(engine.waiting.is_set, "the first request's step waits at the gate")
@@ -99,7 +100,8 @@ async def test_a_dead_engine_thread_fails_its_work_and_turns_health_and_ready_un
 ):
     app = create_app(settings_for(model_dir), engine=engine)
     async with serving(app) as client:
-        batcher = app.state.service.batcher
+        [slot] = app.state.service.registry.slots.values()
+        batcher = slot.batcher
         engine.close()
         in_step = translate(client, "Save changes")
         await wait_until(engine.waiting.is_set, "the request's step waits at the gate")
@@ -114,7 +116,7 @@ async def test_a_dead_engine_thread_fails_its_work_and_turns_health_and_ready_un
             assert "engine thread stopped" in response.json()["error"]
         health, ready = await client.get("/health"), await client.get("/ready")
         assert health.status_code == 503 and health.json()["status"] == "failed"
-        assert "engine thread stopped" in health.json()["detail"]
+        assert "engine thread" in health.json()["detail"]
         assert ready.status_code == 503
         refused = await client.post("/v1/translate", json={"text": "Close"})
         assert refused.status_code == 503 and "Retry-After" in refused.headers

@@ -30,6 +30,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 
+from service.app import create_app
 from service.settings import Settings
 from tests.live_server import live_server
 from tests.service_fixtures import tiny_model

@@ -28,7 +28,9 @@ from service.metrics import ServiceMetrics
 
 # The API routes that take translation work; everything else (health, metrics, docs) is
 # always answered.
-TRANSLATION_ROUTES = frozenset({"/v1/translate", "/translate"})
+TRANSLATION_ROUTES = frozenset(
+    {"/v1/translate", "/v1/translate/stream", "/translate", "/translate_file", "/detect"}
+)
 
 
 class AdmissionGate:

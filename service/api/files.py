@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 from starlette.datastructures import UploadFile
 
-from service.api.deps import Service, run_for_client
+from service.api.deps import Access, Service, run_for_client
 from service.api.errors import ApiError
 from service.bulk import translate_in_chunks
 from service.file_store import TranslatedFiles
@@ -53,7 +53,9 @@ def file_store(request: Request) -> TranslatedFiles:
         }
     },
 )
-async def translate_file(request: Request, service: Service) -> TranslateFileResponse:
+async def translate_file(
+    request: Request, service: Service, access: Access
+) -> TranslateFileResponse:
     settings = service.settings
     if not settings.files_translation:
         raise ApiError(403, "files_disabled", "Files translation are disabled on this server.")
@@ -61,6 +63,10 @@ async def translate_file(request: Request, service: Service) -> TranslateFileRes
     if not content_type.startswith("multipart/form-data"):
         raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
     form = await request.form()
+    api_key = form.get("api_key")
+    # Keys and the request rate; a file's characters are not known before it is parsed and
+    # are not counted against MT_RATE_LIMIT_CHARS_PER_MINUTE.
+    access.admit(request, api_key if isinstance(api_key, str) else None, chars=0)
     upload = form.get("file")
     for name in ("source", "target"):
         if not form.get(name):

@@ -169,8 +169,10 @@ def _merged(batches: list[TranslationBatch], texts: list[str]) -> TranslationBat
         }
     },
 )
-async def detect(request: Request, service: Service) -> list[DetectedLanguage]:
+async def detect(request: Request, service: Service, access: Access) -> list[DetectedLanguage]:
     body = await read_body(request, DetectRequest)
+    texts = [body.q] if isinstance(body.q, str) else body.q
+    access.admit(request, body.api_key, chars=sum(map(len, texts)))
     dispatcher = service.require_dispatcher()
     detections = await dispatcher.detect(body.q)
     return [DetectedLanguage(language=d.language, confidence=d.confidence) for d in detections]

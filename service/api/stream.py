@@ -31,7 +31,7 @@ from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
-from service.api.deps import Service, run_for_client
+from service.api.deps import Access, Service, run_for_client
 from service.api.errors import ERROR_RESPONSES, status_of
 from service.api.lifecycle import ServiceState
 from service.api.v1 import MODELS_HEADER, translate_response
@@ -55,11 +55,12 @@ PING_S = 15  # a comment line now and then keeps proxies from closing a quiet st
     },
 )
 async def translate_stream(
-    body: TranslateRequest, request: Request, service: Service
+    body: TranslateRequest, request: Request, service: Service, access: Access
 ) -> EventSourceResponse:
     started = time.perf_counter()
-    dispatcher = service.require_dispatcher()
     texts = [body.text] if isinstance(body.text, str) else body.text
+    access.admit(request, None, chars=sum(map(len, texts)))
+    dispatcher = service.require_dispatcher()
     options = dispatcher.options(body.beam_size, body.max_new_tokens)
     work = dispatcher.stream(texts, body.source_lang, body.target_lang, options)
     stream = await run_for_client(request, service, work)
