@@ -80,10 +80,11 @@ class BatchingConfig:
     admission_ratio: float = 0.25
     admission_max_wait_s: float = 0.005
     admission_window: int | None = None  # default: 4 x max_batch_rows
-    # Cost-aware admission (continuous): newcomers join only while the engine's learned step
-    # cost says tokens/s do not fall by more than this fraction.
+    # Cost-aware admission (continuous): newcomers join only while the batch stays within the
+    # row count at which the engine's learned step cost puts this machine's knee (the most
+    # rows whose tokens/s are within ``cost_tolerance`` of the best).
     cost_aware: bool = True
-    cost_tolerance: float = 0.02
+    cost_tolerance: float = 0.05
     # Source tokens encoded per step for newcomers: bounds how long running rows wait for an
     # admission's encoder calls (an empty batch always takes the head of the queue).
     max_admit_tokens: int = 1024
@@ -446,8 +447,9 @@ class ContinuousBatcher:
         padding for every row), then the others in arrival order, while rows, padded tokens
         (``engine.estimate``: sources and self-attention pasts, as the engine would group
         them) and the newcomers' encoder work stay within budget, and, with ``cost_aware``,
-        while the engine's learned step cost says tokens/s do not fall: past the knee of this
-        machine a bigger batch makes every running row slower and finishes nothing sooner.
+        while the batch stays within the knee the engine's learned step cost puts on this
+        machine (``BatchEstimate.row_limit``): past it a bigger batch makes every running row
+        slower and finishes nothing sooner.
         """
         if not self._queue:
             return []
@@ -457,7 +459,6 @@ class ContinuousBatcher:
         width = max((job.src_len for job in staying), default=0)
         planned: list[tuple[int, int]] = []  # (rows, source length) of the chosen so far
         encode_tokens = 0
-        current = self.engine.estimate() if staying else None
         judge_cost = config.cost_aware and self.batching == "continuous"
 
         def fits(job: _Job) -> BatchEstimate | None:
@@ -466,29 +467,27 @@ class ContinuousBatcher:
                 return None
             if planned and encode_tokens + job.src_len > config.max_admit_tokens:
                 return None
-            estimate = self.engine.estimate([*planned, (job.rows, job.src_len)])
+            estimate = self.engine.estimate(
+                [*planned, (job.rows, job.src_len)], self.max_batch_rows, config.cost_tolerance
+            )
             if estimate.padded_tokens > self.max_batch_tokens:
                 return None
             if (
                 judge_cost
-                and current is not None
-                and current.tokens_per_second is not None
-                and estimate.tokens_per_second is not None
-                and estimate.tokens_per_second
-                < current.tokens_per_second * (1 - config.cost_tolerance)
+                and (staying or chosen)  # an empty batch always takes the head
+                and estimate.row_limit is not None
+                and estimate.rows > estimate.row_limit
             ):
                 return None
             return estimate
 
-        def take(job: _Job, estimate: BatchEstimate | None) -> None:
-            nonlocal rows, width, encode_tokens, current
+        def take(job: _Job) -> None:
+            nonlocal rows, width, encode_tokens
             chosen.append(job)
             planned.append((job.rows, job.src_len))
             rows += job.rows
             width = max(width, job.src_len)
             encode_tokens += job.src_len
-            if estimate is not None:
-                current = estimate
 
         head = self._queue[0]
         chosen: list[_Job] = []
@@ -498,14 +497,13 @@ class ContinuousBatcher:
         if head_estimate is None and staying:
             self.metrics.admission_deferrals.inc()
             return []
-        take(head, head_estimate)
+        take(head)
         window = itertools.islice(self._queue, 1, 1 + self.admission_window)
         for job in sorted(window, key=lambda job: job.src_len > width):  # stable: FIFO kept
             if rows >= self.max_batch_rows:
                 break
-            estimate = fits(job)
-            if estimate is not None:
-                take(job, estimate)
+            if fits(job) is not None:
+                take(job)
         chosen_ids = {job.job_id for job in chosen}
         self._queue = deque(job for job in self._queue if job.job_id not in chosen_ids)
         return chosen

@@ -81,6 +81,7 @@ class BatchEstimate:
     rows: int
     padded_tokens: int  # sum over groups of rows x (past + padded source)
     tokens_per_second: float | None  # by the step-cost model; None until it is fitted
+    row_limit: int | None = None  # rows past which tokens/s fall (step-cost model), or None
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,9 @@ class Engine:
         spans = {id(group): (group.shortest, group.width) for group in self._groups}
         extra: list[list[int]] = []  # [rows, shortest, width] of groups newcomers would open
         for rows, src_len in newcomers:
-            target = self._join_target(src_len, src_len, spans, len(self._groups) + len(extra))
+            target = self._join_target(
+                src_len, src_len, rows, shapes, spans, len(self._groups) + len(extra)
+            )
             if target is not None:
                 shape = shapes[id(target)]
                 shortest, width = spans[id(target)]
@@ -258,29 +261,50 @@ class Engine:
                 extra.append([rows, src_len, src_len])
         return list(shapes.values()) + [StepShape(rows, 0, width) for rows, _, width in extra]
 
-    def estimate(self, newcomers: Sequence[tuple[int, int]] = ()) -> BatchEstimate:
-        """The batch once newcomers ``(rows, src_len)`` have joined (none: as it is)."""
+    def estimate(
+        self, newcomers: Sequence[tuple[int, int]] = (), max_rows: int = 64, tolerance: float = 0.0
+    ) -> BatchEstimate:
+        """The batch once newcomers ``(rows, src_len)`` have joined (none: as it is).
+
+        ``row_limit``: by the step-cost model, the most rows a batch of this mean past and
+        source length should hold: the largest count (up to ``max_rows``) whose tokens/s stay
+        within ``tolerance`` of the best count's (None before the model is fitted)."""
         shapes = self.shapes_with(newcomers) if newcomers else self.step_shapes
+        rows = sum(shape.rows for shape in shapes)
+        row_limit = None
+        if self.step_cost.fitted and rows:
+            past = round(sum(s.rows * s.past_len for s in shapes) / rows)
+            width = round(sum(s.rows * s.width for s in shapes) / rows)
+            row_limit = self.step_cost.best_rows(past, width, max_rows, tolerance)
         return BatchEstimate(
-            rows=sum(shape.rows for shape in shapes),
+            rows=rows,
             padded_tokens=sum(shape.rows * (shape.past_len + shape.width) for shape in shapes),
             tokens_per_second=(
                 self.step_cost.tokens_per_second(shapes) if self.step_cost.fitted else None
             ),
+            row_limit=row_limit,
         )
 
     def _join_target(
         self,
         shortest: int,
         longest: int,
+        rows: int,
+        shapes: dict[int, StepShape] | None = None,
         spans: dict[int, tuple[int, int]] | None = None,
         groups: int | None = None,
     ) -> _Group | None:
-        """The group newcomers with sources of ``shortest..longest`` tokens join, or None
-        (they open a group of their own)."""
+        """The group ``rows`` newcomers with sources of ``shortest..longest`` tokens join, or
+        None (they open a group of their own).
+
+        With a fitted step-cost model: whichever adds least to the step's predicted time,
+        another decoder call (its fixed overhead) or padding an existing group. Before that:
+        a young group of similar lengths, else a group of their own."""
         if not self._groups:
             return None
         groups = len(self._groups) if groups is None else groups
+        if self.step_cost.fitted:
+            return self._cheapest_target(rows, longest, shapes, groups)
 
         def span(group: _Group) -> tuple[int, int]:
             return spans[id(group)] if spans is not None else (group.shortest, group.width)
@@ -299,6 +323,20 @@ class Engine:
             return group.rows * (width - group.width) + width - shortest + group.past_len
 
         return min(self._groups, key=added_padding)
+
+    def _cheapest_target(
+        self, rows: int, width: int, shapes: dict[int, StepShape] | None, groups: int
+    ) -> _Group | None:
+        predict = self.step_cost.predict
+        best: _Group | None = None
+        best_cost = predict(StepShape(rows, 0, width)) if groups < self.max_groups else None
+        for group in self._groups:
+            shape = shapes[id(group)] if shapes is not None else group.shape
+            joined = StepShape(shape.rows + rows, shape.past_len, max(shape.width, width))
+            cost = predict(joined) - predict(shape)
+            if best_cost is None or cost < best_cost:
+                best, best_cost = group, cost
+        return best
 
     # --- batch operations ------------------------------------------------------------------
 
@@ -386,7 +424,7 @@ class Engine:
                 encoder_mask=np.repeat(attention_mask, repeats, axis=0),  # (R, S')
             ),
         )
-        target = self._join_target(group.shortest, group.width)
+        target = self._join_target(group.shortest, group.width, group.rows)
         if target is None:
             self._groups.append(group)
         else:
@@ -432,24 +470,24 @@ class Engine:
         sources are of similar length become one: fewer decoder calls for little padding."""
         merged: list[_Group] = []
         for group in self._groups:
-            partner = next(
-                (
-                    other
-                    for other in merged
-                    if abs(other.past_len - group.past_len) <= self.merge_past
-                    and similar_lengths(
-                        min(other.shortest, group.shortest),
-                        max(other.width, group.width),
-                        self.length_slack,
-                    )
-                ),
-                None,
-            )
+            partner = next((other for other in merged if self._worth_merging(other, group)), None)
             if partner is None:
                 merged.append(group)
             else:
                 self._merge_into(partner, group)
         self._groups = merged
+
+    def _worth_merging(self, first: _Group, second: _Group) -> bool:
+        """One decoder call for both costs less than two (by the step-cost model once it is
+        fitted; before, when pasts and source lengths are close)."""
+        if self.step_cost.fitted:
+            a, b = first.shape, second.shape
+            merged = StepShape(a.rows + b.rows, max(a.past_len, b.past_len), max(a.width, b.width))
+            predict = self.step_cost.predict
+            return predict(merged) <= predict(a) + predict(b)
+        return abs(first.past_len - second.past_len) <= self.merge_past and similar_lengths(
+            min(first.shortest, second.shortest), max(first.width, second.width), self.length_slack
+        )
 
     def _step_inputs(self, group: _Group) -> StepInputs:
         info = self.model.info

@@ -134,13 +134,18 @@ class Settings(BaseSettings):
 
     admission_cost_aware: bool = Field(
         True,
-        description="`continuous` batching only: newcomers join the running batch only while "
-        "the engine's step-cost model (calibrated at start-up, refitted from live step "
-        "timings) predicts that tokens/s do not fall by more than admission_cost_tolerance; "
-        "past the machine's knee the others wait in the queue instead of slowing every row.",
+        description="`continuous` batching only: the engine's step-cost model (calibrated at "
+        "start-up, refitted from live step timings) decides how rows are grouped into decoder "
+        "calls, and newcomers join the running batch only while it stays within the row count "
+        "where this machine's tokens/s peak (within admission_cost_tolerance); past that knee "
+        "the others wait in the queue instead of slowing every row.",
     )
     admission_cost_tolerance: float = Field(
-        0.02, ge=0, le=1, description="See admission_cost_aware (a fraction of tokens/s)."
+        0.05,
+        ge=0,
+        le=1,
+        description="See admission_cost_aware: the knee is the most rows whose predicted "
+        "tokens/s are within this fraction of the best row count's.",
     )
     admission_max_tokens: int = Field(
         1024,

@@ -113,6 +113,15 @@ class StepCostModel:
         """One engine step = one decoder call per group."""
         return sum(self.predict(shape) for shape in shapes)
 
+    def best_rows(self, past_len: int, width: int, max_rows: int, tolerance: float) -> int:
+        """The most rows (1..max_rows) of one call of this past and width whose tokens/s stay
+        within ``tolerance`` of the best row count's: this machine's knee."""
+        counts = np.arange(1, max_rows + 1)
+        rates = np.array(
+            [count / self.predict(StepShape(int(count), past_len, width)) for count in counts]
+        )
+        return int(counts[rates >= rates.max() * (1 - tolerance)].max())
+
     def tokens_per_second(self, shapes: Iterable[StepShape]) -> float:
         shapes = list(shapes)
         seconds = self.step_seconds(shapes)

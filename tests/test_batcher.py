@@ -69,15 +69,20 @@ class FakeEngine:
         self.admissions.append((self.steps, [request.request_id for request in requests]))
         return rejected
 
-    def estimate(self, newcomers=()) -> BatchEstimate:
+    def estimate(self, newcomers=(), max_rows: int = 64, tolerance: float = 0.0) -> BatchEstimate:
         rows = self.active_rows + sum(count for count, _ in newcomers)
         width = max(
             [len(r.src_ids) for r, _, _ in self._active.values()]
             + [length for _, length in newcomers],
             default=0,
         )
-        tokens_per_second = self.throughput(rows) if self.throughput is not None else None
-        return BatchEstimate(rows, rows * (width + self.past_len), tokens_per_second)
+        if self.throughput is None:
+            return BatchEstimate(rows, rows * (width + self.past_len), None)
+        rates = [self.throughput(count) for count in range(1, max_rows + 1)]
+        limit = max(c for c, rate in enumerate(rates, 1) if rate >= max(rates) * (1 - tolerance))
+        return BatchEstimate(
+            rows, rows * (width + self.past_len), self.throughput(rows), row_limit=limit
+        )
 
     def step(self) -> list[FinishedRequest]:
         if self.fail_next_step:
@@ -570,7 +575,9 @@ async def test_cost_aware_admission_holds_the_batch_at_the_throughput_knee(make_
     for cost_aware in (True, False):
         engine = FakeEngine()
         engine.throughput = throughput
-        batcher = make_batcher(engine, admission_ratio=0.0, cost_aware=cost_aware)
+        batcher = make_batcher(
+            engine, admission_ratio=0.0, cost_aware=cost_aware, cost_tolerance=0.0
+        )
         rows = [sentence(4 + index % 3, first=index * 10 + 1) for index in range(10)]
         answers = await asyncio.gather(*(batcher.submit([row]) for row in rows))
         assert [a[0].tokens for a in answers] == [FakeEngine.expected(r.src_ids) for r in rows]

@@ -289,7 +289,7 @@ class LoggedEngine:
             self._active[request.request_id] = (list(reversed(request.src_ids)), [])
         return []  # none refused
 
-    def estimate(self, newcomers=()) -> BatchEstimate:
+    def estimate(self, newcomers=(), max_rows: int = 64, tolerance: float = 0.0) -> BatchEstimate:
         rows = self.active_rows + sum(new_rows for new_rows, _ in newcomers)
         return BatchEstimate(rows, 0, None)  # no token budget, no cost model
 
