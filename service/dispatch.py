@@ -15,6 +15,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from service.detection import Detection, LanguageDetector
+from service.languages import normalise_language_code
 from service.registry import ModelRegistry
 from service.routing import Route, UnsupportedLanguage, plan_route, source_languages
 from service.settings import Settings
@@ -68,7 +69,7 @@ class Dispatcher:
         self, texts: Sequence[str], source: str | None
     ) -> tuple[str, list[Detection] | None]:
         """The source language: the client's, or detected for ``auto`` / none."""
-        source = (source or AUTO).lower()
+        source = normalise_language_code(source) or AUTO  # `EN`, ` de `: as clients send them
         if source != AUTO:
             return source, None
         sources = source_languages(self.registry.by_pair)
@@ -157,7 +158,7 @@ class Dispatcher:
         """Check the texts, detect the source if asked to, choose the route (counted)."""
         check_request_size(self.limits, texts)
         source, detections = await self.resolve_source(texts, source)
-        target = target.lower() if target else self.default_target(source)
+        target = normalise_language_code(target) or self.default_target(source)
         route = self.route(source, target)
         kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
         self.registry.metrics.routes.labels(kind=kind).inc()

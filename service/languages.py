@@ -11,6 +11,12 @@ LANGUAGE_NAMES = {
 }  # fmt: skip
 
 
+def normalise_language_code(code: str | None) -> str:
+    """``" De "`` → ``"de"``, None → ``""``: codes in any case and with surrounding spaces,
+    as LibreTranslate clients send them."""
+    return (code or "").strip().lower()
+
+
 def language_name(code: str) -> str:
     """The English name of ``code``, or the code itself when it has none here."""
     return LANGUAGE_NAMES.get(code, code)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from service.languages import language_name
+from service.languages import language_name, normalise_language_code
 from service.text_pipeline import TextError
 
 Pair = tuple[str, str]
@@ -40,7 +40,7 @@ class Route:
 
 def plan_route(source: str, target: str, models: Mapping[Pair, str], pivot_lang: str) -> Route:
     """The route for ``source``→``target`` over ``models`` ((source, target) -> model id)."""
-    source, target = source.lower(), target.lower()
+    source, target = normalise_language_code(source), normalise_language_code(target)
     known = {code for pair in models for code in pair}
     for code in (source, target):
         if code not in known:

@@ -20,6 +20,7 @@ from service.bulk import translate_in_chunks
 from service.file_store import TranslatedFiles
 from service.file_translation import SUPPORTED_EXTENSIONS, UnsupportedFile, supported
 from service.file_translation import translate_file as translate_file_content
+from service.languages import normalise_language_code
 from service.schemas import TranslateFileResponse
 
 router = APIRouter()
@@ -84,7 +85,7 @@ async def translate_file(
     # The pair is chosen once for the whole file: a named source is checked now, before any
     # work; "auto" is detected on the file's first texts.
     chosen: list[tuple[str, str]] = []
-    if source.lower() != "auto":
+    if normalise_language_code(source) != "auto":
         route = dispatcher.route(source, target)
         chosen.append((route.source, route.target))
 
@@ -102,7 +103,9 @@ async def translate_file(
         translated = await run_for_client(
             request,
             service,
-            translate_file_content(upload.filename, content, target.lower(), translate_texts),
+            translate_file_content(
+                upload.filename, content, normalise_language_code(target), translate_texts
+            ),
         )
     except UnsupportedFile as error:
         raise ApiError(400, "invalid_request", f"Invalid request: {error}") from error
