@@ -41,6 +41,7 @@ from service.placeholders import (
 from service.segmenter import join_translations, sentence_spans
 from service.settings import Settings
 from service.tokenizer import Tokenizer
+from service.unrepresentable import RunProtector, restore_every_run
 
 _SYMBOL_RE = re.compile(rf"{SYMBOL_OPEN}\d+{SYMBOL_CLOSE}")
 
@@ -147,7 +148,7 @@ def check_request_size(limits: TextLimits, texts: Sequence[str]) -> None:
 
 @dataclass
 class Sentence:
-    masked: str  # what the model sees: placeholders replaced by ｟k｠ symbols
+    masked: str  # what the model sees: placeholders (and what it cannot spell) as ｟k｠
     originals: list[str]
     prefix: str = ""  # tags (and spaces) before the words, kept out of the model
     suffix: str = ""
@@ -166,7 +167,7 @@ class Sentence:
     def finish(self, masked_translation: str, output_tokens: int) -> None:
         self.masked_translation = masked_translation
         self.output_tokens = output_tokens
-        restored = restore(masked_translation, self.originals)
+        restored = restore_every_run(masked_translation, self.originals, self.masked)
         self.translation = f"{self.prefix}{restored}{self.suffix}"
 
 
@@ -216,6 +217,7 @@ class TextPipeline:
         self.source_lang = source_lang
         self.max_input_tokens = min(limits.max_input_tokens, model_positions or 1 << 30)
         self.symbol_ids = placeholder_token_ids(tokenizer)
+        self.protector = RunProtector(tokenizer)  # what the model cannot spell (issue 16)
 
     # --- before the model ---------------------------------------------------------------
 
@@ -240,6 +242,7 @@ class TextPipeline:
             # format field; then mask each sentence on its own (symbols numbered from 0).
             masked_text, text_originals = protect(text)
             spans = sentence_spans(masked_text, self.source_lang)
+            spans = self.protector.cut_around_runs(masked_text, spans)  # models without ｟k｠
             # The gaps between spans are whitespace, the same in the masked text as in the
             # original, so joining over the masked text keeps the original whitespace.
             plan = TextPlan(text=masked_text, spans=spans)
@@ -259,7 +262,7 @@ class TextPipeline:
         cached: CacheLookup | None = None,
     ) -> Sentence:
         prefix, core, suffix = split_edge_tags(text)
-        masked, originals = protect(core)
+        masked, originals = self.protector.protect(core)
         sentence = Sentence(masked=masked, originals=originals, prefix=prefix, suffix=suffix)
         if not has_words(masked):
             sentence.translation = text  # nothing a model could translate

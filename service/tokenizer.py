@@ -20,6 +20,7 @@ input cannot end the source early. (The service masks such tag-like text with
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -108,6 +109,39 @@ class Tokenizer:
         ]
         text = self._target_spm.decode_pieces(pieces)
         return text.replace(SPIECE_UNDERLINE, " ").strip()
+
+    def spells(self, text: str) -> bool:
+        """Whether the model can read ``text`` and write it back exactly: every source piece
+        has an id on both sides (no unknown piece) and the target model turns those pieces
+        back into ``text`` (or its NFC form). False where the tokenizer's normalisation
+        changes it (``ℹ️`` → ``i``, ``№`` → ``No``, ``…`` → ``...``, control characters
+        removed): service/unrepresentable.py protects such text from the model."""
+        pieces = self._source_spm.encode(text, out_type=str)
+        if not all(piece in self._source_vocab and piece in self._target_vocab for piece in pieces):
+            return False
+        # Only plain spaces are stripped: a form feed the normaliser turned into a space is
+        # a loss, not whitespace that came back.
+        written = self._target_spm.decode_pieces(pieces).replace(SPIECE_UNDERLINE, " ").strip(" ")
+        return written in (text.strip(" "), unicodedata.normalize("NFC", text).strip(" "))
+
+    def unknown_spans(self, text: str) -> list[tuple[int, int]]:
+        """``(start, end)`` character spans of ``text`` that encode to the unknown id in
+        context (a piece that SentencePiece forms from neighbouring characters may be
+        missing from ``vocab.json`` although each character alone is known)."""
+        proto = self._source_spm.encode(text, out_type="proto")
+        unknown = [
+            (piece.begin, piece.end)
+            for piece in proto.pieces
+            if self._source_vocab.get(piece.piece, self.unk_id) == self.unk_id
+        ]
+        if not unknown:
+            return []
+        encoded = text.encode("utf-8")  # SentencePiece reports byte offsets
+
+        def char_offset(byte_offset: int) -> int:
+            return len(encoded[:byte_offset].decode("utf-8", errors="ignore"))
+
+        return [(char_offset(begin), char_offset(end)) for begin, end in unknown]
 
     def decode_batch(self, batch_ids: Sequence[Sequence[int]]) -> list[str]:
         """Text of each id sequence."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import string
 from pathlib import Path
 
 import pytest
@@ -47,9 +48,12 @@ def _training_sentences() -> list[str]:
     return sentences
 
 
-def train_tiny_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> None:
+def train_tiny_tokenizer(
+    output_dir: Path, vocab_size: int = VOCAB_SIZE, placeholder_symbols: bool = True
+) -> None:
     """Write a Marian-layout tokenizer (source.spm, target.spm, vocab.json, config) with the
-    default model's id convention: ``</s>`` = 0, ``<unk>`` = 1, placeholders, ``<pad>`` last."""
+    default model's id convention: ``</s>`` = 0, ``<unk>`` = 1, placeholders, ``<pad>`` last.
+    ``placeholder_symbols=False``: no ``｟k｠`` pieces, as in an imported OPUS-MT vocabulary."""
     import sentencepiece as spm
 
     from service.placeholders import PLACEHOLDER_SYMBOLS
@@ -67,7 +71,10 @@ def train_tiny_tokenizer(output_dir: Path, vocab_size: int = VOCAB_SIZE) -> None
         eos_piece="</s>",
         unk_piece="<unk>",
         pad_piece="<pad>",
-        user_defined_symbols=list(PLACEHOLDER_SYMBOLS),
+        user_defined_symbols=list(PLACEHOLDER_SYMBOLS) if placeholder_symbols else [],
+        # Every printable ASCII character, so English test texts are spelled by the model
+        # and only what a real model lacks (emoji, other scripts) is protected from it.
+        required_chars=string.ascii_letters + string.digits + string.punctuation,
         character_coverage=1.0,
         num_threads=1,
         minloglevel=2,
@@ -136,18 +143,22 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 def solo_translator(model_dir: Path):
     """``translate(sentence, max_new_tokens, beam_size=1)``: the engine's translation of one
-    sentence alone, placeholders masked, constrained and restored as the service does: the
-    reference that API and concurrency tests compare the service against."""
+    sentence alone, placeholders and what the model cannot spell masked, constrained and
+    restored as the service does: the reference that API and concurrency tests compare the
+    service against."""
     from service.engine import Engine
-    from service.placeholders import protect, restore
-    from service.text_pipeline import copy_tokens_for, placeholder_token_ids
+    from service.text_pipeline import copy_tokens_for, has_words, placeholder_token_ids
+    from service.unrepresentable import RunProtector, restore_every_run
 
     engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
     tokenizer = engine.tokenizer
     symbol_ids = placeholder_token_ids(tokenizer)
+    protector = RunProtector(tokenizer)
 
     def translate(sentence: str, max_new_tokens: int, beam_size: int = 1) -> str:
-        masked, originals = protect(sentence)
+        masked, originals = protector.protect(sentence)
+        if not has_words(masked):
+            return sentence  # the service passes it through without the model
         src_ids = tokenizer.encode_one(masked)
         [tokens] = engine.translate_ids(
             [src_ids],
@@ -155,7 +166,7 @@ def solo_translator(model_dir: Path):
             max_new_tokens=max_new_tokens,
             copy_tokens=[copy_tokens_for(src_ids, symbol_ids)],
         )
-        return restore(tokenizer.decode(tokens), originals)
+        return restore_every_run(tokenizer.decode(tokens), originals, masked)
 
     return translate
 

@@ -299,9 +299,7 @@ async def test_client_that_hangs_up_has_its_rows_dropped(model_dir, gated_engine
         gated_engine.close()
         options = only_model(app).translator.options(None, None)
         # Two sentences that decode for many steps (they run to their max_new_tokens).
-        text = (
-            "Print this folder with your account. Search and replace in all files of this folder."
-        )
+        text = "Print this folder with your account. Open the file in a new window."
         work = only_model(app).translator.translate([text], options)
         with pytest.raises(ApiError) as refusal:
             await run_for_client(HungUpRequest(gated_engine), service, work)

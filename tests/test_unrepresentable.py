@@ -1,0 +1,133 @@
+"""What the model cannot spell is masked, then restored verbatim (service/unrepresentable.py).
+
+Against real tokenizers: the shipped default model's (8,000 pieces) and tiny ones trained here,
+with and without the ``｟k｠`` symbols.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.placeholders import MAX_PLACEHOLDERS, PLACEHOLDER_SYMBOLS, restore
+from service.segmenter import join_translations, sentence_spans
+from service.tokenizer import Tokenizer
+from service.unrepresentable import RunProtector, restore_every_run, usable_symbols
+from tests.service_fixtures import train_tiny_tokenizer
+
+DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "models" / "default"
+
+
+@pytest.fixture(scope="module")
+def default() -> RunProtector:
+    return RunProtector(Tokenizer.from_dir(DEFAULT_MODEL))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("tiny_tokenizer")
+    train_tiny_tokenizer(directory)
+    return directory
+
+
+def runs_of(protector: RunProtector, text: str) -> list[str]:
+    return [text[start:end] for start, end in protector.runs(text)]
+
+
+@pytest.mark.parametrize(
+    "text, masked, originals",
+    [
+        ("smile 😀 ok", "smile ｟0｠ ok", ["😀"]),
+        ("Open the file from 東京", "Open the file from ｟0｠", ["東京"]),
+        ("Item № 5", "Item ｟0｠ 5", ["№"]),
+        ("Toggle Sort Order ℹ️", "Toggle Sort Order ｟0｠", ["ℹ️"]),
+        ("Loading…", "Loading｟0｠", ["…"]),
+    ],
+)
+def test_what_the_default_vocabulary_cannot_spell_is_masked(default, text, masked, originals):
+    assert default.protect(text) == (masked, originals)
+
+
+def test_what_the_model_spells_is_left_to_it(default):
+    text = 'Save the file "report" as über-größe (2 MB, 50% done)? Yes.'
+    assert default.protect(text) == (text, [])
+
+
+@pytest.mark.parametrize("emoji", ["👍🏽", "👨‍👩‍👧", "🇩🇪", "✔️", "🏳️‍🌈"])
+def test_an_emoji_sequence_is_one_run(default, emoji):
+    assert runs_of(default, f"Like {emoji} this") == [emoji]
+
+
+def test_a_name_is_one_run_and_a_word_is_protected_whole(default):
+    assert runs_of(default, "Send Дмитрий Иванов a file") == ["Дмитрий Иванов"]
+    assert runs_of(default, "Zoë saved the file") == ["Zoë"]  # not "Zo" + protected "ë"
+
+
+def test_composed_and_decomposed_letters_the_model_knows_are_left_to_it(default):
+    assert default.protect("Datei für Jürgen") == ("Datei für Jürgen", [])
+    decomposed = "Datei fu\u0308r"
+    assert default.protect(decomposed) == (decomposed, [])  # the tokenizer composes it
+    # A combining mark the vocabulary lacks stays with its letter and its word.
+    assert runs_of(default, "the q\u0301uery") == ["q\u0301uery"]
+
+
+def test_control_characters_are_protected_whitespace_is_not(default):
+    assert runs_of(default, "Save\x00 file") == ["\x00"]
+    assert runs_of(default, "\x1b[1mBold") == ["\x1b"]
+    assert runs_of(default, "Page\x0cbreak") == ["\x0c"]
+    assert runs_of(default, "Name:\tvalue  and\u00a0more") == []
+
+
+def test_placeholders_and_runs_share_one_numbering(default):
+    masked, originals = default.protect("Send %s to 東京, then %s 😀")
+    assert masked == "Send ｟0｠ to ｟1｠, then ｟0｠ ｟2｠"
+    assert originals == ["%s", "東京", "😀"]
+
+
+def test_more_distinct_runs_than_symbols_are_merged_never_dropped(default):
+    emoji = [chr(0x1F600 + i) for i in range(MAX_PLACEHOLDERS + 8)]
+    text = " ".join(f"file {e}" for e in emoji)
+    masked, originals = default.protect(text)
+    assert len(originals) <= default.symbols == MAX_PLACEHOLDERS
+    assert set(PLACEHOLDER_SYMBOLS[: len(originals)]) <= set(masked.split())
+    assert restore(masked, originals) == text  # every character still there, in place
+    assert "file" in masked  # most of the words still reach the model
+
+
+def test_a_symbol_the_decoder_did_not_emit_is_appended_not_lost():
+    masked_source = "smile ｟0｠ and ｟1｠ ｟1｠"
+    assert restore_every_run("lächeln ｟1｠", ["😀", "✔"], masked_source) == "lächeln ✔ 😀 ✔"
+    assert restore_every_run("", ["😀"], "｟0｠ ok") == "😀"
+
+
+def test_pieces_unknown_only_in_context_are_protected(tiny_dir, tmp_path):
+    """OPUS-MT's vocab.json can lack a piece SentencePiece forms from known characters."""
+    vocab = json.loads((tiny_dir / "vocab.json").read_text())
+    merged = next(p for p in ("▁password", "▁account", "▁login") if p in vocab)
+    del vocab[merged]
+    for name in ("source.spm", "target.spm", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((tiny_dir / name).read_bytes())
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    protector = RunProtector(Tokenizer.from_dir(tmp_path))
+    word = merged.lstrip("▁")
+    assert protector.tokenizer.spells(word[0])  # each letter alone is known
+    assert runs_of(protector, f"open {word} now") == [word]
+
+
+def test_a_model_without_symbols_translates_around_the_runs(tmp_path):
+    train_tiny_tokenizer(tmp_path, placeholder_symbols=False)
+    protector = RunProtector(Tokenizer.from_dir(tmp_path))
+    assert protector.symbols == usable_symbols(protector.tokenizer) == 0
+    text = "Open 😀 the file. Save 東京"
+    spans = protector.cut_around_runs(text, sentence_spans(text))
+    assert [text[start:end] for start, end in spans] == ["Open", "the file.", "Save"]
+    translated = join_translations(text, spans, ["Öffnen", "die Datei.", "Speichern"])
+    assert translated == "Öffnen 😀 die Datei. Speichern 東京"
+
+
+def test_a_model_with_symbols_keeps_its_sentences_whole(default):
+    text = "Open 😀 the file."
+    spans = sentence_spans(text)
+    assert default.cut_around_runs(text, spans) == spans
