@@ -338,7 +338,9 @@ class TextPipeline:
         """What :meth:`finish` would make of ``output_ids`` for ``sentence``, leaving the
         sentence alone (for the n-best alternatives of beam search)."""
         tokens = [t for t in output_ids if t not in (self.tokenizer.eos_id, self.tokenizer.pad_id)]
-        restored = restore(self.tokenizer.decode(tokens), sentence.originals)
+        restored = restore_every_run(
+            self.tokenizer.decode(tokens), sentence.originals, sentence.masked
+        )
         return f"{sentence.prefix}{restored}{sentence.suffix}"
 
     @staticmethod
