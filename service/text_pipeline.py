@@ -243,8 +243,9 @@ class TextPipeline:
             masked_text, text_originals = protect(text)
             spans = sentence_spans(masked_text, self.source_lang)
             spans = self.protector.cut_around_runs(masked_text, spans)  # models without ｟k｠
-            # The gaps between spans are whitespace, the same in the masked text as in the
-            # original, so joining over the masked text keeps the original whitespace.
+            # The gaps between spans are whitespace (and, for a model without symbols, runs
+            # it cannot spell), the same in the masked text as in the original, so joining
+            # over the masked text keeps them.
             plan = TextPlan(text=masked_text, spans=spans)
             for start, end in spans:
                 sentence_text = restore(masked_text[start:end], text_originals)
