@@ -121,7 +121,12 @@ def test_pivot_de_fr_runs_de_en_then_en_fr_sentence_by_sentence(client, solo):
     assert body["models"] == ["tiny-de-en", "tiny-en-fr"]
     assert body["model"] == "tiny-de-en+tiny-en-fr"
     english = [solo[("de", "en")](sentence, MAX_NEW) for sentence in sentences]
-    print("LEGS", [ascii(leg) for leg in english], ascii(body["translations"][0]["text"]), body["usage"])
+    print(
+        "LEGS",
+        [ascii(leg) for leg in english],
+        ascii(body["translations"][0]["text"]),
+        body["usage"],
+    )
     assert all(any(c.isalnum() for c in leg) for leg in english)  # both legs decode
     french = [solo[("en", "fr")](leg, MAX_NEW) for leg in english]
     assert body["translations"][0]["text"] == "  ".join(french)
