@@ -121,7 +121,7 @@ class _EventParser(HTMLParser):
         self.feed(self.source)
         self.close()
         # Each construct runs from its start to the next one's: nothing of the source is lost.
-        ends = [*self.starts[1:], len(self.source)]
+        ends = [*self.starts[1:], len(self.source)] if self.starts else []  # "" has none
         for event, start, end in zip(self.events, self.starts, ends, strict=True):
             event.raw = self.source[start:end]
         covered = self.starts[0] if self.starts else len(self.source)

@@ -96,6 +96,8 @@ RAW_CASES = {
     "escaped NUL in text": ("/v1/translate", rb'{"text": "Save\u0000changes"}', JSON, {200}),
     "raw NUL byte in JSON": ("/v1/translate", b'{"text": "Save\x00changes"}', JSON, {400}),
     "libretranslate NUL in q": ("/translate", rb'{"q": "\u0000"}', JSON, {200}),
+    # Found by the long `make fuzz` run: an empty HTML fragment gave 500.
+    "libretranslate empty html": ("/translate", rb'{"q": "", "format": "html"}', JSON, {200, 400}),
     "form NUL in q": ("/translate", b"q=a%00b", FORM, {200}),
     "1 MB word": ("/v1/translate", b'{"text": "' + b"a" * 1_000_000 + b'"}', JSON, {413}),
     "1 MB word, libretranslate": ("/translate", b'{"q": "' + b"b" * 1_000_000 + b'"}', JSON, {413}),

@@ -99,3 +99,9 @@ def test_fragment_without_text_is_not_sent_to_the_translator():
 
     html = '<div><img src="x.png"><br/> &nbsp; </div>'
     assert asyncio.run(translate_html(html, never)) == html
+
+
+@pytest.mark.parametrize("html", ["", "   ", "\n"])
+def test_empty_or_blank_html_comes_back_unchanged(html):
+    assert translated(html) == html
+    assert parse_html(html).units == []
