@@ -7,7 +7,7 @@
 #   gpu    NVIDIA CUDA 13 + cuDNN 9 runtime, Python 3.11, onnxruntime-gpu.   (--target gpu)
 #   cpu    python:3.11-slim, onnxruntime.                                    (--target cpu)
 #
-# Neither runtime image contains torch or onnx (DESIGN.md, decision 5), and each holds exactly
+# Neither runtime image contains torch or onnx (docs/design.md, decision 5), and each holds exactly
 # one ONNX Runtime distribution: `onnxruntime` and `onnxruntime-gpu` both install the
 # `onnxruntime` module, so installing one over the other breaks it.
 #

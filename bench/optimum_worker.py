@@ -1,6 +1,6 @@
 """Optimum ``ORTModelForSeq2SeqLM`` worker for bench/peers.py; runs in bench/.venv-optimum.
 
-Optimum's ONNX Runtime seq2seq classes need transformers < 4.58 (TOOLCHAIN.md), so this runs in
+Optimum's ONNX Runtime seq2seq classes need transformers < 4.58 (docs/toolchain.md), so this runs in
 its own venv (``bash bench/setup_optimum.sh``) and imports nothing from the project:
 
     bench/.venv-optimum/bin/python bench/optimum_worker.py REQUEST.json

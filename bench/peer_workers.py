@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 from peer_timing import RunFn, generate_runner, package_version, serve  # noqa: E402
 
-OURS_INT8_MODE = "reduce_range"  # the accurate int8 mode on CPUs without VNNI (TOOLCHAIN.md)
+OURS_INT8_MODE = "reduce_range"  # the accurate int8 mode on CPUs without VNNI (docs/toolchain.md)
 
 
 # --- our engine --------------------------------------------------------------------------

@@ -98,7 +98,7 @@ QUICK = dict(batches="1,8", new_tokens=32, repeats=1, warmup_tokens=8)
 def build_random_marian(output_dir: Path, size: str, seed: int, init_std: float) -> None:
     """A random MarianMTModel of ``size`` plus placeholder tokenizer files.
 
-    ``init_std`` above transformers' 0.02 makes outputs depend on the input (TOOLCHAIN.md). The
+    ``init_std`` above transformers' 0.02 makes outputs depend on the input (docs/toolchain.md). The
     pad row of the embeddings is zero, as in real Marian models (CTranslate2 starts decoding from
     a zero embedding, the others from pad's). Eos gets a large negative logits bias, so every
     system, ours included, generates exactly ``max_new_tokens`` ids.

@@ -1,7 +1,7 @@
 """Build-time check of a runtime image (run by the Dockerfile, not shipped in the image).
 
 Fails the `docker build` when the image breaks the runtime rules: torch or onnx installed
-(DESIGN.md, decision 5), both or neither ONNX Runtime distribution installed (one overwrites
+(docs/design.md, decision 5), both or neither ONNX Runtime distribution installed (one overwrites
 the other's `onnxruntime` module), the wrong ONNX Runtime flavour for the target, or the
 service package not importable.
 """

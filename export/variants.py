@@ -2,7 +2,7 @@
 
 - int8: ORT dynamic quantization of MatMul weights (CPU), including the tied output projection
   (``fold_transposed_weights``). Plain signed QInt8 weights risk int16 saturation in the u8*s8
-  kernel on CPUs without VNNI (TOOLCHAIN.md). Measured on random weights at Marian-base size
+  kernel on CPUs without VNNI (docs/toolchain.md). Measured on random weights at Marian-base size
   (teacher-forced top-1 agreement with fp32 over 1,792 positions; engine tokens/s, 1 thread):
   ``reduce_range`` 0.979, 2.4-2.9x fp32 speed (default); ``quint8`` 0.989 but no faster than
   fp32 on this AVX2 CPU (its u8*u8 kernel is slow), which defeats the purpose; plain ``qint8``

@@ -42,7 +42,7 @@ class TranslationCache:
     """LRU of sentence translations keyed by the masked sentence and the decoding options.
 
     Correct because decoding is deterministic and does not depend on the batch
-    (DESIGN.md, decision 6). Used from the event loop only, so it needs no lock.
+    (docs/design.md, decision 6). Used from the event loop only, so it needs no lock.
     """
 
     def __init__(self, capacity: int) -> None:

@@ -27,7 +27,7 @@ TINY_MARIAN = dict(
     eos_token_id=0,
     decoder_start_token_id=95,
     forced_eos_token_id=None,
-    # A larger init than the default 0.02 makes outputs depend on the input (TOOLCHAIN.md).
+    # A larger init than the default 0.02 makes outputs depend on the input (docs/toolchain.md).
     init_std=0.5,
 )
 
