@@ -197,15 +197,7 @@ def top1_agreement(
     tokens = np.full((rows, 1), info.decoder_start_id, dtype=np.int64)
     same = 0
     for step in range(steps):
-        inputs = StepInputs(
-            input_ids=tokens,
-            positions=np.full((rows, 1), step, dtype=np.int64),
-            self_attention_mask=np.ones((rows, step + 1), dtype=np.int64),
-            encoder_attention_mask=src_mask,
-            top_k=1,
-            banned_ids=np.full((rows, 1), info.pad_id, dtype=np.int64),
-            watch_ids=np.full((rows, 1), info.pad_id, dtype=np.int64),
-        )
+        inputs = StepInputs.lockstep(tokens, step, src_mask, top_k=1, pad_id=info.pad_id)
         choices = []
         for index, model in enumerate(models):
             head, past[index] = model.kv.decode(inputs, past[index], cross[index])

@@ -694,14 +694,9 @@ class Engine:
                     tokens = np.full((count, 1), info.decoder_start_id, dtype=np.int64)
                     # grow the cache to past_len with real decoder calls (untimed)
                     for position in range(past_len + repeats):
-                        inputs = StepInputs(
-                            input_ids=tokens,
-                            positions=np.full((count, 1), position, dtype=np.int64),
-                            self_attention_mask=np.ones((count, position + 1), dtype=np.int64),
-                            encoder_attention_mask=mask,
-                            top_k=8,
-                            banned_ids=np.full((count, 2), info.pad_id, dtype=np.int64),
-                            watch_ids=np.full((count, 1), info.pad_id, dtype=np.int64),
+                        # two ban columns, as the engine's pad and unk
+                        inputs = StepInputs.lockstep(
+                            tokens, position, mask, top_k=8, pad_id=info.pad_id, bans=2
                         )
                         tick = time.perf_counter()
                         head, past = self.kv.decode(inputs, past, cross)

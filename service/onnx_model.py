@@ -100,6 +100,29 @@ class StepInputs:
     banned_ids: np.ndarray  # (N, B): -inf before the log-softmax (pad-filled)
     watch_ids: np.ndarray  # (N, W): log-probs (before bans) wanted besides the top k
 
+    @classmethod
+    def lockstep(
+        cls,
+        tokens: np.ndarray,
+        position: int,
+        encoder_attention_mask: np.ndarray,
+        top_k: int,
+        pad_id: int,
+        bans: int = 1,
+    ) -> StepInputs:
+        """Rows that all started together and are at ``position``: no late joiners, pad
+        banned (``bans`` columns of it), nothing watched (calibration, variant checks)."""
+        rows = len(tokens)
+        return cls(
+            input_ids=tokens,
+            positions=np.full((rows, 1), position, dtype=np.int64),
+            self_attention_mask=np.ones((rows, position + 1), dtype=np.int64),
+            encoder_attention_mask=encoder_attention_mask,
+            top_k=top_k,
+            banned_ids=np.full((rows, bans), pad_id, dtype=np.int64),
+            watch_ids=np.full((rows, 1), pad_id, dtype=np.int64),
+        )
+
     def feeds(self) -> dict[str, np.ndarray]:
         as_int64 = lambda array: np.ascontiguousarray(array, dtype=np.int64)  # noqa: E731
         return {

@@ -64,6 +64,7 @@ class StepCostModel:
         self._since_fit = 0
         self._coefficients: np.ndarray | None = None
         self._floor = 0.0
+        self._knees: dict[tuple[int, int, int, float], int] = {}  # best_rows of this fit
         self._lock = threading.Lock()
 
     @property
@@ -101,6 +102,7 @@ class StepCostModel:
         )
         self._coefficients = coefficients
         self._floor = float(seconds.min()) * 0.5
+        self._knees = {}
 
     def predict(self, shape: StepShape) -> float:
         """Seconds of one decoder call of ``shape`` (0 before any fit)."""
@@ -116,11 +118,16 @@ class StepCostModel:
     def best_rows(self, past_len: int, width: int, max_rows: int, tolerance: float) -> int:
         """The most rows (1..max_rows) of one call of this past and width whose tokens/s stay
         within ``tolerance`` of the best row count's: this machine's knee."""
-        counts = np.arange(1, max_rows + 1)
-        rates = np.array(
-            [count / self.predict(StepShape(int(count), past_len, width)) for count in counts]
-        )
-        return int(counts[rates >= rates.max() * (1 - tolerance)].max())
+        key = (past_len, width, max_rows, tolerance)
+        knee = self._knees.get(key)
+        if knee is None:  # the batcher asks once per queued candidate: once per shape and fit
+            counts = np.arange(1, max_rows + 1)
+            rates = counts / np.array(
+                [self.predict(StepShape(int(count), past_len, width)) for count in counts]
+            )
+            knee = int(counts[rates >= rates.max() * (1 - tolerance)].max())
+            self._knees[key] = knee
+        return knee
 
     def tokens_per_second(self, shapes: Iterable[StepShape]) -> float:
         shapes = list(shapes)
