@@ -201,7 +201,7 @@ class ContinuousBatcher:
         self.admission_ratio = config.admission_ratio
         self.admission_max_wait_s = config.admission_max_wait_s
         self._clock = clock
-        self.metrics = metrics if metrics is not None else ServiceMetrics()
+        self.metrics = metrics if metrics is not None else ServiceMetrics().for_model("default")
         # How far past the head of the queue admission looks for sentences that fit the
         # running batch's width; bounded, so a sentence is overtaken only so often.
         self.admission_window = config.admission_window or 4 * config.max_batch_rows

@@ -2,9 +2,17 @@
 collide), modelled on Triton's: request counts and latency by route and status, queue wait,
 rows per decode step, decode steps, generated tokens, queue depth, in-flight rows and
 rejections by reason.
+
+The gauges of a batcher's state (queue depth, in-flight rows) carry a ``model`` label: each
+model has its own batcher, and one unlabelled gauge would hold whichever batcher wrote last.
+A batcher writes through ``for_model``'s view, which has that model's children in their place;
+``forget_model`` drops them when the model is unloaded. Counters and histograms stay summed
+over models.
 """
 
 from __future__ import annotations
+
+import copy
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -73,8 +81,12 @@ class ServiceMetrics:
         self.input_tokens = Counter("mt_input_tokens", "Source tokens encoded.", registry=r)
         self.sentences = Counter("mt_sentences", "Sentences translated by the model.", registry=r)
         self.cache_hits = Counter("mt_cache_hits", "Sentences answered from the cache.", registry=r)
-        self.queue_depth = Gauge("mt_queue_depth", "Sentences waiting for admission.", registry=r)
-        self.inflight_rows = Gauge("mt_inflight_rows", "Rows in the running batch.", registry=r)
+        self.queue_depth = Gauge(
+            "mt_queue_depth", "Sentences waiting for admission, by model.", ["model"], registry=r
+        )
+        self.inflight_rows = Gauge(
+            "mt_inflight_rows", "Rows in the running batch, by model.", ["model"], registry=r
+        )
         self.inflight_requests = Gauge(
             "mt_inflight_requests",
             "Translation requests admitted and not yet answered (MT_MAX_INFLIGHT_REQUESTS).",
@@ -100,6 +112,19 @@ class ServiceMetrics:
             ["kind"],
             registry=r,
         )
+
+    def for_model(self, model_id: str) -> ServiceMetrics:
+        """The metrics as ``model_id``'s batcher writes them: the same registry and series,
+        with ``queue_depth`` and ``inflight_rows`` that model's labelled gauges."""
+        view = copy.copy(self)
+        view.queue_depth = self.queue_depth.labels(model=model_id)
+        view.inflight_rows = self.inflight_rows.labels(model=model_id)
+        return view
+
+    def forget_model(self, model_id: str) -> None:
+        """Drop an unloaded model's gauges, so that /metrics lists only loaded models."""
+        for gauge in (self.queue_depth, self.inflight_rows):
+            gauge.remove(model_id)  # a label set it does not hold is no error
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

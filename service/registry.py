@@ -302,7 +302,10 @@ class ModelRegistry:
                 else contextlib.nullcontext
             )
             batcher = ContinuousBatcher(
-                engine, BatchingConfig.from_settings(settings), metrics=self.metrics, turn=turn
+                engine,
+                BatchingConfig.from_settings(settings),
+                metrics=self.metrics.for_model(spec.model_id),
+                turn=turn,
             )
             batcher.start()
             slot.engine, slot.batcher = engine, batcher
@@ -354,3 +357,4 @@ class ModelRegistry:
         self.metrics.models_loaded.set(self.loaded_count())
         if batcher is not None:  # no lease holds it: this only stops its thread
             await batcher.shutdown(self.settings.shutdown_grace_s)
+        self.metrics.forget_model(slot.spec.model_id)

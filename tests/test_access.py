@@ -165,6 +165,29 @@ def test_characters_per_minute_count_every_text_of_a_request(make_client):
     assert too_big.status_code == 413 and "limit is 20 characters" in too_big.json()["error"]
 
 
+def test_a_files_texts_count_against_the_characters_per_minute(make_client, tmp_path):
+    clock = FakeClock()
+    client = make_client(clock=clock, rate_limit_chars_per_minute=20, files_dir=tmp_path)
+
+    def translate_file(text: str):
+        return client.post(
+            "/translate_file",
+            data={"source": "en", "target": "de"},
+            files={"file": ("notes.txt", text.encode())},
+        )
+
+    assert translate_file("Save\n\nOpen file\n").status_code == 200  # 4 + 9 characters
+    refused = client.post("/translate", json={"q": "Close window"})  # 12 > 7 left
+    assert refused.status_code == 429 and refused.headers["Retry-After"] == "60"
+    refused = translate_file("Close it")  # 8 > 7 left
+    assert refused.status_code == 429 and refused.headers["Retry-After"] == "60"
+    assert "20 characters per 1 minute" in refused.json()["error"]
+    too_big = translate_file("x" * 21)
+    assert too_big.status_code == 413 and "limit is 20 characters" in too_big.json()["error"]
+    clock.advance(61)
+    assert translate_file("Close window").status_code == 200
+
+
 def test_limits_are_per_key(make_client):
     client = make_client(clock=FakeClock(), api_keys="a,b", rate_limit_requests_per_minute=1)
     assert client.post("/v1/translate", json={"text": "x"}, headers=bearer("a")).is_success

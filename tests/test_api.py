@@ -321,6 +321,10 @@ def test_chunked_body_over_the_limit_is_413(client):
             "malformed JSON",
         ),
         ({"data": {"source": "en"}}, 400, "Invalid request: missing q parameter"),
+        # LibreTranslate tests `if not q`: an empty text or list is missing too.
+        ({"json": {"q": "", "source": "en"}}, 400, "Invalid request: missing q parameter"),
+        ({"json": {"q": [], "source": "en"}}, 400, "Invalid request: missing q parameter"),
+        ({"data": {"q": "", "source": "en"}}, 400, "Invalid request: missing q parameter"),
         ({"json": {"q": "a" * 501}}, 413, "MT_MAX_CHARS_PER_TEXT"),
     ],
 )

@@ -97,7 +97,11 @@ RAW_CASES = {
     "raw NUL byte in JSON": ("/v1/translate", b'{"text": "Save\x00changes"}', JSON, {400}),
     "libretranslate NUL in q": ("/translate", rb'{"q": "\u0000"}', JSON, {200}),
     # Found by the long `make fuzz` run: an empty HTML fragment gave 500.
-    "libretranslate empty html": ("/translate", rb'{"q": "", "format": "html"}', JSON, {200, 400}),
+    "libretranslate empty html": ("/translate", rb'{"q": "", "format": "html"}', JSON, {400}),
+    "libretranslate empty html in a list": (
+        "/translate", rb'{"q": ["", "<b>Save</b>"], "format": "html"}', JSON, {200},
+    ),
+    "libretranslate empty detect": ("/detect", rb'{"q": ""}', JSON, {400}),
     "form NUL in q": ("/translate", b"q=a%00b", FORM, {200}),
     "1 MB word": ("/v1/translate", b'{"text": "' + b"a" * 1_000_000 + b'"}', JSON, {413}),
     "1 MB word, libretranslate": ("/translate", b'{"q": "' + b"b" * 1_000_000 + b'"}', JSON, {413}),

@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.batcher import ContinuousBatcher, RowRequest
 from service.engine import BatchEstimate, DecodeRequest, FinishedRequest
+from service.metrics import ServiceMetrics
 from service.routing import UnsupportedLanguage, plan_route, targets_by_source
 from service.scheduler import RoundRobinTurns
 from service.settings import Settings
@@ -216,6 +217,43 @@ def test_detect_ranks_the_served_source_languages(client):
     )
 
 
+@pytest.mark.parametrize(
+    "kwargs", [{"json": {"q": ""}}, {"json": {"q": []}}, {"data": {"q": ""}}, {"json": {}}]
+)
+def test_detect_without_text_is_400_with_libretranslate_text(client, kwargs):
+    # LibreTranslate's /detect: `if not q: abort(400, "Invalid request: missing q parameter")`.
+    response = client.post("/detect", **kwargs)
+    assert response.status_code == 400
+    assert response.json()["error"] == "Invalid request: missing q parameter"
+
+
+def test_each_models_batcher_writes_its_own_queue_and_inflight_gauges():
+    metrics = ServiceMetrics()
+    en_de, en_fr = metrics.for_model("en-de"), metrics.for_model("en-fr")
+    en_de.queue_depth.set(3)
+    en_fr.queue_depth.set(7)
+    en_de.inflight_rows.set(32)
+    en_fr.decode_steps.inc()  # counters and histograms stay shared
+    sample = metrics.registry.get_sample_value
+    assert sample("mt_queue_depth", {"model": "en-de"}) == 3
+    assert sample("mt_queue_depth", {"model": "en-fr"}) == 7
+    assert sample("mt_inflight_rows", {"model": "en-de"}) == 32
+    assert sample("mt_inflight_rows", {"model": "en-fr"}) == 0
+    assert sample("mt_decode_steps_total") == 1
+    metrics.forget_model("en-de")
+    assert sample("mt_queue_depth", {"model": "en-de"}) is None
+    assert sample("mt_inflight_rows", {"model": "en-de"}) is None
+    assert sample("mt_queue_depth", {"model": "en-fr"}) == 7
+
+
+def test_metrics_list_queue_and_inflight_gauges_for_every_loaded_model(client):
+    assert translate(client, "Save changes", "en", "fr").status_code == 200
+    text = client.get("/metrics").text
+    for model_id in ("tiny-en-de", "tiny-de-en", "tiny-en-fr"):
+        assert f'mt_queue_depth{{model="{model_id}"}}' in text
+        assert f'mt_inflight_rows{{model="{model_id}"}}' in text
+
+
 # --- lazy loading and eviction ---------------------------------------------------------------
 
 
@@ -262,6 +300,12 @@ def test_lazy_loading_waits_for_the_load_and_evicts_the_least_recently_used(mode
             "mt_model_evictions_total"
         )
         assert evictions == 3  # en-de, en-fr (for de-en), de-en (trim)
+        # Unloaded models leave /metrics; the loaded one keeps its gauges.
+        sample = lazy.app.state.service.metrics.registry.get_sample_value
+        for model_id in ("tiny-en-de", "tiny-de-en"):
+            assert sample("mt_queue_depth", {"model": model_id}) is None
+            assert sample("mt_inflight_rows", {"model": model_id}) is None
+        assert sample("mt_queue_depth", {"model": "tiny-en-fr"}) is not None
 
 
 def test_cold_start_reject_answers_503_with_retry_after_while_loading(model_dirs):

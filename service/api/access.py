@@ -84,6 +84,17 @@ class AccessPolicy:
 
     def admit(self, request: Request, body_key: str | None, chars: int) -> None:
         """Raise ``ApiError`` (401, 403 or 429) unless this request may be served now."""
+        identity, limits = self._identify(request, body_key)
+        self._charge(identity, limits, requests=1, chars=chars)
+
+    def charge_characters(self, request: Request, body_key: str | None, chars: int) -> None:
+        """Count characters known only after the request was admitted (a file's texts, once
+        parsed) against the same per-minute allowance: 429 or 413 as ``admit`` would."""
+        identity, limits = self._identify(request, body_key)
+        self._charge(identity, limits, requests=0, chars=chars)
+
+    def _identify(self, request: Request, body_key: str | None) -> tuple[str, ClientLimits]:
+        """Who is asking, and their limits; 401 or 403 when keys are required."""
         key = bearer_token(request) or body_key or None
         if self.keys_required:
             if key is None:
@@ -96,12 +107,15 @@ class AccessPolicy:
             # Keys are off: one given is ignored, as LibreTranslate does.
             limits = self.anonymous_limits
             identity = f"client:{request.client.host if request.client else 'unknown'}"
+        return identity, limits
+
+    def _charge(self, identity: str, limits: ClientLimits, *, requests: int, chars: int) -> None:
         if not (limits.requests_per_minute or limits.chars_per_minute):
             return
         refusal = self.limiter.charge(
             identity,
             chars=chars,
-            requests_per_minute=limits.requests_per_minute,
+            requests_per_minute=limits.requests_per_minute if requests else 0,
             chars_per_minute=limits.chars_per_minute,
         )
         if refusal is None:

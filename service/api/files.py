@@ -65,9 +65,10 @@ async def translate_file(
         raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
     form = await request.form()
     api_key = form.get("api_key")
-    # Keys and the request rate; a file's characters are not known before it is parsed and
-    # are not counted against MT_RATE_LIMIT_CHARS_PER_MINUTE.
-    access.admit(request, api_key if isinstance(api_key, str) else None, chars=0)
+    body_key = api_key if isinstance(api_key, str) else None
+    # Keys and the request rate now; a file's characters are known once it is parsed, and
+    # are counted (MT_RATE_LIMIT_CHARS_PER_MINUTE) before any of its texts is translated.
+    access.admit(request, body_key, chars=0)
     upload = form.get("file")
     for name in ("source", "target"):
         if not form.get(name):
@@ -97,6 +98,9 @@ async def translate_file(
         return [translation.text for translation in result.batch.translations]
 
     async def translate_texts(texts: list[str]) -> list[str]:
+        # Every format hands over all of its texts in one call: the whole file is counted
+        # before the first chunk goes to a model.
+        access.charge_characters(request, body_key, chars=sum(map(len, texts)))
         return await translate_in_chunks(texts, settings.max_texts_per_request, translate_chunk)
 
     try:

@@ -199,8 +199,9 @@ async def read_body(request: Request, model: type[Body]) -> Body:
             ) from error
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_request", "Invalid request: the body must be a JSON object")
-    if data.get("q") is None:
-        # LibreTranslate's words: its clients show them.
+    if not data.get("q"):
+        # LibreTranslate's test (``if not q``: absent, "" and [] alike) and words: its clients
+        # show them. An empty text has no language to detect and nothing to translate.
         raise ApiError(400, "invalid_request", "Invalid request: missing q parameter")
     try:
         return model.model_validate(data)
