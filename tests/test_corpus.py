@@ -17,11 +17,14 @@ from models.training.corpus import (
     is_target_catalog,
     is_untranslated_copy,
     normalise_whitespace,
+    packages_by_source,
     parse_catalog,
     prefer_po_over_mo,
     read_tsv,
-    split_by_source,
+    split_corpus,
     strip_mnemonics,
+    unpacked_licence,
+    write_plain_text,
     write_tsv,
 )
 
@@ -178,17 +181,89 @@ def test_deduplicate_keeps_the_most_frequent_target() -> None:
     ]
 
 
+def _package_corpus() -> list[Pair]:
+    """Ten packages of 30 own strings each, plus strings every package shares ("Cancel")."""
+    pairs = [
+        Pair(f"{package} text {i}", f"{package} Text {i}", package, "MIT")
+        for package in (f"debian:app{n}" for n in range(10))
+        for i in range(30)
+    ]
+    pairs += [Pair("Cancel", "Abbrechen", f"debian:app{n}", "MIT") for n in range(10)]
+    pairs += [
+        Pair("Quit", "Beenden", "debian:app3", "MIT"),
+        Pair("Quit", "Beenden", "pypi:x", "MIT"),
+    ]
+    return pairs
+
+
 def test_splits_share_no_source_and_are_deterministic() -> None:
-    pairs = [Pair(f"source {i}", f"Ziel {i}", "p", "MIT") for i in range(100)]
-    pairs += [Pair("source 7", "anderes Ziel", "q", "MIT")]  # same source, second target
-    splits = split_by_source(pairs, valid_size=10, test_size=20, seed=1)
+    raw = _package_corpus()
+    unique = deduplicate(raw)
+    splits, held_out = split_corpus(
+        unique, packages_by_source(raw), valid_size=10, test_size=20,
+        unseen_min_pairs=50, unseen_package_pairs=(10, 40), seed=1,
+    )  # fmt: skip
     sources = {name: {p.source for p in split} for name, split in splits.items()}
     assert len(sources["valid"]) == 10 and len(sources["test"]) == 20
-    assert not sources["train"] & sources["valid"]
-    assert not sources["train"] & sources["test"]
-    assert not sources["valid"] & sources["test"]
-    assert sum(map(len, splits.values())) == len(pairs)
-    assert split_by_source(pairs, valid_size=10, test_size=20, seed=1) == splits
+    for first in sources:
+        for second in sources:
+            if first != second:
+                assert not sources[first] & sources[second], (first, second)
+    assert sum(map(len, splits.values())) == len(unique)
+    again = split_corpus(
+        unique, packages_by_source(raw), valid_size=10, test_size=20,
+        unseen_min_pairs=50, unseen_package_pairs=(10, 40), seed=1,
+    )  # fmt: skip
+    assert again == (splits, held_out)
+
+
+def test_unseen_split_holds_whole_packages_strings_of_their_own() -> None:
+    raw = _package_corpus()
+    unique = deduplicate(raw)
+    splits, held_out = split_corpus(
+        unique, packages_by_source(raw), valid_size=5, test_size=5,
+        unseen_min_pairs=50, unseen_package_pairs=(10, 40), seed=3,
+    )  # fmt: skip
+    assert len(held_out) == 2  # 30 own strings each: two packages reach 50
+    unseen = splits["test-unseen"]
+    assert {pair.package for pair in unseen} == set(held_out)
+    own = [p.source for p in unique if p.package in held_out and " text " in p.source]
+    assert sorted(p.source for p in unseen) == sorted(own)  # every own string, nothing shared
+    training_sources = {p.source for p in splits["train"]}
+    assert "Cancel" in training_sources | {p.source for p in splits["valid"] + splits["test"]}
+    assert not training_sources & {p.source for p in unseen}
+
+
+def test_train_drops_pairs_whose_target_is_an_evaluation_segment() -> None:
+    # Two English sources with one German translation: if one is evaluated, the other must
+    # not teach the German→English model that German sentence.
+    raw = [Pair(f"s{i}", f"t{i}", "p", "MIT") for i in range(40)]
+    raw += [Pair(f"s{i} again", f"t{i}", "p", "MIT") for i in range(40)]
+    splits, _ = split_corpus(
+        deduplicate(raw), packages_by_source(raw), valid_size=5, test_size=5,
+        unseen_min_pairs=0, seed=2,
+    )  # fmt: skip
+    evaluation_targets = {p.target for name in ("valid", "test") for p in splits[name]}
+    assert evaluation_targets  # the check below is about something
+    assert not {p.target for p in splits["train"]} & evaluation_targets
+    assert len(splits["train"]) < 80 - 10
+
+
+def test_plain_text_files_are_line_aligned(tmp_path) -> None:
+    pairs = [Pair("Open", "Öffnen", "p", "MIT"), Pair("Save as…", "Speichern unter …", "p", "MIT")]
+    write_plain_text(pairs, tmp_path, "test-unseen", "de")
+    assert (tmp_path / "test-unseen.en").read_text().splitlines() == ["Open", "Save as…"]
+    assert (tmp_path / "test-unseen.de").read_text().splitlines() == ["Öffnen", "Speichern unter …"]
+
+
+def test_unpacked_licence_follows_a_documentation_symlink(tmp_path) -> None:
+    owner_doc = tmp_path / "app" / "usr/share/doc/app"
+    owner_doc.mkdir(parents=True)
+    (owner_doc / "copyright").write_text("Format: x\n\nFiles: *\nLicense: GPL-2+\n")
+    (tmp_path / "app-data").mkdir()
+    (tmp_path / "app-data" / "doc-link").write_text("app\n")
+    assert unpacked_licence("app", tmp_path) == "GPL-2+"
+    assert unpacked_licence("app-data", tmp_path) == "GPL-2+"
 
 
 def test_tsv_round_trip_and_rejects_raw_newlines(tmp_path) -> None:

