@@ -227,22 +227,19 @@ async def _load_run(
     import random
 
     from loadtest.inputs import InputSampler
-    from service.batcher import ContinuousBatcher
+    from service.batcher import BatchingConfig, ContinuousBatcher
     from service.settings import Settings
     from service.translator import Translator
 
     settings = Settings(model_dir=Path(model), batching=policy)
     engine = Engine.from_dir(model, provider="cpu", intra_op_threads=threads)
     engine.warmup()
+    # As the service builds it (service/registry.py): calibrate the step cost, then the
+    # batcher from the settings.
+    if settings.admission_cost_aware and policy == "continuous":
+        engine.calibrate()
     timers = instrument(engine)
-    batcher = ContinuousBatcher(
-        engine,
-        max_batch_rows=settings.max_batch_rows,
-        max_batch_tokens=settings.max_batch_tokens,
-        max_queue=settings.max_queue,
-        batching=policy,
-        static_max_wait_s=settings.static_max_wait_ms / 1000,
-    )
+    batcher = ContinuousBatcher(engine, BatchingConfig.from_settings(settings))
     translator = Translator(
         engine.tokenizer, batcher, settings, model_positions=engine.model.info.max_positions
     )
@@ -286,17 +283,32 @@ async def _load_run(
             failures += 1
 
     steps0 = engine.steps
-    rows_total = slots_total = 0
+    rows_total = slots_total = calls_total = 0
+    busy_s = 0.0
     inner_step = engine.step
     timers.reset()
 
     def counted_step():
-        nonlocal rows_total, slots_total
+        nonlocal rows_total, slots_total, calls_total, busy_s
+        shapes = engine.step_shapes
         rows_total += engine.active_rows
-        slots_total += engine.active_rows * engine.past_len
-        return inner_step()
+        slots_total += sum(shape.rows * shape.past_len for shape in shapes)
+        calls_total += len(shapes)
+        started = time.perf_counter()
+        try:
+            return inner_step()
+        finally:
+            busy_s += time.perf_counter() - started
 
     engine.step = counted_step
+    waits: list[float] = []
+    inner_add = batcher._add
+
+    def counted_add(newcomers):
+        inner_add(newcomers)
+        waits.extend(job.queue_wait_s for job in newcomers)
+
+    batcher._add = counted_add  # type: ignore[method-assign]
     await asyncio.gather(*(one(at, text) for at, text in arrivals))
     wall = time.perf_counter() - start
     steps = engine.steps - steps0
@@ -316,6 +328,9 @@ async def _load_run(
         "rows_per_step": round(rows_total / max(1, steps), 2),
         "row_steps": rows_total,
         "mean_past_len": round(slots_total / max(1, rows_total), 1),
+        "decoder_calls_per_step": round(calls_total / max(1, steps), 2),
+        "step_busy_fraction": round(busy_s / wall, 3),
+        "queue_wait_mean_ms": round(1000 * statistics.mean(waits), 1) if waits else None,
         "engine_s": {key: round(value, 2) for key, value in timers.total.items()},
         "calls": dict(timers.calls),
     }

@@ -150,6 +150,10 @@ class _Job:
     enqueued_at: float = field(default_factory=time.monotonic)
     admitted_step: int = -1
     queue_wait_s: float = 0.0
+    # The sentences of one ``submit`` call (a paragraph, a list of texts) form one unit,
+    # admitted together where it fits: a request does not wait for its last sentence to
+    # trickle into the batch (its latency is its slowest sentence's).
+    unit: int = -1
 
     @property
     def rows(self) -> int:
@@ -277,11 +281,14 @@ class ContinuousBatcher:
         """Put one job per row in the queue, all or none (:class:`QueueFull`)."""
         loop = asyncio.get_running_loop()
         now = self._clock()
-        jobs = []
+        jobs: list[_Job] = []
         for row in rows:
             job_id = next(self._ids)
             request = replace(row, request_id=job_id, src_ids=tuple(row.src_ids))
-            jobs.append(_Job(job_id, request, loop.create_future(), loop, enqueued_at=now))
+            unit = jobs[0].job_id if jobs else job_id
+            jobs.append(
+                _Job(job_id, request, loop.create_future(), loop, enqueued_at=now, unit=unit)
+            )
         with self._cond:
             if self._death is not None:
                 raise NotAccepting("engine_stopped")
@@ -433,23 +440,40 @@ class ContinuousBatcher:
         if running == 0:
             return True
         queued = sum(job.rows for job in self._queue)
+        room = self.max_batch_rows - running
+        if self.config.cost_aware and (knee := self._knee_locked()) is not None:
+            # At the knee a backlog joins only as rows retire. Admitting the one or two rows
+            # that retire at every step would pay an encoder call and a merge of the whole
+            # cache at every step for them; wait until a fair share of the knee is free.
+            room = max(0, min(room, knee - running))
+            if queued > room:
+                if room >= max(1.0, self.admission_ratio * knee):
+                    return True
+                self.metrics.admission_deferrals.inc()
+                return False
         return (
             queued >= self.admission_ratio * running
-            or queued + running >= self.max_batch_rows
+            or queued >= room
             or self._clock() - self._queue[0].enqueued_at >= self.admission_max_wait_s
         )
+
+    def _knee_locked(self) -> int | None:
+        """Rows at which the running batch's predicted tokens/s peak (None: no model yet)."""
+        return self.engine.estimate((), self.max_batch_rows, self.config.cost_tolerance).row_limit
 
     def _admit_locked(self, dropped: Sequence[int]) -> list[_Job]:
         """Choose the queued sentences that join the batch at this step (holds ``_cond``).
 
-        The head of the queue goes first whenever it fits, so nothing starves. Within the
-        admission window, sentences that do not widen the padded batch are preferred (less
-        padding for every row), then the others in arrival order, while rows, padded tokens
-        (``engine.estimate``: sources and self-attention pasts, as the engine would group
-        them) and the newcomers' encoder work stay within budget, and, with ``cost_aware``,
-        while the batch stays within the knee the engine's learned step cost puts on this
-        machine (``BatchEstimate.row_limit``): past it a bigger batch makes every running row
-        slower and finishes nothing sooner.
+        Whole units (the sentences of one request) join together. The head of the queue
+        goes first whenever it fits, so nothing starves. Within the admission window, units
+        that do not widen the padded batch are preferred (less padding for every row), then
+        the others in arrival order, while rows, padded tokens (``engine.estimate``: sources
+        and self-attention pasts, as the engine would group them) and the newcomers' encoder
+        work stay within budget, and, with ``cost_aware``, while the batch stays within the
+        knee the engine's learned step cost puts on this machine (``BatchEstimate.row_limit``):
+        past it a bigger batch makes every running row slower and finishes nothing sooner.
+        A unit that could not fit even a batch of its own (more rows than the budget or the
+        knee) joins sentence by sentence.
         """
         if not self._queue:
             return []
@@ -460,15 +484,20 @@ class ContinuousBatcher:
         planned: list[tuple[int, int]] = []  # (rows, source length) of the chosen so far
         encode_tokens = 0
         judge_cost = config.cost_aware and self.batching == "continuous"
+        chosen: list[_Job] = []
 
-        def fits(job: _Job) -> BatchEstimate | None:
-            """The batch estimate with ``job`` admitted too, or None if it may not join."""
-            if rows + job.rows > self.max_batch_rows:
+        def fits(jobs: Sequence[_Job]) -> BatchEstimate | None:
+            """The batch estimate with ``jobs`` admitted too, or None if they may not join."""
+            if rows + sum(job.rows for job in jobs) > self.max_batch_rows:
                 return None
-            if planned and encode_tokens + job.src_len > config.max_admit_tokens:
+            if planned and encode_tokens + sum(job.src_len for job in jobs) > (
+                config.max_admit_tokens
+            ):
                 return None
             estimate = self.engine.estimate(
-                [*planned, (job.rows, job.src_len)], self.max_batch_rows, config.cost_tolerance
+                [*planned, *((job.rows, job.src_len) for job in jobs)],
+                self.max_batch_rows,
+                config.cost_tolerance,
             )
             if estimate.padded_tokens > self.max_batch_tokens:
                 return None
@@ -481,29 +510,48 @@ class ContinuousBatcher:
                 return None
             return estimate
 
-        def take(job: _Job) -> None:
+        def take(jobs: Sequence[_Job]) -> None:
             nonlocal rows, width, encode_tokens
-            chosen.append(job)
-            planned.append((job.rows, job.src_len))
-            rows += job.rows
-            width = max(width, job.src_len)
-            encode_tokens += job.src_len
+            for job in jobs:
+                chosen.append(job)
+                planned.append((job.rows, job.src_len))
+                rows += job.rows
+                width = max(width, job.src_len)
+                encode_tokens += job.src_len
 
-        head = self._queue[0]
-        chosen: list[_Job] = []
-        head_estimate = fits(head)
-        # An empty batch takes the head even past the budgets: a sentence that passed the
-        # request limits must run, whatever the batch settings.
-        if head_estimate is None and staying:
-            self.metrics.admission_deferrals.inc()
-            return []
-        take(head)
-        window = itertools.islice(self._queue, 1, 1 + self.admission_window)
-        for job in sorted(window, key=lambda job: job.src_len > width):  # stable: FIFO kept
+        def splits(unit: list[_Job], knee: int | None) -> bool:
+            """A unit too big to ever join whole: it joins sentence by sentence."""
+            limit = self.max_batch_rows
+            if judge_cost and knee is not None:
+                limit = min(limit, knee)
+            return sum(job.rows for job in unit) > limit
+
+        units: dict[int, list[_Job]] = {}
+        for job in itertools.islice(self._queue, 0, 1 + self.admission_window):
+            units.setdefault(job.unit, []).append(job)
+        head, *others = units.values()
+        if fits(head) is not None:
+            take(head)
+        else:
+            # An empty batch takes the head sentence even past the budgets: a sentence that
+            # passed the request limits must run, whatever the batch settings.
+            if not staying:
+                take(head[:1])
+            if not chosen and not splits(head, self._knee_locked()):
+                self.metrics.admission_deferrals.inc()
+                return []
+            for job in head[len(chosen) :]:
+                if fits([job]) is not None:
+                    take([job])
+            if not chosen:
+                self.metrics.admission_deferrals.inc()
+                return []
+        # stable sort: arrival order kept among units that widen the batch and among the rest
+        for unit in sorted(others, key=lambda unit: max(job.src_len for job in unit) > width):
             if rows >= self.max_batch_rows:
                 break
-            if fits(job) is not None:
-                take(job)
+            if fits(unit) is not None:
+                take(unit)
         chosen_ids = {job.job_id for job in chosen}
         self._queue = deque(job for job in self._queue if job.job_id not in chosen_ids)
         return chosen

@@ -14,7 +14,13 @@ fit over
 
 - calibration points, timed once at start-up over a spread of shapes (kept for good: live
   traffic covers a narrow range of shapes, and the fit must not extrapolate blindly), and
-- a window of the most recent live steps (so the fit follows the machine as it is now).
+- a window of the most recent live steps (so the fit follows the machine as it is now). A
+  live step is timed whole, host work included (step inputs, the searches, cache
+  rearrangement), so the fit learns what a step really costs, not just the decoder call;
+  calibration times decoder calls alone and the live window (512 steps against 48 points)
+  soon outweighs it.
+
+No coefficient is negative (a non-negative least-squares fit): every term is a cost.
 
 ``tokens_per_second(shapes)`` is what the batcher compares before and after admitting
 newcomers (service/batcher.py): rows generate one token each per step.
@@ -50,6 +56,24 @@ def _features(shape: StepShape) -> np.ndarray:
             rows * rows / 64.0,
         ]
     )
+
+
+def _non_negative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin |a x - b| with x >= 0, by dropping the most negative term and refitting.
+
+    Every term is a cost (overhead, per row, per cached position, per source position, the
+    batch's bend), so none may be negative. An unconstrained fit on noisy timings (another
+    process on the cores during calibration) gave negative attention terms and put the knee
+    at the row cap; a term the data cannot support is dropped (0) instead."""
+    active = np.ones(a.shape[1], dtype=bool)
+    coefficients = np.zeros(a.shape[1])
+    while active.any():
+        solution, *_ = np.linalg.lstsq(a[:, active], b, rcond=None)
+        if (solution >= 0).all():
+            coefficients[active] = solution
+            break
+        active[np.flatnonzero(active)[int(solution.argmin())]] = False
+    return coefficients
 
 
 class StepCostModel:
@@ -97,10 +121,9 @@ class StepCostModel:
         # Relative error matters (a 1 ms step and a 100 ms step are equally important to get
         # right in proportion): weight each sample by 1 / its duration.
         weights = 1.0 / np.maximum(seconds, 1e-5)
-        coefficients, *_ = np.linalg.lstsq(
-            features * weights[:, None], seconds * weights, rcond=None
+        self._coefficients = _non_negative_least_squares(
+            features * weights[:, None], seconds * weights
         )
-        self._coefficients = coefficients
         self._floor = float(seconds.min()) * 0.5
         self._knees = {}
 

@@ -567,9 +567,7 @@ async def test_cost_aware_admission_holds_the_batch_at_the_throughput_knee(make_
     """tokens/s peak at 3 rows (as on a small CPU): newcomers wait in the queue rather than
     slow every running row, and join as rows finish; without the cost model all join."""
     knee = 3
-
-    def throughput(rows: int) -> float:
-        return rows / (1.0 + max(0, rows - knee) ** 2)  # flat cost to the knee, then steep
+    throughput = knee_at(knee)
 
     results = {}
     for cost_aware in (True, False):
@@ -585,6 +583,84 @@ async def test_cost_aware_admission_holds_the_batch_at_the_throughput_knee(make_
     assert results[True][0] == knee
     assert results[False][0] > knee
     assert results[True][1].admission_deferrals._value.get() > 0
+
+
+def knee_at(knee: int) -> Callable[[int], float]:
+    """tokens/s that peak at ``knee`` rows: flat cost up to it, then steep."""
+    return lambda rows: rows / (1.0 + max(0, rows - knee) ** 2)
+
+
+@pytest.mark.anyio
+async def test_the_sentences_of_one_request_join_the_batch_together(make_batcher):
+    """At the knee (4 rows), a 3-sentence paragraph queued behind a busy batch does not
+    trickle in as single rows retire: it joins whole, once 3 rows are free."""
+    engine = GatedEngine()
+    engine.throughput = knee_at(4)
+    batcher = make_batcher(engine, admission_ratio=0.0, cost_tolerance=0.0)
+    # four running sentences that finish one per step (after 3, 4, 5 and 6 tokens)
+    running = [
+        asyncio.ensure_future(batcher.submit([sentence(4 + i, first=1 + 20 * i)])) for i in range(4)
+    ]
+    await wait_until(lambda: engine.active_rows == 4 and engine.waiting.is_set(), "4 running")
+    paragraph = [sentence(6, first=200 + 10 * i) for i in range(3)]
+    whole = asyncio.ensure_future(batcher.submit(paragraph))
+    await wait_until(lambda: batcher.queue_depth == 3, "paragraph queued")
+    engine.allow(1000)
+    results = await whole
+    await asyncio.gather(*running)
+    assert [r.tokens for r in results] == [FakeEngine.expected(r.src_ids) for r in paragraph]
+    assert len({r.admitted_step for r in results}) == 1
+    # 4 running rows; the first retires after step 3, the third after step 5
+    assert results[0].admitted_step == 5
+    assert max(engine.rows_per_step) == 4
+
+
+@pytest.mark.anyio
+async def test_a_request_wider_than_the_knee_joins_sentence_by_sentence(make_batcher):
+    """A unit that could never join whole (6 sentences, knee 4) is not kept waiting for
+    ever: its sentences join as they fit."""
+    engine = GatedEngine()
+    engine.throughput = knee_at(4)
+    batcher = make_batcher(engine, admission_ratio=0.0, cost_tolerance=0.0)
+    first = asyncio.ensure_future(batcher.submit([sentence(8, first=1)]))
+    await wait_until(lambda: engine.active_rows == 1 and engine.waiting.is_set(), "1 running")
+    paragraph = [sentence(3 + i, first=100 + 10 * i) for i in range(6)]
+    whole = asyncio.ensure_future(batcher.submit(paragraph))
+    await wait_until(lambda: batcher.queue_depth == 6, "paragraph queued")
+    engine.allow(1000)
+    results = await whole
+    await first
+    assert [r.tokens for r in results] == [FakeEngine.expected(r.src_ids) for r in paragraph]
+    assert max(engine.rows_per_step) == 4
+    assert len({r.admitted_step for r in results}) > 1
+
+
+@pytest.mark.anyio
+async def test_at_the_knee_a_backlog_joins_in_batches_not_row_by_row(make_batcher):
+    """With the batch at its knee (6 rows) and a backlog, admission waits until
+    admission_ratio x knee rows are free (an encoder call and a cache merge per admission),
+    rather than admitting the single row that retires at each step."""
+    engine = GatedEngine()
+    engine.throughput = knee_at(6)
+    batcher = make_batcher(
+        engine,
+        admission_ratio=0.5,
+        admission_max_wait_s=1.0,
+        cost_tolerance=0.0,
+        clock=FakeClock(),
+    )
+    # 2..6 tokens out: rows of one admission retire at different steps
+    rows = [sentence(8, first=index * 12 + 1, max_new_tokens=2 + index % 5) for index in range(40)]
+    answers = asyncio.gather(*(batcher.submit([row]) for row in rows))
+    await wait_until(lambda: batcher.queue_depth == 34 and engine.waiting.is_set(), "backlog")
+    engine.allow(10**6)
+    answers = await answers
+    assert [a[0].tokens for a in answers] == [
+        FakeEngine.expected(r.src_ids, r.max_new_tokens) for r in rows
+    ]
+    assert max(engine.rows_per_step) == 6
+    sizes = [len(ids) for _, ids in engine.admissions]
+    assert sizes[0] == 6 and min(sizes[1:-1]) >= 3, sizes  # the last takes what is left
 
 
 @pytest.mark.anyio
