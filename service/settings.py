@@ -123,7 +123,8 @@ class Settings(BaseSettings):
         description="`continuous` batching only: while the batch is running, queued sentences "
         "join it once their rows are at least this fraction of the running rows (or would fill "
         "the batch, or the oldest has waited admission_max_wait_ms); one encoder call and one "
-        "cache merge then serve several newcomers. 0 admits at every step.",
+        "cache merge then serve several newcomers. With admission_cost_aware and a backlog "
+        "at the knee: once this fraction of the knee's rows is free. 0 admits at every step.",
     )
     admission_max_wait_ms: float = Field(
         5.0,
