@@ -40,18 +40,20 @@ def greedy_search(
     batch = src_ids.shape[0]
     _, cross_keys, cross_values = model.encode(src_ids, src_mask)
     past_keys, past_values = model.empty_cache(batch, src_ids.device)
-    tokens = torch.full((batch, 1), config.decoder_start_id, dtype=torch.long)
+    device = src_ids.device  # the model's: validation during GPU training decodes there
+    tokens = torch.full((batch, 1), config.decoder_start_id, dtype=torch.long, device=device)
     outputs: list[list[int]] = [[] for _ in range(batch)]
-    finished = torch.zeros(batch, dtype=torch.bool)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
-        positions = torch.full((batch, 1), step, dtype=torch.long)
+        positions = torch.full((batch, 1), step, dtype=torch.long, device=device)
         logits, past_keys, past_values = model.decode_step(
             tokens, positions, past_keys, past_values, cross_keys, cross_values, src_mask
         )
         next_tokens = _next_log_probs(logits, config.pad_id, suppress_ids).argmax(dim=-1)  # (B,)
+        next_token_list = next_tokens.tolist()
         for row in (~finished).nonzero().flatten().tolist():
-            if next_tokens[row].item() != config.eos_id:
-                outputs[row].append(next_tokens[row].item())
+            if next_token_list[row] != config.eos_id:
+                outputs[row].append(next_token_list[row])
         finished |= next_tokens == config.eos_id
         if finished.all():
             break

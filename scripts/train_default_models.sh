@@ -16,12 +16,14 @@ set -euo pipefail
 PACK=$1
 OUT_DIR=$2
 MINUTES=${3:-7}
-ARCHS=${ARCHS:-"4x3-256 6x2-256 6x2-320"}
+ARCHS=${ARCHS:-"4x3-256 6x2-256 6x2-288"}
 DIRECTIONS=${DIRECTIONS:-"en-de de-en"}
 WORK=${WORK:-/tmp/mt-train}
 PYTHON=${PYTHON:-python3}
 
-if compgen -G ".whl/*.whl" >/dev/null; then
+SPEED=${SPEED:-bench/results/arch_speed.json}
+
+if ! $PYTHON -c "import pydantic_settings, polib" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
     $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$WORK/site" .whl/*.whl
     export PYTHONPATH="$WORK/site:$PWD"
@@ -38,9 +40,13 @@ for direction in $DIRECTIONS; do
     for arch in $ARCHS; do
         run="$WORK/runs/$direction-$arch"
         mkdir -p "$run"
+        init=()  # INIT_DIR: models of an earlier run to continue from (fresh optimizer)
+        if [ -n "${INIT_DIR:-}" ] && [ -d "$INIT_DIR/$direction-$arch" ]; then
+            init=(--init-from "$INIT_DIR/$direction-$arch")
+        fi
         $PYTHON -m models.training.train --corpus "$WORK/corpus" --out "$run" \
             --direction "$direction" --arch "$arch" --max-minutes "$MINUTES" --threads 2 \
-            >"$run/stdout.log" 2>&1 &
+            --eval-every "${EVAL_EVERY:-0}" "${init[@]}" >"$run/stdout.log" 2>&1 &
     done
 done
 wait
@@ -57,7 +63,7 @@ wait
 for direction in $DIRECTIONS; do
     runs=()
     for arch in $ARCHS; do runs+=("$WORK/runs/$direction-$arch"); done
-    $PYTHON -m models.training.choose --speed bench/results/arch_speed.json --trained "${runs[@]}" \
+    $PYTHON -m models.training.choose --speed "$SPEED" --trained "${runs[@]}" \
         | tee "$WORK/runs/choice-$direction.json"
     chosen=$($PYTHON -c "import json,sys;print(json.load(open(sys.argv[1]))['chosen'])" \
         "$WORK/runs/choice-$direction.json")

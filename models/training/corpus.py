@@ -681,6 +681,13 @@ def read_tsv(path: Path) -> list[Pair]:
     return [Pair(*line.split("\t")) for line in lines[1:] if line]
 
 
+def read_direction(path: Path, reverse: bool) -> list[tuple[str, str]]:
+    """``(source, target)`` texts of a split; swapped for an X→English model (the corpus is
+    English→X)."""
+    pairs = [(pair.source, pair.target) for pair in read_tsv(path)]
+    return [(target, source) for source, target in pairs] if reverse else pairs
+
+
 def split_statistics(pairs: list[Pair]) -> dict[str, object]:
     """Counts for ``stats.json``: per package, per licence, and placeholder coverage."""
     with_placeholders = sum(1 for pair in pairs if find_placeholders(pair.source))

@@ -26,7 +26,7 @@ import torch
 
 from models.checkpoint import load_pretrained
 from models.search import beam_search, greedy_search
-from models.training.corpus import read_tsv
+from models.training.corpus import read_direction
 from models.transformer import Transformer
 from service.placeholders import placeholder_strings, survival_rate
 from service.settings import Settings
@@ -100,6 +100,7 @@ def torch_decoder(model: Transformer, beam_size: int = 1) -> DecodeIds:
         src_ids = torch.full((len(ids), max(len(row) for row in ids)), config.pad_id)
         for row, row_ids in enumerate(ids):
             src_ids[row, : len(row_ids)] = torch.tensor(row_ids)
+        src_ids = src_ids.to(next(model.parameters()).device)
         src_mask = (src_ids != config.pad_id).long()
         max_new_tokens = min(max(budgets), config.max_positions - 1)
         if beam_size == 1:
@@ -166,7 +167,12 @@ def evaluate(
     limit: int | None,
     onnx_dir: Path | None,
     constrain_placeholders: bool = False,
+    split: str = "test",
 ) -> dict:
+    """Score ``model_dir`` (PyTorch) or its ONNX export (the serving engine) on a corpus split,
+    in the model's own direction: an X→English model is scored on the swapped pairs."""
+    languages = json.loads((model_dir / "tokenizer_config.json").read_text())
+    source_lang = languages.get("source_lang", "en")
     if onnx_dir is None:
         tokenizer = Tokenizer.from_dir(model_dir)
         model = load_pretrained(model_dir)
@@ -181,16 +187,20 @@ def evaluate(
         decode_ids = engine_decoder(engine, beam_size, constrain_placeholders)
         positions = engine.model.info.max_positions
 
-    pairs = read_tsv(corpus / "test.tsv")[:limit]
-    sources, references = [p.source for p in pairs], [p.target for p in pairs]
+    pairs = read_direction(corpus / f"{split}.tsv", reverse=source_lang != "en")[:limit]
+    sources, references = [source for source, _ in pairs], [target for _, target in pairs]
     started = time.perf_counter()
-    hypotheses, refused = translate_with(decode_ids, tokenizer, sources, model_positions=positions)
+    hypotheses, refused = translate_with(
+        decode_ids, tokenizer, sources, source_lang=source_lang, model_positions=positions
+    )
     seconds = time.perf_counter() - started
     with_placeholders = [i for i, source in enumerate(sources) if placeholder_strings(source)]
     return {
         "model": str(model_dir),
         "backend": "pytorch" if onnx_dir is None else f"onnxruntime ({onnx_dir})",
         "placeholder_constraint": onnx_dir is not None and constrain_placeholders,
+        "split": split,
+        "direction": f"{source_lang}-{languages.get('target_lang')}",
         "test_pairs": len(pairs),
         "refused_texts": refused,
         "beam_size": beam_size,
@@ -234,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--limit", type=int, default=None, help="evaluate on the first N test pairs only"
     )
+    parser.add_argument("--split", default="test", help="test, test-unseen, valid, …")
     parser.add_argument("--output", type=Path, default=Path("build/eval/scores.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -244,12 +255,13 @@ def main(argv: list[str] | None = None) -> None:
         args.limit,
         args.onnx,
         args.constrain_placeholders,
+        args.split,
     )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     for example in result["examples"]:
         print(
-            f"EN  {example['source']}\nREF {example['reference']}\nOUT {example['translation']}\n"
+            f"SRC {example['source']}\nREF {example['reference']}\nOUT {example['translation']}\n"
         )
     print(json.dumps({key: value for key, value in result.items() if key != "examples"}, indent=2))
 

@@ -8,8 +8,8 @@
 ``--direction de-en`` trains the reverse model on the same corpus and joint tokenizer (the
 corpus is English→X; its pairs are swapped). ``--arch`` picks one of :data:`ARCHITECTURES`, the
 candidates compared in the model cards. On CUDA the forward and backward passes run in
-bfloat16 autocast (weights and optimizer state stay fp32); validation always decodes a CPU copy
-of the model in fp32, so the score does not depend on where training ran.
+bfloat16 autocast (weights and optimizer state stay fp32); validation decodes in fp32, outside
+autocast, so the score does not depend on where training ran.
 
 Training resumes from ``OUT/checkpoint.pt`` when it exists, so a run cut short (a session's end)
 continues where it stopped. Every ``--eval-every`` steps it decodes part of the validation split
@@ -22,7 +22,6 @@ under 25 MB) plus the tokenizer files.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import math
@@ -36,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from models.checkpoint import save_pretrained
+from models.checkpoint import load_pretrained, save_pretrained
 from models.config import TransformerConfig
-from models.training.corpus import read_tsv
+from models.training.corpus import read_direction
 from models.training.evaluate import translate
 from models.transformer import Transformer
 from service.placeholders import mask_pair
@@ -84,8 +83,10 @@ class Architecture:
 ARCHITECTURES: dict[str, Architecture] = {
     "4x3-256": Architecture(256, 4, 3, 4, 1024),  # v1: 8.4M parameters, 17 MB in fp16
     "6x2-256": Architecture(256, 6, 2, 4, 1024),  # deeper encoder, one decoder layer less
-    "6x2-320": Architecture(320, 6, 2, 5, 1280),  # wider: 13.2M parameters, 26.5 MB in fp16
+    "6x2-288": Architecture(288, 6, 2, 4, 1152),  # wider: 11.0M parameters, 22 MB in fp16
 }
+"""Candidates for the default models. All stay under 25 MB of fp16 weights (the embedded
+default's limit), so width stops at 288: d_model 320 with six encoder layers is 26.5 MB."""
 DEFAULT_ARCHITECTURE = "4x3-256"
 
 
@@ -121,12 +122,6 @@ def model_config(
 
 
 # --- data --------------------------------------------------------------------------------
-
-
-def read_direction(path: Path, reverse: bool) -> list[tuple[str, str]]:
-    """``(source, target)`` texts of a corpus split; swapped for the X→English model."""
-    pairs = [(pair.source, pair.target) for pair in read_tsv(path)]
-    return [(target, source) for source, target in pairs] if reverse else pairs
 
 
 def encode_split(
@@ -188,9 +183,9 @@ def collate(
 def validation_chrf(
     model: Transformer, tokenizer: Tokenizer, sources: list[str], references: list[str]
 ) -> float:
-    """Greedy chrF through the service's text pipeline, on an fp32 CPU copy of ``model``."""
-    reference_model = copy.deepcopy(model).float().cpu()
-    hypotheses = translate(reference_model, tokenizer, sources)
+    """Greedy chrF through the service's text pipeline, in fp32 (outside autocast) on the
+    device the model trains on."""
+    hypotheses = translate(model, tokenizer, sources)
     return sacrebleu.corpus_chrf(hypotheses, [references]).score
 
 
@@ -212,7 +207,13 @@ def train(
     arch: str = DEFAULT_ARCHITECTURE,
     reverse: bool = False,
     device: torch.device | None = None,
+    init_from: Path | None = None,
 ) -> None:
+    """Train until ``max_minutes`` have passed, resuming from ``OUT/checkpoint.pt`` if there is
+    one. ``init_from`` (a finalised model directory of the same architecture, and its
+    ``finalize.json`` beside the run that made it) starts from those weights with a fresh
+    optimizer, the learning-rate schedule continuing at that run's step: how a run continues
+    on a machine where only the shipped fp16 weights came back, not the optimizer state."""
     out.mkdir(parents=True, exist_ok=True)
     device = device or torch.device("cpu")
     tokenizer = Tokenizer.from_dir(corpus / "tokenizer")
@@ -240,6 +241,12 @@ def train(
         optimizer.load_state_dict(saved["optimizer"])
         state = saved["state"]
         log.info("resumed at step %d (epoch %d)", state["step"], state["epoch"])
+    elif init_from is not None:
+        model.load_state_dict(load_pretrained(init_from).state_dict())
+        previous = json.loads((init_from / "training.json").read_text())
+        state.update(step=previous["steps"], epoch=previous["epochs"] + 1)
+        state["history"] = previous.get("history", [])
+        log.info("initialised from %s at step %d", init_from, state["step"])
     config.save(out / "model_config.json")
     (out / "arch.json").write_text(json.dumps({"arch": arch, "reverse": reverse}) + "\n")
 
@@ -352,7 +359,7 @@ def finalize(corpus: Path, out: Path, destination: Path, reverse: bool = False) 
         candidates[f"average of last {len(recent)} snapshots"] = {
             name: sum(snapshot[name] for snapshot in recent) / len(recent) for name in recent[0]
         }
-    model = Transformer(config)
+    model = Transformer(config).to("cuda" if torch.cuda.is_available() else "cpu")
     scores = {}
     for name, weights in candidates.items():
         model.load_state_dict(weights)
@@ -360,7 +367,7 @@ def finalize(corpus: Path, out: Path, destination: Path, reverse: bool = False) 
         log.info("%s: valid chrF %.2f", name, scores[name])
     chosen = max(scores, key=scores.get)
     model.load_state_dict(candidates[chosen])
-    model.half()  # fp16 storage; loading casts back to fp32
+    model.cpu().half()  # fp16 storage; loading casts back to fp32
     save_pretrained(model, destination, tokenizer_dir=corpus / "tokenizer")
     if reverse:  # the joint tokenizer was written for English→X: declare the swapped pair
         tokenizer_config_path = destination / "tokenizer_config.json"
@@ -377,6 +384,13 @@ def finalize(corpus: Path, out: Path, destination: Path, reverse: bool = False) 
         "epochs": history[-1]["epoch"],
     }
     (out / "finalize.json").write_text(json.dumps(summary, indent=2))
+    # Travels with the weights: what a continued run (--init-from) and the model card need.
+    training_record = {
+        **summary,
+        "history": history,
+        "arch": json.loads((out / "arch.json").read_text()),
+    }
+    (destination / "training.json").write_text(json.dumps(training_record, indent=2) + "\n")
     log.info("wrote %s (%s)", destination, chosen)
 
 
@@ -393,6 +407,11 @@ def main(argv: list[str] | None = None) -> None:
         help="SRC-TGT; the corpus is English→X, so X-en trains on swapped pairs",
     )  # fmt: skip
     parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda")
+    parser.add_argument("--eval-every", type=int, default=0, help="steps; 0: the device's default")
+    parser.add_argument(
+        "--init-from", type=Path,
+        help="start from this finalised model directory's weights (fresh optimizer)",
+    )  # fmt: skip
     parser.add_argument(
         "--threads", type=int, default=0, help="torch threads; 0 keeps torch's default"
     )
@@ -416,7 +435,11 @@ def main(argv: list[str] | None = None) -> None:
     else:
         device = torch.device(args.device)
     options = TrainingOptions.for_device(device)
-    train(args.corpus, args.out, args.max_minutes, options, args.arch, reverse, device)
+    if args.eval_every:
+        options.eval_every = args.eval_every
+    train(
+        args.corpus, args.out, args.max_minutes, options, args.arch, reverse, device, args.init_from
+    )
 
 
 if __name__ == "__main__":
