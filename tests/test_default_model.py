@@ -124,7 +124,9 @@ def test_placeholders_and_markup_survive(client, pair):
 def test_both_directions_are_listed_and_routed_by_the_libretranslate_api(client):
     languages = {item["code"]: set(item["targets"]) for item in client.get("/languages").json()}
     assert "de" in languages["en"] and "en" in languages["de"]
-    to_german = client.post("/translate", json={"q": "Save changes", "source": "en", "target": "de"})
+    to_german = client.post(
+        "/translate", json={"q": "Save changes", "source": "en", "target": "de"}
+    )
     assert to_german.status_code == 200
     assert re.search("speichern", to_german.json()["translatedText"], re.IGNORECASE)
     to_english = client.post(
