@@ -3,7 +3,8 @@
 # mtserve container images. Three stages:
 #
 #   build  python:3.11-slim + torch (CPU wheel): exports the shipped weights in
-#          models/default to ONNX and builds the mtserve wheel. Never shipped.
+#          the shipped models (models/default: en→de, models/de-en) to ONNX and builds the
+#          mtserve wheel. Never shipped.
 #   gpu    NVIDIA CUDA 13 + cuDNN 9 runtime, Python 3.11, onnxruntime-gpu.   (--target gpu)
 #   cpu    python:3.11-slim, onnxruntime.                                    (--target cpu)
 #
@@ -65,10 +66,11 @@ COPY models/ models/
 COPY export/ export/
 COPY service/ service/
 
-# /export/default: the ONNX graphs, config and tokenizer files the runtime loads
-# (MT_MODEL_DIR). /dist: the project as a wheel, installed with --no-deps in the runtime
+# /export/<model>: the ONNX graphs, config and tokenizer files the runtime loads, one directory
+# per shipped model (MT_MODEL_DIRS serves them all, routed by language pair). /dist: the project as a wheel, installed with --no-deps in the runtime
 # stages (their dependency set is docker/requirements-runtime.txt plus the matching ORT).
 RUN python -m export --model models/default --output /export/default \
+ && python -m export --model models/de-en --output /export/de-en \
  && pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 # =============================================================================================
@@ -106,14 +108,16 @@ RUN --mount=type=bind,source=docker/verify_runtime.py,target=/tmp/verify_runtime
     python /tmp/verify_runtime.py --flavour gpu
 
 COPY --chmod=0755 docker/healthcheck.py /usr/local/bin/mt-healthcheck
-# The exported default model. Serve another one by mounting its export directory (read-only)
-# and pointing MT_MODEL_DIR at it; there is deliberately no VOLUME here, because a VOLUME
-# would create a stray anonymous volume on every `docker run`.
+# The exported shipped models (en→de, de→en), both served (MT_MODEL_DIRS). Serve another one
+# by mounting its export directory (read-only) and pointing MT_MODEL_DIR at it with
+# MT_MODEL_DIRS set empty (or add it to MT_MODEL_DIRS); there is deliberately no VOLUME here, because a VOLUME would create a
+# stray anonymous volume on every `docker run`.
 COPY --from=build /export/default /models/default
+COPY --from=build /export/de-en /models/de-en
 
 # provider=cuda: the GPU image refuses to start on CPU (e.g. `--gpus` forgotten) instead of
 # silently serving at a fraction of the throughput; set MT_PROVIDER=auto to allow fallback.
-ENV MT_MODEL_DIR=/models/default \
+ENV MT_MODEL_DIRS=/models/default,/models/de-en \
     MT_PROVIDER=cuda \
     MT_HOST=0.0.0.0 \
     MT_PORT=8000
@@ -159,8 +163,9 @@ RUN --mount=type=bind,source=docker/verify_runtime.py,target=/tmp/verify_runtime
 
 COPY --chmod=0755 docker/healthcheck.py /usr/local/bin/mt-healthcheck
 COPY --from=build /export/default /models/default
+COPY --from=build /export/de-en /models/de-en
 
-ENV MT_MODEL_DIR=/models/default \
+ENV MT_MODEL_DIRS=/models/default,/models/de-en \
     MT_PROVIDER=cpu \
     MT_HOST=0.0.0.0 \
     MT_PORT=8000

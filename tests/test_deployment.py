@@ -306,6 +306,7 @@ def test_custom_model_is_mounted_read_only_and_selected_by_mt_model_dir():
     (mount,) = [volume for volume in service["volumes"] if volume["type"] == "bind"]
     assert mount["read_only"] is True
     assert service["environment"]["MT_MODEL_DIR"] == mount["target"]
+    assert service["environment"]["MT_MODEL_DIRS"] == ""  # else the image's models are served
 
 
 # --- Dockerfile contract ------------------------------------------------------------------------
@@ -344,11 +345,12 @@ def test_runtime_image_declares_port_healthcheck_stop_signal_and_model(stage):
     (healthcheck,) = by_keyword["HEALTHCHECK"]
     assert "/health" in healthcheck and "curl" not in healthcheck
     env = " ".join(by_keyword["ENV"])
-    assert re.search(r"\bMT_MODEL_DIR=/models/default\b", env)
-    assert any(
-        re.search(r"--from=build\s+/export/\S+\s+/models/default", rest)
-        for rest in by_keyword["COPY"]
-    )
+    assert re.search(r"\bMT_MODEL_DIRS=/models/default,/models/de-en\b", env)
+    for model in ("default", "de-en"):  # every shipped model, exported in the build stage
+        assert any(
+            re.search(rf"--from=build\s+/export/{model}\s+/models/{model}$", rest)
+            for rest in by_keyword["COPY"]
+        ), model
 
 
 @pytest.mark.parametrize("stage", RUNTIME_STAGES)
