@@ -222,7 +222,11 @@ async def _load_run(
     profile: bool = False,
 ) -> dict:
     """Open-loop Poisson arrivals (``loadtest`` input mix) into a real ``ContinuousBatcher``
-    over a real ``Engine`` in this process; per-request latency from the scheduled arrival."""
+    over a real ``Engine`` in this process, built as the service builds them (calibrated step
+    cost, ``BatchingConfig.from_settings``); per-request latency from the scheduled arrival.
+    Reported beside latency: rows and decoder calls per step, the share of wall time spent
+    in ``engine.step`` (the rest: admissions, i.e. encoder calls and cache merges, and
+    waiting), mean queue wait, and time per engine operation."""
     import asyncio
     import random
 
