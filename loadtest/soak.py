@@ -6,6 +6,10 @@ minutes at 75 %), with the server's RSS and open file descriptors sampled every
 minute (warm-up: allocator pools, caches of ONNX Runtime) to the end (goal: < 5 %), and
 descriptors at the start and end (goal: flat).
 
+RSS swings with the batch mix (a sample can catch a high or a low), so growth is given two
+ways: the last sample against the one at the end of warm-up, and the median of the last
+minute against the median of the minute after warm-up (less sensitive to one sample).
+
     .venv/bin/python -m loadtest soak --spawn-server build/onnx/default --capacity 64
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +40,23 @@ from loadtest.report import latency_summary_ms, write_json
 
 # A bound on one run's arrivals all the same (10 minutes at 75 % of ~65 req/s is ~29,000).
 SOAK_MAX_REQUESTS = 60_000
+
+
+def median_rss_growth_pct(
+    samples: Sequence[dict[str, Any]], warmup_s: float, window_s: float = 60.0
+) -> float | None:
+    """Median RSS over the last ``window_s`` against the median over the ``window_s`` after
+    warm-up, in percent; None if the run is too short for two separate windows."""
+    end = samples[-1]["t_s"] if samples else 0.0
+    if end - warmup_s < 2 * window_s:
+        return None
+    first = [s["rss_mb"] for s in samples if warmup_s <= s["t_s"] < warmup_s + window_s]
+    last = [s["rss_mb"] for s in samples if s["t_s"] > end - window_s]
+    first, last = [v for v in first if v], [v for v in last if v]
+    if not first or not last:
+        return None
+    before, after = statistics.median(first), statistics.median(last)
+    return round(100 * (after - before) / before, 2)
 
 
 async def run_soak(args: argparse.Namespace, url: str, pid: int | None) -> dict[str, Any]:
@@ -82,6 +104,9 @@ async def run_soak(args: argparse.Namespace, url: str, pid: int | None) -> dict[
             )
             if warm["rss_mb"] and last["rss_mb"]
             else None,
+            "rss_growth_median_last_vs_first_minute_pct": median_rss_growth_pct(
+                samples, args.warmup
+            ),
             "fds_start": samples[0]["fds"],
             "fds_after_warmup": warm["fds"],
             "fds_end": last["fds"],

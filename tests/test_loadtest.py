@@ -453,6 +453,23 @@ def test_closed_loop_keeps_at_most_concurrency_requests_outstanding():
 # --- target safety and the spawned server --------------------------------------------------
 
 
+def test_soak_median_rss_growth_compares_the_minute_after_warmup_with_the_last():
+    from loadtest.soak import median_rss_growth_pct
+
+    def swinging(start: int, stop: int, low: float, high: float) -> list[dict]:
+        return [
+            {"t_s": float(t), "rss_mb": low if (t // 5) % 2 else high}
+            for t in range(start, stop, 5)
+        ]
+
+    samples = [{"t_s": float(t), "rss_mb": 50.0} for t in range(0, 60, 5)]  # warm-up
+    samples += swinging(60, 120, 100.0, 120.0)  # median 110
+    samples += [{"t_s": float(t), "rss_mb": 115.0} for t in range(120, 245, 5)]
+    samples += swinging(245, 305, 110.0, 130.0)  # the last minute: median 120
+    assert median_rss_growth_pct(samples, warmup_s=60) == 9.09  # 100 x 10 / 110
+    assert median_rss_growth_pct(samples[:30], warmup_s=60) is None  # no two separate minutes
+
+
 def test_only_loopback_targets_are_allowed_by_default():
     assert is_loopback_url("http://127.0.0.1:8000") and is_loopback_url("http://localhost:1")
     assert is_loopback_url("http://[::1]:8000")
