@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 from types import FrameType
 
 import uvicorn
@@ -50,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     settings = get_settings()
-    sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
     engine = FaultOnSignalEngine(
         Engine.from_dir(
             settings.model_dir,

@@ -57,9 +57,6 @@ def main(argv: list[str] | None = None) -> int:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
-    # Process-wide: a short switch interval keeps the event loop responsive while the engine
-    # thread runs Python between its ONNX Runtime calls (see the setting's description).
-    sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
     app = create_app(settings)
     config = uvicorn.Config(
         app,

@@ -257,14 +257,6 @@ class Settings(BaseSettings):
         30.0, ge=0, description="SIGTERM: time to finish in-flight work."
     )
     log_level: str = "info"
-    gil_switch_interval_ms: float = Field(
-        0.5,
-        gt=0,
-        description="Python's thread switch interval (sys.setswitchinterval; Python's default "
-        "is 5 ms). The event loop gives up the GIL at every socket call; with the default, the "
-        "engine thread then keeps it for up to 5 ms each time, and under load the loop starves "
-        "(health checks and refusals take seconds). Set by `python -m service` at start-up.",
-    )
 
     @field_validator("model_dirs", mode="before")
     @classmethod
