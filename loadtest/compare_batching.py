@@ -65,6 +65,8 @@ METRICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("tokens_per_s", "generated tokens/s", ("tokens_per_s",)),
     ("queue_wait_mean_ms", "mean queue wait (ms)", ("server", "queue_wait", "mean_ms")),
     ("rows_per_step_mean", "mean rows per step", ("server", "batch_rows", "mean")),
+    ("decoder_calls_per_step", "decoder calls / step", ("server", "decoder_calls_per_step")),
+    ("engine_busy_share", "engine busy share", ("engine_busy_share",)),
     ("error_rate", "error rate", ("error_rate",)),
 )
 
@@ -206,6 +208,7 @@ def run_policy(
                 seed=args.seed,
                 max_in_flight=args.max_in_flight,
                 timeout_s=args.timeout,
+                sample_every_s=args.sample_every,
             )
         )
     print(format_summary(summary), flush=True)
@@ -248,6 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_MAX_IN_FLIGHT,
         help="outstanding-request cap; beyond it arrivals are dropped",
+    )
+    parser.add_argument(
+        "--sample-every",
+        type=float,
+        default=1.0,
+        help="seconds between /metrics samples of queue, batch, knee and engine busy share "
+        "during each run (the summary's timeline; 0: none)",
     )
     add_common_arguments(parser, default_name="compare-batching")
     return parser

@@ -34,7 +34,13 @@ from loadtest.client import (
     target_url,
 )
 from loadtest.inputs import InputSampler
-from loadtest.report import format_summary, measurement_window, save_run, summarize
+from loadtest.report import (
+    format_summary,
+    measurement_window,
+    save_run,
+    summarize,
+    timeline_point,
+)
 
 DEFAULT_RATE = 2.0
 DEFAULT_DURATION_S = 30.0
@@ -127,18 +133,47 @@ async def measure_open_loop(
     seed: int,
     max_in_flight: int,
     timeout_s: float,
+    sample_every_s: float | None = None,
 ) -> tuple[list[RequestRecord], dict[str, Any]]:
-    """One open-loop run with /metrics scraped before and after; returns records and summary."""
+    """One open-loop run with /metrics scraped before and after (and every
+    ``sample_every_s`` seconds meanwhile: ``summary["timeline"]``); returns records and
+    summary."""
     schedule = poisson_schedule(rate, duration_s=duration_s, count=count, seed=seed)
     async with make_client(max_in_flight + 2, timeout_s) as client:
         before = await scrape_metrics(client, url)
-        records = await run_open_loop(client, url, schedule, sampler, max_in_flight=max_in_flight)
+        timeline: list[dict[str, float | None]] = []
+        sampling = (
+            asyncio.create_task(sample_timeline(client, url, timeline, sample_every_s))
+            if sample_every_s
+            else None
+        )
+        try:
+            records = await run_open_loop(
+                client, url, schedule, sampler, max_in_flight=max_in_flight
+            )
+        finally:
+            if sampling is not None:
+                sampling.cancel()
         after = await scrape_metrics(client, url)
     schedule_end = duration_s if duration_s is not None else (schedule[-1] if schedule else 0.0)
     window = measurement_window(records, schedule_end)
-    return records, summarize(
-        records, duration_s=window, metrics_before=before, metrics_after=after
-    )
+    summary = summarize(records, duration_s=window, metrics_before=before, metrics_after=after)
+    if timeline:
+        summary["timeline"] = timeline
+    return records, summary
+
+
+async def sample_timeline(
+    client: httpx.AsyncClient, url: str, timeline: list[dict[str, float | None]], every_s: float
+) -> None:
+    """Scrape /metrics every ``every_s`` seconds until cancelled: how queue, batch, knee and
+    engine busy share move during the run (a collapse shows in time, not in a percentile)."""
+    started = time.monotonic()
+    while True:
+        await asyncio.sleep(every_s)
+        samples = await scrape_metrics(client, url)
+        if samples is not None:
+            timeline.append(timeline_point(time.monotonic() - started, samples))
 
 
 def build_parser() -> argparse.ArgumentParser:

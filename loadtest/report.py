@@ -25,6 +25,12 @@ QUEUE_WAIT_PATTERN = r"queue_wait(_seconds)?$"
 GENERATED_TOKENS_PATTERN = r"generated_tokens(_total)?$"
 BATCH_ROWS_PATTERN = r"(?<!admitted_)batch_rows$"
 CACHE_HITS_PATTERN = r"cache_hits(_total)?$"
+ENGINE_BUSY_PATTERN = r"engine_busy_seconds(_total)?$"
+DECODER_CALLS_PATTERN = r"decoder_calls(_total)?$"
+DECODE_STEPS_PATTERN = r"decode_steps(_total)?$"
+QUEUE_DEPTH_PATTERN = r"queue_depth$"
+INFLIGHT_ROWS_PATTERN = r"inflight_rows$"
+ROW_LIMIT_PATTERN = r"admission_row_limit$"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -180,10 +186,18 @@ def server_metrics_delta(
     batch_rows = histogram_delta(before, after, BATCH_ROWS_PATTERN)
     tokens = counter_delta(before, after, GENERATED_TOKENS_PATTERN)
     cache_hits = counter_delta(before, after, CACHE_HITS_PATTERN)
+    busy = counter_delta(before, after, ENGINE_BUSY_PATTERN)
+    calls = counter_delta(before, after, DECODER_CALLS_PATTERN)
+    steps = counter_delta(before, after, DECODE_STEPS_PATTERN)
     return {
         "available": True,
         "queue_wait": queue_wait,
         "batch_rows": batch_rows,
+        # engine thread time in admissions and steps (its share of the run: see summarize)
+        "engine_busy_s": None if busy is None else round(busy[1], 3),
+        "decoder_calls_per_step": (
+            round(calls[1] / steps[1], 3) if calls is not None and steps and steps[1] else None
+        ),
         "generated_tokens": None if tokens is None else {"metric": tokens[0], "delta": tokens[1]},
         "cache_hits": None
         if cache_hits is None
@@ -249,6 +263,30 @@ def summarize(
         "output_chars_per_s": round(output_chars / window, 2),
         "input_chars_per_s": round(sum(r.input_chars for r in ok) / window, 2),
         "server": server,
+        "engine_busy_share": (
+            round(server["engine_busy_s"] / window, 3) if server.get("engine_busy_s") else None
+        ),
+    }
+
+
+def timeline_point(offset_s: float, samples: MetricSamples) -> dict[str, float | None]:
+    """One sample of the service's state during a run (``run_timeline``): queue depth and
+    rows in the batch (gauges, summed over models), the admission knee, and the counters
+    whose differences give engine busy share, steps and decoder calls per interval."""
+
+    def counter(pattern: str) -> float | None:
+        name = find_counter(samples, pattern)
+        return None if name is None else _total(samples, name)
+
+    return {
+        "t_s": round(offset_s, 3),
+        "queue_depth": counter(QUEUE_DEPTH_PATTERN),
+        "inflight_rows": counter(INFLIGHT_ROWS_PATTERN),
+        "row_limit": counter(ROW_LIMIT_PATTERN),
+        "engine_busy_s": counter(ENGINE_BUSY_PATTERN),
+        "decode_steps": counter(DECODE_STEPS_PATTERN),
+        "decoder_calls": counter(DECODER_CALLS_PATTERN),
+        "generated_tokens": counter(GENERATED_TOKENS_PATTERN),
     }
 
 
@@ -290,6 +328,10 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             lines.append(
                 f"rows per decoder step: mean {rows['mean']:.2f} over {int(rows['count'])} steps"
             )
+        if server.get("decoder_calls_per_step") is not None:
+            lines.append(f"decoder calls per step: {server['decoder_calls_per_step']:.2f}")
+        if summary.get("engine_busy_share") is not None:
+            lines.append(f"engine busy share of the run: {summary['engine_busy_share']:.1%}")
         hits = server.get("cache_hits")
         if hits and hits["delta"]:
             lines.append(f"warning: {int(hits['delta'])} sentences came from the translation cache")

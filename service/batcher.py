@@ -403,10 +403,12 @@ class ContinuousBatcher:
                 self._drop(dropped)
             if newcomers or self._running:
                 with self._turn():
+                    busy_since = time.perf_counter()
                     if newcomers:
                         self._add(newcomers)
                     if self._running:
                         self._step()
+                    self.metrics.engine_busy.inc(time.perf_counter() - busy_since)
         self._drop(list(self._running))
         for job in leftovers:
             self._fail(job, NotAccepting("shutting_down"))
@@ -591,6 +593,7 @@ class ContinuousBatcher:
 
     def _step(self) -> None:
         rows_in_step = self.engine.active_rows
+        calls_in_step = getattr(self.engine, "groups", 1)  # one decoder call per group
         try:
             finished = self.engine.step()
         except Exception as error:
@@ -607,6 +610,7 @@ class ContinuousBatcher:
             return
         self.metrics.batch_rows.observe(rows_in_step)
         self.metrics.decode_steps.inc()
+        self.metrics.decoder_calls.inc(calls_in_step)
         finished_step = self.engine.steps
         for done in finished:
             job = self._running.pop(done.request_id, None)
@@ -620,6 +624,8 @@ class ContinuousBatcher:
             )
             self._deliver(job, result, None)
         self.metrics.inflight_rows.set(self.engine.active_rows)
+        if self.config.cost_aware and finished_step % 16 == 0:
+            self.metrics.row_limit.set(self._knee_locked() or 0)
 
     def _drop(self, job_ids: list[int]) -> None:
         if not job_ids:

@@ -73,6 +73,17 @@ class ServiceMetrics:
             registry=r,
         )
         self.decode_steps = Counter("mt_decode_steps", "Decoder steps run.", registry=r)
+        self.decoder_calls = Counter(
+            "mt_decoder_calls",
+            "Decoder calls run: one per group of the batch and step (groups: age and length).",
+            registry=r,
+        )
+        self.engine_busy = Counter(
+            "mt_engine_busy_seconds",
+            "Seconds the engine threads spent admitting (encoder calls, merges) and stepping; "
+            "its rate is the share of one engine thread kept busy.",
+            registry=r,
+        )
         self.generated_tokens = Counter(
             "mt_generated_tokens",
             "Tokens generated (best hypothesis of each sentence).",
@@ -86,6 +97,13 @@ class ServiceMetrics:
         )
         self.inflight_rows = Gauge(
             "mt_inflight_rows", "Rows in the running batch, by model.", ["model"], registry=r
+        )
+        self.row_limit = Gauge(
+            "mt_admission_row_limit",
+            "Rows at which the learned step cost puts this machine's knee (cost-aware "
+            "admission; 0 before the step-cost model is fitted), by model.",
+            ["model"],
+            registry=r,
         )
         self.inflight_requests = Gauge(
             "mt_inflight_requests",
@@ -119,11 +137,12 @@ class ServiceMetrics:
         view = copy.copy(self)
         view.queue_depth = self.queue_depth.labels(model=model_id)
         view.inflight_rows = self.inflight_rows.labels(model=model_id)
+        view.row_limit = self.row_limit.labels(model=model_id)
         return view
 
     def forget_model(self, model_id: str) -> None:
         """Drop an unloaded model's gauges, so that /metrics lists only loaded models."""
-        for gauge in (self.queue_depth, self.inflight_rows):
+        for gauge in (self.queue_depth, self.inflight_rows, self.row_limit):
             gauge.remove(model_id)  # a label set it does not hold is no error
 
     def render(self) -> bytes:

@@ -34,6 +34,7 @@ from loadtest.report import (
     percentile,
     server_metrics_delta,
     summarize,
+    timeline_point,
 )
 from loadtest.sweep import judge_step, run_sweep, sweep_rates
 
@@ -182,6 +183,9 @@ mt_batch_admitted_rows_bucket{le="+Inf"} 7.0
 mt_batch_admitted_rows_count 7.0
 mt_batch_admitted_rows_sum 70.0
 mt_requests_total{route="/v1/translate",status="200"} 5.0
+mt_engine_busy_seconds_total 1.5
+mt_decode_steps_total 0.0
+mt_decoder_calls_total 0.0
 """
 
 METRICS_AFTER = """\
@@ -199,6 +203,11 @@ mt_batch_rows_bucket{le="+Inf"} 10.0
 mt_batch_rows_count 10.0
 mt_batch_rows_sum 30.0
 mt_requests_total{route="/v1/translate",status="200"} 25.0
+mt_engine_busy_seconds_total 7.5
+mt_decode_steps_total 10.0
+mt_decoder_calls_total 25.0
+mt_queue_depth{model="a"} 3.0
+mt_queue_depth{model="b"} 4.0
 """
 
 
@@ -216,9 +225,15 @@ def test_server_metrics_are_found_by_pattern_and_differenced():
     assert delta["batch_rows"]["metric"] == "mt_batch_rows"  # not mt_batch_admitted_rows
     assert delta["batch_rows"]["mean"] == pytest.approx(3.0)
     assert delta["cache_hits"] is None
+    assert delta["engine_busy_s"] == pytest.approx(6.0)
+    assert delta["decoder_calls_per_step"] == pytest.approx(2.5)  # 25 calls over 10 steps
 
     records = [ok_record(i, 0.1) for i in range(20)]
     summary = summarize(records, duration_s=10.0, metrics_before=before, metrics_after=after)
+    assert summary["engine_busy_share"] == pytest.approx(0.6)  # 6 s busy in a 10 s window
+    point = timeline_point(2.0, after)
+    assert point["queue_depth"] == 7.0  # summed over models
+    assert point["decode_steps"] == 10.0 and point["row_limit"] is None
     assert summary["tokens_source"] == "server_metrics" and summary[
         "tokens_per_s"
     ] == pytest.approx(30.0)
