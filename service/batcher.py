@@ -105,6 +105,22 @@ class BatchingConfig:
         )
 
 
+class _PlanByEstimate:
+    """``Engine.plan`` for an engine that has only ``estimate``: the whole list each time."""
+
+    def __init__(self, engine: DecodeEngine, max_rows: int, tolerance: float) -> None:
+        self._engine = engine
+        self._max_rows = max_rows
+        self._tolerance = tolerance
+        self._taken: list[tuple[int, int]] = []
+
+    def estimate(self, newcomers: Sequence[tuple[int, int]]) -> BatchEstimate:
+        return self._engine.estimate([*self._taken, *newcomers], self._max_rows, self._tolerance)
+
+    def take(self, newcomers: Sequence[tuple[int, int]]) -> None:
+        self._taken.extend(newcomers)
+
+
 class QueueFull(Exception):
     """The queue cannot take the request's sentences now; the client should retry."""
 
@@ -483,24 +499,28 @@ class ContinuousBatcher:
         staying = [job for job_id, job in self._running.items() if job_id not in dropped]
         rows = sum(job.rows for job in staying)
         width = max((job.src_len for job in staying), default=0)
-        planned: list[tuple[int, int]] = []  # (rows, source length) of the chosen so far
+        # The batch as it fills: each try costs O(groups), whatever was taken before.
+        plan = (
+            self.engine.plan(self.max_batch_rows, config.cost_tolerance)
+            if hasattr(self.engine, "plan")
+            else _PlanByEstimate(self.engine, self.max_batch_rows, config.cost_tolerance)
+        )
         encode_tokens = 0
         judge_cost = config.cost_aware and self.batching == "continuous"
         chosen: list[_Job] = []
+        over_knee = False  # the last unit tried would have taken the batch past the knee
 
         def fits(jobs: Sequence[_Job]) -> BatchEstimate | None:
             """The batch estimate with ``jobs`` admitted too, or None if they may not join."""
+            nonlocal over_knee
+            over_knee = False
             if rows + sum(job.rows for job in jobs) > self.max_batch_rows:
                 return None
-            if planned and encode_tokens + sum(job.src_len for job in jobs) > (
+            if chosen and encode_tokens + sum(job.src_len for job in jobs) > (
                 config.max_admit_tokens
             ):
                 return None
-            estimate = self.engine.estimate(
-                [*planned, *((job.rows, job.src_len) for job in jobs)],
-                self.max_batch_rows,
-                config.cost_tolerance,
-            )
+            estimate = plan.estimate([(job.rows, job.src_len) for job in jobs])
             if estimate.padded_tokens > self.max_batch_tokens:
                 return None
             if (
@@ -509,14 +529,15 @@ class ContinuousBatcher:
                 and estimate.row_limit is not None
                 and estimate.rows > estimate.row_limit
             ):
+                over_knee = True
                 return None
             return estimate
 
         def take(jobs: Sequence[_Job]) -> None:
             nonlocal rows, width, encode_tokens
+            plan.take([(job.rows, job.src_len) for job in jobs])
             for job in jobs:
                 chosen.append(job)
-                planned.append((job.rows, job.src_len))
                 rows += job.rows
                 width = max(width, job.src_len)
                 encode_tokens += job.src_len
@@ -549,14 +570,24 @@ class ContinuousBatcher:
                 self.metrics.admission_deferrals.inc()
                 return []
         # stable sort: arrival order kept among units that widen the batch and among the rest
+        misses = 0
         for unit in sorted(others, key=lambda unit: max(job.src_len for job in unit) > width):
-            if rows >= self.max_batch_rows:
+            if rows >= self.max_batch_rows or misses >= self.MAX_ADMISSION_MISSES:
                 break
             if fits(unit) is not None:
                 take(unit)
+                misses = 0
+            elif over_knee and len(unit) == 1 and unit[0].rows == 1:
+                break  # one row already passes the knee: so would every other unit
+            else:
+                misses += 1
         chosen_ids = {job.job_id for job in chosen}
         self._queue = deque(job for job in self._queue if job.job_id not in chosen_ids)
         return chosen
+
+    # Units that may be tried in a row without one fitting before admission stops looking:
+    # admission runs between two steps, so its scan of a long queue must stay short.
+    MAX_ADMISSION_MISSES = 8
 
     def _add(self, newcomers: list[_Job]) -> None:
         admitted_step = self.engine.steps

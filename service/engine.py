@@ -235,31 +235,10 @@ class Engine:
     def shapes_with(self, newcomers: Iterable[tuple[int, int]]) -> list[StepShape]:
         """The step shapes once newcomers ``(rows, src_len)`` have joined, as ``add`` would
         place them (for the batcher's cost estimate; nothing changes)."""
-        shapes = {id(group): group.shape for group in self._groups}
-        spans = {id(group): (group.shortest, group.width) for group in self._groups}
-        extra: list[list[int]] = []  # [rows, shortest, width] of groups newcomers would open
+        placement = _Placement.of(self)
         for rows, src_len in newcomers:
-            target = self._join_target(
-                src_len, src_len, rows, shapes, spans, len(self._groups) + len(extra)
-            )
-            if target is not None:
-                shape = shapes[id(target)]
-                shortest, width = spans[id(target)]
-                spans[id(target)] = (min(shortest, src_len), max(width, src_len))
-                shapes[id(target)] = StepShape(
-                    shape.rows + rows, shape.past_len, max(shape.width, src_len)
-                )
-                continue
-            for group in extra:
-                if similar_lengths(
-                    min(group[1], src_len), max(group[2], src_len), self.length_slack
-                ):
-                    group[0] += rows
-                    group[1], group[2] = min(group[1], src_len), max(group[2], src_len)
-                    break
-            else:
-                extra.append([rows, src_len, src_len])
-        return list(shapes.values()) + [StepShape(rows, 0, width) for rows, _, width in extra]
+            placement.place(rows, src_len)
+        return placement.shapes()
 
     def estimate(
         self, newcomers: Sequence[tuple[int, int]] = (), max_rows: int = 64, tolerance: float = 0.0
@@ -270,6 +249,18 @@ class Engine:
         source length should hold: the largest count (up to ``max_rows``) whose tokens/s stay
         within ``tolerance`` of the best count's (None before the model is fitted)."""
         shapes = self.shapes_with(newcomers) if newcomers else self.step_shapes
+        return self._estimate_shapes(shapes, max_rows, tolerance)
+
+    def plan(self, max_rows: int = 64, tolerance: float = 0.0) -> AdmissionPlan:
+        """An admission plan over the batch as it is now: the batcher tries units of
+        newcomers one after another and takes some; each try costs O(groups), however many
+        were taken before (``estimate`` with the whole list each time was quadratic in a
+        long queue, and admission runs between two steps)."""
+        return AdmissionPlan(self, _Placement.of(self), max_rows, tolerance)
+
+    def _estimate_shapes(
+        self, shapes: list[StepShape], max_rows: int, tolerance: float
+    ) -> BatchEstimate:
         rows = sum(shape.rows for shape in shapes)
         row_limit = None
         if self.step_cost.fitted and rows:
@@ -715,6 +706,91 @@ class Engine:
         return elapsed
 
 
+class _Placement:
+    """Where newcomers would go, without moving anything: the shape and source span of each
+    group once newcomers ``(rows, src_len)`` are placed as ``Engine.add`` would place them,
+    and the groups they would open."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        shapes: dict[int, StepShape],
+        spans: dict[int, tuple[int, int]],
+        extra: list[list[int]],
+    ) -> None:
+        self.engine = engine
+        self.shapes_by_group = shapes
+        self.spans = spans
+        self.extra = extra  # [rows, shortest, width] of the groups newcomers would open
+
+    @classmethod
+    def of(cls, engine: Engine) -> _Placement:
+        groups = engine._groups
+        return cls(
+            engine,
+            {id(group): group.shape for group in groups},
+            {id(group): (group.shortest, group.width) for group in groups},
+            [],
+        )
+
+    def copy(self) -> _Placement:
+        return _Placement(
+            self.engine,
+            dict(self.shapes_by_group),
+            dict(self.spans),
+            [list(group) for group in self.extra],
+        )
+
+    def place(self, rows: int, src_len: int) -> None:
+        engine = self.engine
+        groups = len(engine._groups) + len(self.extra)
+        target = engine._join_target(
+            src_len, src_len, rows, self.shapes_by_group, self.spans, groups
+        )
+        if target is not None:
+            shape = self.shapes_by_group[id(target)]
+            shortest, width = self.spans[id(target)]
+            self.spans[id(target)] = (min(shortest, src_len), max(width, src_len))
+            self.shapes_by_group[id(target)] = StepShape(
+                shape.rows + rows, shape.past_len, max(shape.width, src_len)
+            )
+            return
+        for group in self.extra:
+            if similar_lengths(min(group[1], src_len), max(group[2], src_len), engine.length_slack):
+                group[0] += rows
+                group[1], group[2] = min(group[1], src_len), max(group[2], src_len)
+                return
+        self.extra.append([rows, src_len, src_len])
+
+    def shapes(self) -> list[StepShape]:
+        return list(self.shapes_by_group.values()) + [
+            StepShape(rows, 0, width) for rows, _, width in self.extra
+        ]
+
+
+class AdmissionPlan:
+    """The running batch as the batcher fills it at one step (``Engine.plan``)."""
+
+    def __init__(
+        self, engine: Engine, placement: _Placement, max_rows: int, tolerance: float
+    ) -> None:
+        self._engine = engine
+        self._placement = placement
+        self._max_rows = max_rows
+        self._tolerance = tolerance
+
+    def estimate(self, newcomers: Sequence[tuple[int, int]]) -> BatchEstimate:
+        """The batch with what was taken so far and ``newcomers`` too."""
+        trial = self._placement.copy()
+        for rows, src_len in newcomers:
+            trial.place(rows, src_len)
+        return self._engine._estimate_shapes(trial.shapes(), self._max_rows, self._tolerance)
+
+    def take(self, newcomers: Sequence[tuple[int, int]]) -> None:
+        for rows, src_len in newcomers:
+            self._placement.place(rows, src_len)
+
+
 def _pad_columns(mask: np.ndarray, width: int, left: bool = False) -> np.ndarray:
     """(N, S) -> (N, width), zeros on the right (or on the left)."""
     if mask.shape[1] == width:
@@ -728,6 +804,7 @@ def _pad_columns(mask: np.ndarray, width: int, left: bool = False) -> np.ndarray
 
 
 __all__ = [
+    "AdmissionPlan",
     "DecodeRequest",
     "Engine",
     "FinishedRequest",

@@ -45,17 +45,22 @@ class StepShape:
     width: int
 
 
-def _features(shape: StepShape) -> np.ndarray:
-    rows = float(shape.rows)
-    return np.array(
+def _row_features(rows: np.ndarray, past_len: int, width: int) -> np.ndarray:
+    """(R,) row counts -> (R, 5) features of a call of each count at this past and width."""
+    return np.stack(
         [
-            1.0,
+            np.ones_like(rows),
             rows,
-            rows * (shape.past_len + 1) / 64.0,
-            rows * shape.width / 64.0,
+            rows * (past_len + 1) / 64.0,
+            rows * width / 64.0,
             rows * rows / 64.0,
-        ]
+        ],
+        axis=-1,
     )
+
+
+def _features(shape: StepShape) -> np.ndarray:
+    return _row_features(np.array([float(shape.rows)]), shape.past_len, shape.width)[0]
 
 
 def _non_negative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -87,6 +92,7 @@ class StepCostModel:
         self._refit_every = refit_every
         self._since_fit = 0
         self._coefficients: np.ndarray | None = None
+        self._coefficient_list: list[float] = []
         self._floor = 0.0
         self._knees: dict[tuple[int, int, int, float], int] = {}  # best_rows of this fit
         self._lock = threading.Lock()
@@ -124,15 +130,20 @@ class StepCostModel:
         self._coefficients = _non_negative_least_squares(
             features * weights[:, None], seconds * weights
         )
+        self._coefficient_list = [float(c) for c in self._coefficients]
         self._floor = float(seconds.min()) * 0.5
         self._knees = {}
 
     def predict(self, shape: StepShape) -> float:
         """Seconds of one decoder call of ``shape`` (0 before any fit)."""
-        coefficients = self._coefficients
-        if coefficients is None:
+        if self._coefficients is None:
             return 0.0
-        return max(float(_features(shape) @ coefficients), self._floor)
+        # plain floats: the batcher asks this many times between two steps, and numpy's
+        # per-call overhead would be most of the cost of a 5-term dot product
+        c0, c1, c2, c3, c4 = self._coefficient_list
+        rows = shape.rows
+        seconds = c0 + rows * (c1 + (c2 * (shape.past_len + 1) + c3 * shape.width + c4 * rows) / 64)
+        return max(seconds, self._floor)
 
     def step_seconds(self, shapes: Iterable[StepShape]) -> float:
         """One engine step = one decoder call per group."""
@@ -144,10 +155,12 @@ class StepCostModel:
         key = (past_len, width, max_rows, tolerance)
         knee = self._knees.get(key)
         if knee is None:  # the batcher asks once per queued candidate: once per shape and fit
-            counts = np.arange(1, max_rows + 1)
-            rates = counts / np.array(
-                [self.predict(StepShape(int(count), past_len, width)) for count in counts]
-            )
+            coefficients = self._coefficients
+            if coefficients is None:
+                return max_rows
+            counts = np.arange(1, max_rows + 1, dtype=np.float64)
+            features = _row_features(counts, past_len, width)  # (max_rows, 5)
+            rates = counts / np.maximum(features @ coefficients, self._floor)
             knee = int(counts[rates >= rates.max() * (1 - tolerance)].max())
             self._knees[key] = knee
         return knee

@@ -377,3 +377,42 @@ def test_cohort_groups_give_the_same_tokens_as_alone(exported, max_groups, merge
     for request_id, source, beam in zip(ids, sources, beams, strict=True):
         expected = reference(exported.model, [source], beam_size=beam, max_new_tokens=MAX_NEW)[0]
         assert finished[request_id].tokens == expected, request_id
+
+
+@pytest.mark.parametrize("fitted", [False, True])
+def test_admission_plan_foresees_the_groups_that_add_makes(exported, fitted):
+    """``Engine.plan`` (what the batcher asks before admitting) places newcomers one unit at
+    a time; each estimate must equal ``estimate`` with the whole list so far, with the
+    step-cost model fitted (cheapest placement) or not yet."""
+    from service.step_cost import StepShape
+
+    engine = Engine.from_dir(exported.onnx_dir, provider="cpu", intra_op_threads=1)
+    if fitted:  # a known cost: 2 ms per call, 0.1 ms per row, attention over sources
+        samples = [
+            (StepShape(rows, past, width), 0.002 + 1e-4 * rows + 2e-6 * rows * width)
+            for rows in (1, 4, 16)
+            for past in (0, 8)
+            for width in (4, 12)
+        ]
+        engine.step_cost.calibrate(samples)
+    _, _, sources = padded_sources(exported.model, [12, 4, 8, 10, 3, 11, 5], seed=5)
+    engine.add([DecodeRequest("old", sources[0], 1, MAX_NEW)])
+    for _ in range(3):
+        engine.step()
+    units = [[("a", 0, 1)], [("b", 1, 2), ("c", 2, 1)], [("d", 3, 1)], [("e", 4, 2), ("f", 5, 1)]]
+    plan = engine.plan(max_rows=64, tolerance=0.05)
+    taken: list[tuple[int, int]] = []
+    for unit in units:
+        newcomers = [(beams, len(sources[1 + index])) for _, index, beams in unit]
+        foreseen = plan.estimate(newcomers)
+        assert foreseen == engine.estimate([*taken, *newcomers], 64, 0.05)
+        plan.take(newcomers)
+        taken += newcomers
+    engine.add(
+        [
+            DecodeRequest(request_id, sources[1 + index], beams, MAX_NEW)
+            for unit in units
+            for request_id, index, beams in unit
+        ]
+    )
+    assert foreseen.rows == engine.active_rows == 1 + 1 + 2 + 1 + 1 + 2 + 1
