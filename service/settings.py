@@ -5,6 +5,7 @@ Every field here is documented in README.md (section "Configuration"); keep the 
 
 from __future__ import annotations
 
+import os
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -45,7 +46,14 @@ class Settings(BaseSettings):
         description="ONNX Runtime execution provider. `auto` uses CUDA when it actually loads, "
         "else CPU; `cuda` fails at start-up when CUDA cannot be used.",
     )
-    intra_op_threads: int = Field(0, ge=0, description="ORT intra-op threads; 0 lets ORT choose.")
+    intra_op_threads: int = Field(
+        0,
+        ge=0,
+        description="ONNX Runtime intra-op threads per model. 0: one fewer than the cores this "
+        "process may run on (at least 1), so that the HTTP event loop keeps a core: on 2 cores, "
+        "2 engine threads beside the event loop made both batching policies collapse at 70 "
+        "req/s where 1 thread carried the load (BENCHMARKS.md).",
+    )
 
     # --- many models -------------------------------------------------------------------
     lazy_load: bool = Field(
@@ -257,6 +265,13 @@ class Settings(BaseSettings):
         30.0, ge=0, description="SIGTERM: time to finish in-flight work."
     )
     log_level: str = "info"
+
+    def engine_threads(self) -> int:
+        """ONNX Runtime intra-op threads for each engine (``intra_op_threads``, 0: auto)."""
+        if self.intra_op_threads:
+            return self.intra_op_threads
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return max(1, (cores or 1) - 1)
 
     @field_validator("model_dirs", mode="before")
     @classmethod

@@ -691,6 +691,18 @@ def test_batching_config_comes_from_settings_in_one_place():
     assert (batcher.admission_ratio, batcher.max_batch_rows, config.cost_aware) == (0.0, 7, False)
 
 
+def test_engine_threads_leave_the_event_loop_a_core_unless_set(monkeypatch):
+    import os
+
+    from service.settings import Settings
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert Settings().engine_threads() == 3
+    assert Settings(intra_op_threads=4).engine_threads() == 4
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert Settings().engine_threads() == 1  # never 0: that would be ONNX Runtime's own choice
+
+
 # --- results as they complete (streaming) -----------------------------------------------------
 
 

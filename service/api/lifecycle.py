@@ -39,7 +39,7 @@ def engine_loader(settings: Settings) -> EngineLoader:
 
     def load(spec: ModelSpec) -> Engine:
         return Engine.from_dir(
-            spec.model_dir, provider=settings.provider, intra_op_threads=settings.intra_op_threads
+            spec.model_dir, provider=settings.provider, intra_op_threads=settings.engine_threads()
         )
 
     return load
