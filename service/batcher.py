@@ -40,6 +40,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -56,7 +57,8 @@ BatchingPolicy = Literal["continuous", "static"]
 
 
 class DecodeEngine(Protocol):
-    """What the batcher needs of ``service.engine.Engine``."""
+    """What the batcher needs of ``service.engine.Engine``. An engine that also has
+    ``encode`` and ``place`` (``add`` in two halves) gets the encoder overlap."""
 
     steps: int
     active_rows: int
@@ -88,6 +90,9 @@ class BatchingConfig:
     # Source tokens encoded per step for newcomers: bounds how long running rows wait for an
     # admission's encoder calls (an empty batch always takes the head of the queue).
     max_admit_tokens: int = 1024
+    # Continuous: encode newcomers on a second thread while the running rows step (an engine
+    # with ``encode``/``place``); they join once encoded, one admission in flight at a time.
+    encoder_overlap: bool = True
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BatchingConfig:
@@ -102,6 +107,7 @@ class BatchingConfig:
             cost_aware=settings.admission_cost_aware,
             cost_tolerance=settings.admission_cost_tolerance,
             max_admit_tokens=settings.admission_max_tokens,
+            encoder_overlap=settings.encoder_overlap,
         )
 
 
@@ -153,6 +159,19 @@ class RowResult:
     finished_step: int  # engine.steps after the step that finished it
     queue_wait_s: float
     hypotheses: list[list[int]] = field(default_factory=list)  # n-best (beam), best first
+
+
+@dataclass
+class _Encoding:
+    """An admission whose encoder call runs on the encoder thread."""
+
+    jobs: list[_Job]
+    future: Future  # -> EncodedRequests
+    admitted_at: float  # when admission chose the jobs (their queue wait ends there)
+
+    @property
+    def job_ids(self) -> set[int]:
+        return {job.job_id for job in self.jobs}
 
 
 @dataclass(eq=False)
@@ -237,6 +256,15 @@ class ContinuousBatcher:
         self._idle.set()
         self._thread: threading.Thread | None = None
         self._death: BaseException | None = None  # why the engine thread died, if it did
+        # Encoder overlap: the admission being encoded on the encoder thread, if any.
+        self._overlap = (
+            config.encoder_overlap
+            and config.batching == "continuous"
+            and hasattr(engine, "encode")
+            and hasattr(engine, "place")
+        )
+        self._encoder: ThreadPoolExecutor | None = None
+        self._encoding: _Encoding | None = None  # engine thread only
 
     # --- event-loop side -------------------------------------------------------------------
 
@@ -389,6 +417,9 @@ class ContinuousBatcher:
             self._death = error
             self._accepting = False
             leftovers = list(self._queue) + list(self._running.values())
+            if self._encoding is not None:
+                leftovers += self._encoding.jobs
+                self._encoding = None
             self._queue.clear()
             self._running.clear()
         for job in leftovers:
@@ -399,7 +430,7 @@ class ContinuousBatcher:
     def _serve(self) -> None:
         while True:
             with self._cond:
-                while not (self._running or self._to_drop or self._stopping):
+                while not (self._running or self._encoding or self._to_drop or self._stopping):
                     if not self._queue:
                         self._idle.set()
                         self._cond.wait()
@@ -409,23 +440,37 @@ class ContinuousBatcher:
                         break
                 if self._stopping:
                     leftovers = list(self._queue) + list(self._running.values())
+                    if self._encoding is not None:
+                        leftovers += self._encoding.jobs
                     self._queue.clear()
                     break
                 dropped = [job_id for job_id in self._to_drop if job_id in self._running]
-                self._to_drop.clear()
-                newcomers = self._admit_locked(dropped) if self._admission_open_locked() else []
+                # ids of an admission still being encoded are dropped once it has joined
+                encoding_ids = self._encoding.job_ids if self._encoding is not None else set()
+                self._to_drop = {job_id for job_id in self._to_drop if job_id in encoding_ids}
+                admit = self._encoding is None and self._admission_open_locked()
+                newcomers = self._admit_locked(dropped) if admit else []
                 self.metrics.queue_depth.set(len(self._queue))
             if dropped:
                 self._drop(dropped)
-            if newcomers or self._running:
+            if newcomers or self._running or self._encoding:
                 with self._turn():
                     busy_since = time.perf_counter()
+                    if self._encoding is not None and (
+                        self._encoding.future.done() or not self._running
+                    ):
+                        self._place_encoded()
                     if newcomers:
-                        self._add(newcomers)
+                        if self._overlap and self._running:
+                            self._encode_ahead(newcomers)
+                        else:
+                            self._add(newcomers)
                     if self._running:
                         self._step()
                     self.metrics.engine_busy.inc(time.perf_counter() - busy_since)
         self._drop(list(self._running))
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=False)
         for job in leftovers:
             self._fail(job, NotAccepting("shutting_down"))
         self.metrics.queue_depth.set(0)
@@ -595,17 +640,55 @@ class ContinuousBatcher:
         try:
             rejected = self.engine.add([job.row for job in newcomers])
         except Exception as error:
-            logger.exception("engine.add failed for %d sentences", len(newcomers))
-            self.metrics.engine_errors.inc()
-            self._drop([job.job_id for job in newcomers])
-            for job in newcomers:
-                self._fail(
-                    job,
-                    EngineFailure(
-                        f"the engine failed to encode the input ({type(error).__name__})"
-                    ),
-                )
+            self._fail_admission(newcomers, error)
             return
+        self._admitted(newcomers, rejected, admitted_step, now)
+
+    def _encode_ahead(self, newcomers: list[_Job]) -> None:
+        """Start the newcomers' encoder call on the encoder thread; the running rows go on
+        stepping and the newcomers join when it is done (``_place_encoded``)."""
+        if self._encoder is None:
+            self._encoder = ThreadPoolExecutor(1, thread_name_prefix="encoder")
+        rows = [job.row for job in newcomers]
+
+        def encode():  # timed as engine work: it is the engine's, on another thread
+            started = time.perf_counter()
+            try:
+                return self.engine.encode(rows)
+            finally:
+                self.metrics.engine_busy.inc(time.perf_counter() - started)
+
+        self._encoding = _Encoding(newcomers, self._encoder.submit(encode), self._clock())
+
+    def _place_encoded(self) -> None:
+        """The admission on the encoder thread joins the batch (waits for it if need be)."""
+        encoding, self._encoding = self._encoding, None
+        try:
+            encoded = encoding.future.result()
+            self.engine.place(encoded)
+        except Exception as error:
+            self._fail_admission(encoding.jobs, error)
+            return
+        # the queue wait ends when the admission was chosen; the rows join the batch now
+        self._admitted(encoding.jobs, encoded.rejected, self.engine.steps, encoding.admitted_at)
+
+    def _fail_admission(self, newcomers: list[_Job], error: Exception) -> None:
+        logger.exception("admitting %d sentences failed", len(newcomers), exc_info=error)
+        self.metrics.engine_errors.inc()
+        self._drop([job.job_id for job in newcomers])
+        for job in newcomers:
+            self._fail(
+                job,
+                EngineFailure(f"the engine failed to encode the input ({type(error).__name__})"),
+            )
+
+    def _admitted(
+        self,
+        newcomers: list[_Job],
+        rejected: Sequence[RejectedRequest],
+        admitted_step: int,
+        now: float,
+    ) -> None:
         refused = {rejection.request_id: rejection.reason for rejection in rejected}
         for job in newcomers:
             if job.job_id in refused:

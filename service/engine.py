@@ -84,6 +84,19 @@ class BatchEstimate:
     row_limit: int | None = None  # rows past which tokens/s fall (step-cost model), or None
 
 
+@dataclass
+class EncodedRequests:
+    """``Engine.encode``'s result, for ``Engine.place``: encoded newcomers, one group per
+    length class, and the requests refused."""
+
+    groups: list[_Group]
+    rejected: list[RejectedRequest]
+
+    @property
+    def request_ids(self) -> list[Hashable]:
+        return [active.request.request_id for group in self.groups for active in group.requests]
+
+
 @dataclass(frozen=True)
 class RejectedRequest:
     """A request ``Engine.add`` refused; the others admitted with it proceed."""
@@ -352,6 +365,16 @@ class Engine:
     def add(self, requests: list[DecodeRequest]) -> list[RejectedRequest]:
         """Encode the newcomers (one encoder call per length class) and place them in groups.
         Invalid requests are returned, rejected alone; the others are admitted."""
+        encoded = self.encode(requests)
+        self.place(encoded)
+        return encoded.rejected
+
+    def encode(self, requests: list[DecodeRequest]) -> EncodedRequests:
+        """The first half of ``add``: validate and run the encoder, nothing joins the batch.
+
+        It touches no batch state, so another thread may run it while the engine thread
+        steps the running rows (the batcher's encoder overlap); ``place`` then adds the
+        result to the batch between two steps."""
         rejected: list[RejectedRequest] = []
         valid: list[DecodeRequest] = []
         for request in requests:
@@ -360,9 +383,17 @@ class Engine:
                 valid.append(request)
             else:
                 rejected.append(RejectedRequest(request.request_id, reason))
-        for length_class in self._length_classes(valid):
-            self._add_class(length_class)
-        return rejected
+        groups = [self._encode_class(length_class) for length_class in self._length_classes(valid)]
+        return EncodedRequests(groups, rejected)
+
+    def place(self, encoded: EncodedRequests) -> None:
+        """The second half of ``add``: encoded newcomers join a group or open one."""
+        for group in encoded.groups:
+            target = self._join_target(group.shortest, group.width, group.rows)
+            if target is None:
+                self._groups.append(group)
+            else:
+                self._merge_into(target, group)
 
     def _length_classes(self, requests: list[DecodeRequest]) -> list[list[DecodeRequest]]:
         """Requests sorted by source length, cut where lengths stop being similar."""
@@ -375,7 +406,9 @@ class Engine:
                 classes.append([request])
         return classes
 
-    def _add_class(self, requests: list[DecodeRequest]) -> None:
+    def _encode_class(self, requests: list[DecodeRequest]) -> _Group:
+        """One encoder call for requests of similar source length: a group of their own, with
+        an empty self-attention cache (not in the batch yet)."""
         info = self.model.info
         src_len = max(len(request.src_ids) for request in requests)
         input_ids = np.full((len(requests), src_len), info.pad_id, dtype=np.int64)  # (M, S')
@@ -406,7 +439,7 @@ class Engine:
         new_rows = int(repeats.sum())
         if new_rows != len(requests):  # beams share their sentence's cross K/V: repeat rows
             cross = self.kv.select(cross, np.repeat(np.arange(len(requests)), repeats), 0, src_len)
-        group = _Group(
+        return _Group(
             newcomers,
             _Batch(
                 self_cache=self.kv.empty(new_rows),
@@ -415,11 +448,6 @@ class Engine:
                 encoder_mask=np.repeat(attention_mask, repeats, axis=0),  # (R, S')
             ),
         )
-        target = self._join_target(group.shortest, group.width, group.rows)
-        if target is None:
-            self._groups.append(group)
-        else:
-            self._merge_into(target, group)
 
     def _merge_into(self, target: _Group, other: _Group) -> None:
         """``other``'s rows after ``target``'s, in ``target``: self caches left-padded to the
@@ -806,6 +834,7 @@ def _pad_columns(mask: np.ndarray, width: int, left: bool = False) -> np.ndarray
 __all__ = [
     "AdmissionPlan",
     "DecodeRequest",
+    "EncodedRequests",
     "Engine",
     "FinishedRequest",
     "RejectedRequest",

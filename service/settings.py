@@ -163,6 +163,12 @@ class Settings(BaseSettings):
         "always takes the head of the queue): bounds how long running rows wait for an "
         "admission's encoder calls.",
     )
+    encoder_overlap: bool = Field(
+        True,
+        description="Continuous batching: newcomers are encoded on a second thread while the "
+        "running rows take their decoder steps, and join the batch once encoded; running rows "
+        "no longer wait for admissions' encoder calls (BENCHMARKS.md).",
+    )
 
     # --- per-request limits ------------------------------------------------------------
     max_texts_per_request: int = Field(64, ge=1)

@@ -17,7 +17,13 @@ import pytest
 from service.api.deps import run_for_client
 from service.api.errors import ApiError
 from service.app import create_app
-from service.engine import DecodeRequest, Engine, FinishedRequest, RejectedRequest
+from service.engine import (
+    DecodeRequest,
+    EncodedRequests,
+    Engine,
+    FinishedRequest,
+    RejectedRequest,
+)
 from service.settings import Settings
 from service.step_cost import StepShape
 from tests.service_fixtures import only_model, solo_translator, tiny_model
@@ -64,6 +70,7 @@ class GatedEngine:
         self.src_ids: dict[Hashable, tuple[int, ...]] = {}
         self.finished_at: dict[Hashable, int] = {}
         self.dropped: list[Hashable] = []
+        self.encoded_on: set[str] = set()  # threads that ran encode
 
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
@@ -73,6 +80,18 @@ class GatedEngine:
             self.admitted_at[request.request_id] = self._engine.steps
             self.src_ids[request.request_id] = tuple(request.src_ids)
         return self._engine.add(requests)
+
+    def encode(self, requests: list[DecodeRequest]) -> EncodedRequests:
+        """``add``'s first half (the batcher's encoder overlap): on the encoder thread."""
+        self.encoded_on.update(threading.current_thread().name for _ in requests[:1])
+        for request in requests:
+            self.src_ids[request.request_id] = tuple(request.src_ids)
+        return self._engine.encode(requests)
+
+    def place(self, encoded: EncodedRequests) -> None:
+        for request_id in encoded.request_ids:
+            self.admitted_at[request_id] = self._engine.steps
+        self._engine.place(encoded)
 
     def step(self) -> list[FinishedRequest]:
         with self._gate:
@@ -209,7 +228,8 @@ async def test_request_arriving_during_a_long_decode_is_admitted_before_it_ends(
     solo,
 ):
     long_text, short_text = "Print this folder with your account", "Login"
-    app = create_app(settings_for(model_dir), engine=gated_engine)
+    # exact step counts: the newcomer is encoded between two steps (no encoder overlap)
+    app = create_app(settings_for(model_dir, encoder_overlap=False), engine=gated_engine)
     async with serving(app) as client:
         gated_engine.close()
         batcher = only_model(app).batcher
@@ -237,6 +257,43 @@ async def test_request_arriving_during_a_long_decode_is_admitted_before_it_ends(
     # done long before the long one.
     assert gated_engine.admitted_at[short_id] == start + 6
     assert gated_engine.finished_at[short_id] <= start + 6 + 3 < gated_engine.finished_at[long_id]
+    assert short_response.json()["translations"][0]["text"] == solo(short_text, 3)
+    assert long_response.json()["translations"][0]["text"] == solo(long_text, 60)
+
+
+@pytest.mark.anyio
+async def test_with_encoder_overlap_a_newcomer_is_encoded_while_the_long_decode_steps(
+    model_dir, gated_engine, solo
+):
+    """The default: the newcomer's encoder call runs on the encoder thread while the running
+    row takes its steps; it joins once encoded, and both translations are what they are
+    alone."""
+    long_text, short_text = "Print this folder with your account", "Login"
+    app = create_app(settings_for(model_dir), engine=gated_engine)
+    async with serving(app) as client:
+        gated_engine.close()
+        batcher = only_model(app).batcher
+        start = gated_engine.steps
+        long_task = asyncio.ensure_future(
+            client.post("/v1/translate", json={"text": long_text, "max_new_tokens": 60})
+        )
+        await wait_until(gated_engine.waiting.is_set, "long request decoding")
+        gated_engine.allow(5)
+        await wait_until(
+            lambda: gated_engine.steps == start + 5 and gated_engine.waiting.is_set(), "5 steps"
+        )
+        short_task = asyncio.ensure_future(
+            client.post("/v1/translate", json={"text": short_text, "max_new_tokens": 3})
+        )
+        await wait_until(lambda: batcher.queue_depth == 1, "short request queued")
+        gated_engine.open()
+        long_response, short_response = await asyncio.gather(long_task, short_task)
+
+    long_id, short_id = id_of(gated_engine, long_text), id_of(gated_engine, short_text)
+    assert any(name.startswith("encoder") for name in gated_engine.encoded_on)
+    # chosen after step 6, encoded during step 7 (or a few more): joined well before the end
+    assert start + 7 <= gated_engine.admitted_at[short_id] < start + 20
+    assert gated_engine.finished_at[short_id] < gated_engine.finished_at[long_id] == start + 60
     assert short_response.json()["translations"][0]["text"] == solo(short_text, 3)
     assert long_response.json()["translations"][0]["text"] == solo(long_text, 60)
 
