@@ -24,7 +24,7 @@ LOCK=${LOCK:-}
 MIX=ui=0.8,help=0.2
 for policy in continuous static; do
   $LOCK "$PY" -m loadtest sweep --spawn-server "$MODEL" --server-env MT_BATCHING=$policy \
-    --start-rate 24 --increment 4 --max-rate 96 --max-steps 12 --step-duration 15 \
+    --start-rate 32 --increment 4 --max-rate 128 --max-steps 20 --step-duration 15 \
     --mix $MIX --name capacity-$policy --no-plot
 done
 CAPACITY=$("$PY" -c "
