@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -775,3 +776,81 @@ async def test_as_completed_queues_at_once_and_a_full_queue_refuses_before_any_r
     await stream.aclose()  # never iterated: its rows are abandoned all the same
     engine.allow(1)
     await wait_until(lambda: batcher.queue_depth == 0 and engine.active_rows == 0, "rows gone")
+
+
+# --- encoder overlap ---------------------------------------------------------------------------
+
+
+@dataclass
+class FakeEncoded:
+    requests: list[DecodeRequest]
+    rejected: list[RejectedRequest] = field(default_factory=list)
+
+    @property
+    def request_ids(self) -> list[Hashable]:
+        return [request.request_id for request in self.requests]
+
+
+class OverlapEngine(GatedEngine):
+    """``add`` in two halves, as the real engine: ``encode`` (on the batcher's encoder thread
+    when rows are running) can be held back or made to fail; ``place`` joins the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded_on: list[str] = []
+        self.release_encoder = threading.Event()
+        self.release_encoder.set()
+        self.fail_sources: set[tuple[int, ...]] = set()
+
+    def encode(self, requests: list[DecodeRequest]) -> FakeEncoded:
+        self.encoded_on.append(threading.current_thread().name)
+        self.release_encoder.wait(10)
+        if any(tuple(request.src_ids) in self.fail_sources for request in requests):
+            raise RuntimeError("encoder blew up")
+        return FakeEncoded(list(requests))
+
+    def place(self, encoded: FakeEncoded) -> None:
+        self.add(encoded.requests)
+
+
+@pytest.mark.anyio
+async def test_a_failed_encoding_on_the_encoder_thread_fails_its_admission_alone(make_batcher):
+    engine = OverlapEngine()
+    batcher = make_batcher(engine)
+    running = asyncio.ensure_future(batcher.submit([sentence(8, first=1)]))
+    await wait_until(engine.waiting.is_set, "first row decoding")
+    bad = sentence(3, first=50)
+    engine.fail_sources.add(tuple(bad.src_ids))
+    failing = asyncio.ensure_future(batcher.submit([bad]))
+    await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
+    engine.allow(10**6)
+    with pytest.raises(EngineFailure, match=r"failed to encode the input \(RuntimeError\)"):
+        await failing
+    [result] = await running
+    assert result.tokens == FakeEngine.expected(sentence(8, first=1).src_ids)
+    # into the empty batch the first row was added whole (nothing to overlap with); the
+    # newcomer, with a row running, was encoded on the encoder thread
+    [encoder_thread] = engine.encoded_on
+    assert encoder_thread.startswith("encoder")
+
+
+@pytest.mark.anyio
+async def test_a_request_cancelled_while_encoding_leaves_once_it_has_joined(make_batcher):
+    engine = OverlapEngine()
+    batcher = make_batcher(engine)
+    running = asyncio.ensure_future(batcher.submit([sentence(30, first=1)]))
+    await wait_until(engine.waiting.is_set, "first row decoding")
+    engine.release_encoder.clear()  # the next encoder call waits
+    newcomer = asyncio.ensure_future(batcher.submit([sentence(20, first=40)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
+    engine.allow(2)  # the admission goes to the encoder thread; the running row steps on
+    await wait_until(lambda: len(engine.encoded_on) == 1, "newcomer encoding")
+    await wait_until(lambda: engine.steps >= 2, "running row stepped while encoding")
+    newcomer.cancel()
+    await asyncio.gather(newcomer, return_exceptions=True)
+    engine.release_encoder.set()
+    engine.allow(10**6)
+    [result] = await running
+    assert result.tokens == FakeEngine.expected(sentence(30, first=1).src_ids)
+    await wait_until(lambda: 1 in engine.dropped, "cancelled newcomer dropped after joining")
+    assert engine.active_rows == 0
