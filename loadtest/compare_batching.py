@@ -46,6 +46,7 @@ from loadtest.report import (
     PERCENTILES,
     _pyplot,
     format_summary,
+    latency_summary_ms,
     percentile,
     write_json,
 )
@@ -120,6 +121,25 @@ def compare_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, d
         )
         table[key] = row
     return table
+
+
+# A request whose answer has at most this many tokens counts as short (a UI string); longer
+# ones are paragraphs. Latency is reported for each kind: a policy can win the median on UI
+# strings and lose the tail on paragraphs.
+SHORT_OUTPUT_TOKENS = 14
+
+
+def latency_by_length(records: Sequence[RequestRecord]) -> dict[str, dict[str, Any]]:
+    """Latency summaries (200s only) of short and long requests, by output tokens."""
+    kinds: dict[str, list[float]] = {"short": [], "long": []}
+    for record in records:
+        if record.ok and record.latency_s is not None and record.output_tokens is not None:
+            kind = "short" if record.output_tokens <= SHORT_OUTPUT_TOKENS else "long"
+            kinds[kind].append(record.latency_s)
+    return {
+        kind: {"requests": len(values), "latency_ms": latency_summary_ms(values)}
+        for kind, values in kinds.items()
+    }
 
 
 def format_comparison(table: Mapping[str, Mapping[str, Any]]) -> str:
@@ -284,6 +304,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         records[policy], summaries[policy] = run_policy(args, policy, rate)
     table = compare_summaries(summaries)
     print("\n" + format_comparison(table))
+    for policy in POLICIES:
+        summaries[policy]["by_length"] = latency_by_length(records[policy])
+        print(
+            f"{policy:<11}"
+            + "  ".join(
+                f"{kind} ({part['requests']}) p50 {part['latency_ms']['p50']} "
+                f"p99 {part['latency_ms']['p99']} ms"
+                for kind, part in summaries[policy]["by_length"].items()
+            )
+        )
     for policy in POLICIES:
         if not summaries[policy]["server"].get("available"):
             print(f"warning: no /metrics from the {policy} run; queue wait and rows are missing")

@@ -544,3 +544,18 @@ def test_raw_client_runs_the_same_loops_and_survives_closed_keep_alive_connectio
     assert status_after_close == 200
     assert sampler.samples[0]["rss_mb"] > 0 and sampler.samples[0]["fds"] > 0
     assert split["threads"] >= 1 and split["loop_cpu_s"] >= 0
+
+
+def test_compare_splits_latency_by_answer_length():
+    from loadtest.compare_batching import SHORT_OUTPUT_TOKENS, latency_by_length
+
+    records = [
+        ok_record(0, 0.010, tokens=SHORT_OUTPUT_TOKENS),
+        ok_record(1, 0.030, tokens=3),
+        ok_record(2, 0.200, tokens=SHORT_OUTPUT_TOKENS + 1),
+        RequestRecord(index=3, scheduled_s=0.0, sent_s=0.0, latency_s=9.0, status=429),
+    ]
+    split = latency_by_length(records)
+    assert split["short"]["requests"] == 2 and split["long"]["requests"] == 1
+    assert split["long"]["latency_ms"]["p50"] == pytest.approx(200.0)  # the 429 is not counted
+    assert split["short"]["latency_ms"]["max"] == pytest.approx(30.0)
