@@ -80,8 +80,9 @@ class ServiceMetrics:
         )
         self.engine_busy = Counter(
             "mt_engine_busy_seconds",
-            "Seconds the engine threads spent admitting (encoder calls, merges) and stepping; "
-            "its rate is the share of one engine thread kept busy.",
+            "Seconds the engine's threads spent admitting (encoder calls, merges) and stepping; "
+            "its rate is how many cores' worth the engine keeps busy (above 1 when newcomers "
+            "are encoded on the encoder thread while the running rows step).",
             registry=r,
         )
         self.generated_tokens = Counter(
