@@ -221,21 +221,18 @@ async def test_64_concurrent_requests_each_get_what_they_get_alone(model_dir, ga
     )  # > 32 rows once
 
 
-@pytest.mark.anyio
-async def test_request_arriving_during_a_long_decode_is_admitted_before_it_ends(
-    model_dir,
-    gated_engine,
-    solo,
-):
-    long_text, short_text = "Print this folder with your account", "Login"
-    # exact step counts: the newcomer is encoded between two steps (no encoder overlap)
-    app = create_app(settings_for(model_dir, encoder_overlap=False), engine=gated_engine)
+LONG_TEXT, SHORT_TEXT = "Print this folder with your account", "Login"
+
+
+async def long_decode_then_a_newcomer(app, gated_engine):
+    """A long request decodes 5 gated steps; a short one is queued during its 6th; then the
+    gate opens. Returns the step count at the start and both responses (long, short)."""
     async with serving(app) as client:
         gated_engine.close()
         batcher = only_model(app).batcher
         start = gated_engine.steps  # warm-up ran steps already
         long_task = asyncio.ensure_future(
-            client.post("/v1/translate", json={"text": long_text, "max_new_tokens": 60})
+            client.post("/v1/translate", json={"text": LONG_TEXT, "max_new_tokens": 60})
         )
         await wait_until(gated_engine.waiting.is_set, "long request decoding")
         gated_engine.allow(5)
@@ -243,13 +240,25 @@ async def test_request_arriving_during_a_long_decode_is_admitted_before_it_ends(
             lambda: gated_engine.steps == start + 5 and gated_engine.waiting.is_set(), "5 steps"
         )
         short_task = asyncio.ensure_future(
-            client.post("/v1/translate", json={"text": short_text, "max_new_tokens": 3})
+            client.post("/v1/translate", json={"text": SHORT_TEXT, "max_new_tokens": 3})
         )
         await wait_until(lambda: batcher.queue_depth == 1, "short request queued")
         gated_engine.open()
         long_response, short_response = await asyncio.gather(long_task, short_task)
+    return start, long_response, short_response
 
-    long_id, short_id = id_of(gated_engine, long_text), id_of(gated_engine, short_text)
+
+@pytest.mark.anyio
+async def test_request_arriving_during_a_long_decode_is_admitted_before_it_ends(
+    model_dir,
+    gated_engine,
+    solo,
+):
+    # exact step counts: the newcomer is encoded between two steps (no encoder overlap)
+    app = create_app(settings_for(model_dir, encoder_overlap=False), engine=gated_engine)
+    start, long_response, short_response = await long_decode_then_a_newcomer(app, gated_engine)
+
+    long_id, short_id = id_of(gated_engine, LONG_TEXT), id_of(gated_engine, SHORT_TEXT)
     assert long_response.json()["translations"][0]["tokens"] == 60  # a long decode indeed
     assert gated_engine.admitted_at[long_id] == start
     assert gated_engine.finished_at[long_id] == start + 60
@@ -257,8 +266,8 @@ async def test_request_arriving_during_a_long_decode_is_admitted_before_it_ends(
     # done long before the long one.
     assert gated_engine.admitted_at[short_id] == start + 6
     assert gated_engine.finished_at[short_id] <= start + 6 + 3 < gated_engine.finished_at[long_id]
-    assert short_response.json()["translations"][0]["text"] == solo(short_text, 3)
-    assert long_response.json()["translations"][0]["text"] == solo(long_text, 60)
+    assert short_response.json()["translations"][0]["text"] == solo(SHORT_TEXT, 3)
+    assert long_response.json()["translations"][0]["text"] == solo(LONG_TEXT, 60)
 
 
 @pytest.mark.anyio
@@ -268,34 +277,16 @@ async def test_with_encoder_overlap_a_newcomer_is_encoded_while_the_long_decode_
     """The default: the newcomer's encoder call runs on the encoder thread while the running
     row takes its steps; it joins once encoded, and both translations are what they are
     alone."""
-    long_text, short_text = "Print this folder with your account", "Login"
     app = create_app(settings_for(model_dir), engine=gated_engine)
-    async with serving(app) as client:
-        gated_engine.close()
-        batcher = only_model(app).batcher
-        start = gated_engine.steps
-        long_task = asyncio.ensure_future(
-            client.post("/v1/translate", json={"text": long_text, "max_new_tokens": 60})
-        )
-        await wait_until(gated_engine.waiting.is_set, "long request decoding")
-        gated_engine.allow(5)
-        await wait_until(
-            lambda: gated_engine.steps == start + 5 and gated_engine.waiting.is_set(), "5 steps"
-        )
-        short_task = asyncio.ensure_future(
-            client.post("/v1/translate", json={"text": short_text, "max_new_tokens": 3})
-        )
-        await wait_until(lambda: batcher.queue_depth == 1, "short request queued")
-        gated_engine.open()
-        long_response, short_response = await asyncio.gather(long_task, short_task)
+    start, long_response, short_response = await long_decode_then_a_newcomer(app, gated_engine)
 
-    long_id, short_id = id_of(gated_engine, long_text), id_of(gated_engine, short_text)
+    long_id, short_id = id_of(gated_engine, LONG_TEXT), id_of(gated_engine, SHORT_TEXT)
     assert any(name.startswith("encoder") for name in gated_engine.encoded_on)
     # chosen after step 6, encoded during step 7 (or a few more): joined well before the end
     assert start + 7 <= gated_engine.admitted_at[short_id] < start + 20
     assert gated_engine.finished_at[short_id] < gated_engine.finished_at[long_id] == start + 60
-    assert short_response.json()["translations"][0]["text"] == solo(short_text, 3)
-    assert long_response.json()["translations"][0]["text"] == solo(long_text, 60)
+    assert short_response.json()["translations"][0]["text"] == solo(SHORT_TEXT, 3)
+    assert long_response.json()["translations"][0]["text"] == solo(LONG_TEXT, 60)
 
 
 @pytest.mark.anyio
