@@ -270,7 +270,7 @@ def summarize(
 
 
 def timeline_point(offset_s: float, samples: MetricSamples) -> dict[str, float | None]:
-    """One sample of the service's state during a run (``run_timeline``): queue depth and
+    """One sample of the service's state during a run (``open_loop.sample_timeline``): queue depth and
     rows in the batch (gauges, summed over models), the admission knee, and the counters
     whose differences give engine busy share, steps and decoder calls per interval."""
 

@@ -40,6 +40,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
@@ -455,10 +456,12 @@ class ContinuousBatcher:
                 self._drop(dropped)
             if newcomers or self._running or self._encoding:
                 with self._turn():
+                    if self._encoding is not None and not self._running:
+                        # nothing to step meanwhile: the engine thread waits for the encoder
+                        # thread, whose time is counted as busy already (``_encode_ahead``)
+                        futures.wait([self._encoding.future])
                     busy_since = time.perf_counter()
-                    if self._encoding is not None and (
-                        self._encoding.future.done() or not self._running
-                    ):
+                    if self._encoding is not None and self._encoding.future.done():
                         self._place_encoded()
                     if newcomers:
                         if self._overlap and self._running:
@@ -661,7 +664,7 @@ class ContinuousBatcher:
         self._encoding = _Encoding(newcomers, self._encoder.submit(encode), self._clock())
 
     def _place_encoded(self) -> None:
-        """The admission on the encoder thread joins the batch (waits for it if need be)."""
+        """The admission encoded on the encoder thread joins the batch."""
         encoding, self._encoding = self._encoding, None
         try:
             encoded = encoding.future.result()

@@ -813,16 +813,25 @@ class OverlapEngine(GatedEngine):
         self.add(encoded.requests)
 
 
+async def a_running_row_and_a_newcomer(batcher, engine, running_row, newcomer_row):
+    """``running_row`` decodes (held at its first step); ``newcomer_row`` waits in the queue.
+    Returns both submissions' tasks."""
+    running = asyncio.ensure_future(batcher.submit([running_row]))
+    await wait_until(engine.waiting.is_set, "first row decoding")
+    newcomer = asyncio.ensure_future(batcher.submit([newcomer_row]))
+    await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
+    return running, newcomer
+
+
 @pytest.mark.anyio
 async def test_a_failed_encoding_on_the_encoder_thread_fails_its_admission_alone(make_batcher):
     engine = OverlapEngine()
     batcher = make_batcher(engine)
-    running = asyncio.ensure_future(batcher.submit([sentence(8, first=1)]))
-    await wait_until(engine.waiting.is_set, "first row decoding")
     bad = sentence(3, first=50)
     engine.fail_sources.add(tuple(bad.src_ids))
-    failing = asyncio.ensure_future(batcher.submit([bad]))
-    await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
+    running, failing = await a_running_row_and_a_newcomer(
+        batcher, engine, sentence(8, first=1), bad
+    )
     engine.allow(10**6)
     with pytest.raises(EngineFailure, match=r"failed to encode the input \(RuntimeError\)"):
         await failing
@@ -838,11 +847,10 @@ async def test_a_failed_encoding_on_the_encoder_thread_fails_its_admission_alone
 async def test_a_request_cancelled_while_encoding_leaves_once_it_has_joined(make_batcher):
     engine = OverlapEngine()
     batcher = make_batcher(engine)
-    running = asyncio.ensure_future(batcher.submit([sentence(30, first=1)]))
-    await wait_until(engine.waiting.is_set, "first row decoding")
     engine.release_encoder.clear()  # the next encoder call waits
-    newcomer = asyncio.ensure_future(batcher.submit([sentence(20, first=40)]))
-    await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
+    running, newcomer = await a_running_row_and_a_newcomer(
+        batcher, engine, sentence(30, first=1), sentence(20, first=40)
+    )
     engine.allow(2)  # the admission goes to the encoder thread; the running row steps on
     await wait_until(lambda: len(engine.encoded_on) == 1, "newcomer encoding")
     await wait_until(lambda: engine.steps >= 2, "running row stepped while encoding")
