@@ -22,6 +22,7 @@ from service.batcher import (
     EngineFailure,
     InvalidRow,
     NotAccepting,
+    OverlapGovernor,
     QueueFull,
     RowRequest,
 )
@@ -862,3 +863,141 @@ async def test_a_request_cancelled_while_encoding_leaves_once_it_has_joined(make
     assert result.tokens == FakeEngine.expected(sentence(30, first=1).src_ids)
     await wait_until(lambda: 1 in engine.dropped, "cancelled newcomer dropped after joining")
     assert engine.active_rows == 0
+
+
+# --- the encoder overlap stands down on a saturated machine ------------------------------------
+
+
+class TickingClock:
+    """A clock that moves by ``tick`` at every reading: ``timed`` reads each clock twice, so
+    one encoding measures exactly ``tick`` seconds."""
+
+    def __init__(self, tick: float) -> None:
+        self.tick = tick
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def test_governor_stands_down_for_a_while_when_a_window_gets_too_little_of_a_core():
+    clock = FakeClock()
+    governor = OverlapGovernor(0.7, window=3, stand_down_s=2.0, clock=clock)
+    assert governor.allows_overlap()
+    assert not governor.record(0.3, 1.0)
+    assert not governor.record(0.3, 1.0)  # the window is not complete yet
+    assert governor.last_share is None
+    assert governor.record(0.3, 1.0)  # 0.9 of 3 wall seconds: 0.3 of a core
+    assert governor.last_share == pytest.approx(0.3) and governor.stand_downs == 1
+    assert not governor.allows_overlap()
+    clock.now += 1.9
+    assert not governor.allows_overlap()
+    clock.now += 0.1
+    assert governor.allows_overlap()  # tried again, with a fresh window
+    assert not governor.record(1.0, 1.0) and not governor.record(0.9, 1.0)
+    assert not governor.record(0.8, 1.0)  # 0.9 of a core: it stays on
+    assert governor.allows_overlap() and governor.stand_downs == 1
+    assert governor.last_share == pytest.approx(0.9)
+    assert governor.windows_by_tenth[3] == 1 and governor.windows_by_tenth[9] == 1
+    assert "2 windows of 3" in governor.summary() and "stood down 1 times" in governor.summary()
+
+
+def test_governor_weighs_encodings_by_their_wall_time():
+    """A short encoding that was descheduled does not outweigh a long one that ran."""
+    governor = OverlapGovernor(0.7, window=2, clock=FakeClock())
+    assert not governor.record(0.001, 0.01)  # 0.1 of a core for 10 ms
+    assert not governor.record(0.09, 0.1)  # 0.9 of a core for 100 ms
+    assert governor.last_share == pytest.approx(0.091 / 0.11)
+    assert governor.allows_overlap()
+
+
+def test_governor_with_min_share_zero_measures_and_never_stands_down():
+    governor = OverlapGovernor(0.0, window=1, clock=FakeClock())
+    assert not governor.record(0.0, 1.0)
+    assert governor.last_share == 0.0 and governor.allows_overlap()
+
+
+def test_governor_times_the_work_on_its_clocks():
+    governor = OverlapGovernor(cpu_clock=TickingClock(0.25), wall_clock=TickingClock(1.0))
+    assert governor.timed(lambda: "encoded") == ("encoded", 0.25, 1.0)
+
+
+def test_governor_refuses_a_share_outside_zero_to_one_and_an_empty_window():
+    with pytest.raises(ValueError, match="min_cpu_share"):
+        OverlapGovernor(1.5)
+    with pytest.raises(ValueError, match="window"):
+        OverlapGovernor(window=0)
+
+
+def test_min_cpu_share_setting_reaches_the_batching_config():
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    config = BatchingConfig.from_settings(Settings(encoder_overlap_min_cpu_share=0.5))
+    assert config.overlap_min_cpu_share == 0.5
+    assert BatchingConfig.from_settings(Settings()).overlap_min_cpu_share == 0.7
+    with pytest.raises(ValidationError):
+        Settings(encoder_overlap_min_cpu_share=1.5)
+
+
+async def step_until(engine: GatedEngine, predicate, what: str) -> None:
+    """Let the engine take one step at a time until ``predicate()`` holds (an encoding on the
+    encoder thread joins at the first step boundary after it is done, however many steps)."""
+    for _ in range(5000):
+        if predicate():
+            return
+        if engine.waiting.is_set():
+            engine.allow(1)
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"never happened: {what}")
+
+
+@pytest.mark.anyio
+async def test_a_starved_encoder_thread_stands_the_overlap_down_then_it_is_tried_again(
+    make_batcher,
+):
+    """Each overlapped encoding gets 0.25 of a core (injected clocks) and the window is one
+    encoding: after the first, admissions are encoded on the engine thread until the stand-down
+    has passed on the batcher's clock; then the encoder thread is used again."""
+    engine = OverlapEngine()
+    clock = FakeClock()
+    governor = OverlapGovernor(
+        0.7,
+        window=1,
+        stand_down_s=2.0,
+        clock=clock,
+        cpu_clock=TickingClock(0.25),
+        wall_clock=TickingClock(1.0),
+    )
+    batcher = make_batcher(engine, clock=clock, overlap_governor=governor)
+    registry = batcher.metrics.registry
+    labels = {"model": "default"}
+
+    def admitted(request_id: int) -> bool:
+        return any(request_id in ids for _, ids in engine.admissions)
+
+    await a_running_row_and_a_newcomer(batcher, engine, sentence(200, first=1), sentence(100))
+    assert registry.get_sample_value("mt_encoder_overlap_active", labels) == 1
+    # request 1 is encoded on the encoder thread, then joins and is judged
+    await step_until(engine, lambda: admitted(1), "first newcomer joined")
+    assert engine.encoded_on == ["encoder_0"]
+    assert registry.get_sample_value("mt_encoder_overlap_stand_downs_total") == 1
+    assert registry.get_sample_value("mt_encoder_cpu_share", labels) == 0.25
+
+    second = asyncio.ensure_future(batcher.submit([sentence(3, first=300)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "second newcomer queued")
+    await step_until(engine, lambda: admitted(2), "second newcomer joined")
+    assert engine.encoded_on == ["encoder_0"]  # added whole, on the engine thread
+    assert registry.get_sample_value("mt_encoder_overlap_active", labels) == 0
+
+    clock.now += 2.0  # the stand-down is over
+    third = asyncio.ensure_future(batcher.submit([sentence(3, first=400)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "third newcomer queued")
+    await step_until(engine, lambda: admitted(3), "third newcomer joined")
+    assert engine.encoded_on == ["encoder_0", "encoder_0"]
+    assert registry.get_sample_value("mt_encoder_overlap_stand_downs_total") == 2
+    engine.allow(10**6)
+    assert (await second)[0].tokens == FakeEngine.expected(sentence(3, first=300).src_ids)
+    assert (await third)[0].tokens == FakeEngine.expected(sentence(3, first=400).src_ids)
