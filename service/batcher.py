@@ -95,11 +95,6 @@ class BatchingConfig:
     # Continuous: encode newcomers on a second thread while the running rows step (an engine
     # with ``encode``/``place``); they join once encoded, one admission in flight at a time.
     encoder_overlap: bool = True
-    # The overlap stands down (encodes on the engine thread) while the encoder thread gets
-    # less than this share of a core over a window of encodings (``OverlapGovernor``); 0: never.
-    overlap_min_cpu_share: float = 0.7
-    overlap_window: int = 8  # overlapped encodings per judgement
-    overlap_stand_down_s: float = 2.0  # how long it stands down before it is tried again
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BatchingConfig:
@@ -115,60 +110,46 @@ class BatchingConfig:
             cost_tolerance=settings.admission_cost_tolerance,
             max_admit_tokens=settings.admission_max_tokens,
             encoder_overlap=settings.encoder_overlap,
-            overlap_min_cpu_share=settings.encoder_overlap_min_cpu_share,
         )
 
 
-class OverlapGovernor:
-    """Whether the encoder overlap gets the core it assumes; it stands down when it does not.
+class EncoderCpuShare:
+    """The share of a core the encoder thread gets while the running rows step.
 
-    The overlap pays when the encoder thread and the engine thread each have a core. On a
-    saturated machine (2 cores shared with the HTTP event loop, and on a test machine the
-    load generator) they take turns on the cores anyway, and the second engine thread only
-    takes time from the event loop. ONNX Runtime with one intra-op thread computes in the
-    calling thread, so the encoder thread's CPU time over wall time around its encoder call
-    (``time.thread_time`` / ``time.perf_counter``) is the share of a core it actually got
-    (waits for the GIL count as not running, as they should).
+    The encoder overlap assumes that the encoder thread and the engine thread each have a
+    core. ONNX Runtime with one intra-op thread computes in the calling thread, so the
+    encoder thread's CPU time over wall time around its encoder call (``time.thread_time`` /
+    ``time.perf_counter``) is the share of a core it actually got; waits for the GIL count
+    as not running. Over every ``window`` overlapped encodings the share is sum(cpu) /
+    sum(wall) (``mt_encoder_cpu_share``; a histogram of the windows goes to the log at close).
+    With several intra-op threads it is the calling thread's share, a lower bound of the pool's.
 
-    Over every ``window`` overlapped encodings the share is sum(cpu) / sum(wall). Below
-    ``min_cpu_share``, the overlap stands down for ``stand_down_s`` (admissions are encoded
-    on the engine thread, as with ``MT_ENCODER_OVERLAP=false``); then it is tried again with
-    a fresh window. ``min_cpu_share`` 0 measures and never stands down. With several intra-op
-    threads, the calling thread's share is still a lower bound of the pool's: it works (or
-    spins) in every parallel section.
+    On the 2-core machine the encoder thread got 0.6-0.9 of a core at half of capacity and
+    0.4-0.6 at 95 %. Standing the overlap down when the share fell below 0.7 (encoding on the
+    engine thread for 2 s, then trying again) was measured and not kept: it did not prevent
+    the collapses at 95 %, where the load generator on the same cores was the one that grew,
+    and it raised p99 at 85 % (BENCHMARKS.md).
 
-    Used by the engine thread only (``allows_overlap``, ``record``); ``timed`` runs on the
-    encoder thread and touches no state. The clocks are arguments for the tests.
+    ``timed`` runs on the encoder thread and touches no state; ``record`` and ``summary`` are
+    the engine thread's. The clocks are arguments for the tests.
     """
 
     def __init__(
         self,
-        min_cpu_share: float = 0.7,
         window: int = 8,
-        stand_down_s: float = 2.0,
         *,
-        clock: Callable[[], float] = time.monotonic,
         cpu_clock: Callable[[], float] = time.thread_time,
         wall_clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        if not 0 <= min_cpu_share <= 1:
-            raise ValueError(f"min_cpu_share must be within [0, 1], not {min_cpu_share}")
         if window < 1:
             raise ValueError(f"window must be at least 1, not {window}")
-        self.min_cpu_share = min_cpu_share
         self.window = window
-        self.stand_down_s = stand_down_s
-        self._clock = clock
         self._cpu_clock = cpu_clock
         self._wall_clock = wall_clock
         self._cpu_s = 0.0  # this window's encoder CPU seconds
         self._wall_s = 0.0  # and wall seconds
         self._encodings = 0  # encodings in this window
-        self._standing_down_until: float | None = None
-        self.last_share: float | None = None  # the last whole window's share of a core
-        self.stand_downs = 0
-        # for the summary at close: windows judged, and windows by share (tenths of a core)
-        self.windows_by_tenth = [0] * 11
+        self.windows_by_tenth = [0] * 11  # whole windows by share, in tenths of a core
 
     def timed(self, work: Callable[[], T]) -> tuple[T, float, float]:
         """``work()``, with the CPU and wall seconds of the calling thread it took."""
@@ -176,48 +157,30 @@ class OverlapGovernor:
         result = work()
         return result, self._cpu_clock() - cpu_started, self._wall_clock() - wall_started
 
-    def allows_overlap(self) -> bool:
-        """Whether the next admission may be encoded on the encoder thread."""
-        if self._standing_down_until is None:
-            return True
-        if self._clock() < self._standing_down_until:
-            return False
-        self._standing_down_until = None  # try again, with a fresh window
-        self._cpu_s = self._wall_s = 0.0
-        self._encodings = 0
-        return True
-
-    def record(self, cpu_s: float, wall_s: float) -> bool:
-        """One overlapped encoding's CPU and wall seconds; True when this one made the
-        overlap stand down."""
+    def record(self, cpu_s: float, wall_s: float) -> float | None:
+        """One overlapped encoding's CPU and wall seconds; the window's share of a core when
+        this encoding completes a window, else None."""
         self._cpu_s += cpu_s
         self._wall_s += wall_s
         self._encodings += 1
         if self._encodings < self.window:
-            return False
+            return None
         share = min(1.0, self._cpu_s / self._wall_s) if self._wall_s > 0 else 1.0
-        self.last_share = share
         self.windows_by_tenth[int(share * 10)] += 1
         self._cpu_s = self._wall_s = 0.0
         self._encodings = 0
-        if share >= self.min_cpu_share:
-            return False
-        self._standing_down_until = self._clock() + self.stand_down_s
-        self.stand_downs += 1
-        return True
+        return share
 
     def summary(self) -> str:
-        """One line for the log: the windows' shares and the stand-downs."""
-        judged = sum(self.windows_by_tenth)
+        """One line for the log: how many windows got which share of a core."""
         shares = " ".join(
             f"{tenth / 10:.1f}:{count}"
             for tenth, count in enumerate(self.windows_by_tenth)
             if count
         )
         return (
-            f"{judged} windows of {self.window} overlapped encodings, by share of a core "
-            f"[{shares or '-'}]; stood down {self.stand_downs} times "
-            f"(below {self.min_cpu_share:g}, {self.stand_down_s:g} s each)"
+            f"{sum(self.windows_by_tenth)} windows of {self.window} overlapped encodings, "
+            f"by share of a core the encoder thread got [{shares or '-'}]"
         )
 
 
@@ -330,12 +293,12 @@ class ContinuousBatcher:
         metrics: ServiceMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         turn: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
-        overlap_governor: OverlapGovernor | None = None,
+        encoder_share: EncoderCpuShare | None = None,
         **overrides,
     ) -> None:
         """``config``: the scheduling knobs (default ``BatchingConfig()``); ``overrides``:
-        fields of it to replace (tests, scripts). ``overlap_governor``: default, one built
-        from ``config`` on ``clock`` (tests pass one with their own clocks)."""
+        fields of it to replace (tests, scripts). ``encoder_share``: measures the encoder
+        thread's share of a core (tests pass one with their own clocks)."""
         config = replace(config or BatchingConfig(), **overrides)
         if config.batching not in ("continuous", "static"):
             raise ValueError(f"unknown batching policy {config.batching!r}")
@@ -377,13 +340,7 @@ class ContinuousBatcher:
         )
         self._encoder: ThreadPoolExecutor | None = None
         self._encoding: _Encoding | None = None  # engine thread only
-        self._governor = overlap_governor or OverlapGovernor(
-            config.overlap_min_cpu_share,
-            config.overlap_window,
-            config.overlap_stand_down_s,
-            clock=clock,
-        )
-        self.metrics.encoder_overlap_active.set(1 if self._overlap else 0)
+        self._encoder_share = encoder_share or EncoderCpuShare()
 
     # --- event-loop side -------------------------------------------------------------------
 
@@ -582,7 +539,7 @@ class ContinuousBatcher:
                     if self._encoding is not None and self._encoding.future.done():
                         self._place_encoded()
                     if newcomers:
-                        if self._overlap and self._running and self._overlap_allowed():
+                        if self._overlap and self._running:
                             self._encode_ahead(newcomers)
                         else:
                             self._add(newcomers)
@@ -593,7 +550,7 @@ class ContinuousBatcher:
         if self._encoder is not None:
             self._encoder.shutdown(wait=False)
         if self._overlap:
-            logger.info("encoder overlap: %s", self._governor.summary())
+            logger.info("encoder overlap: %s", self._encoder_share.summary())
         for job in leftovers:
             self._fail(job, NotAccepting("shutting_down"))
         self.metrics.queue_depth.set(0)
@@ -776,8 +733,8 @@ class ContinuousBatcher:
 
         def encode():  # timed as engine work: it is the engine's, on another thread
             started = time.perf_counter()
-            try:  # -> (encoded, CPU seconds, wall seconds) for the governor
-                return self._governor.timed(lambda: self.engine.encode(rows))
+            try:  # -> (encoded, CPU seconds, wall seconds)
+                return self._encoder_share.timed(lambda: self.engine.encode(rows))
             finally:
                 self.metrics.engine_busy.inc(time.perf_counter() - started)
 
@@ -788,36 +745,14 @@ class ContinuousBatcher:
         encoding, self._encoding = self._encoding, None
         try:
             encoded, cpu_s, wall_s = encoding.future.result()
-            self._judge_overlap(cpu_s, wall_s)
+            if (share := self._encoder_share.record(cpu_s, wall_s)) is not None:
+                self.metrics.encoder_cpu_share.set(share)
             self.engine.place(encoded)
         except Exception as error:
             self._fail_admission(encoding.jobs, error)
             return
         # the queue wait ends when the admission was chosen; the rows join the batch now
         self._admitted(encoding.jobs, encoded.rejected, self.engine.steps, encoding.admitted_at)
-
-    def _overlap_allowed(self) -> bool:
-        """Whether this admission may be encoded on the encoder thread (the governor)."""
-        allowed = self._governor.allows_overlap()
-        self.metrics.encoder_overlap_active.set(1 if allowed else 0)
-        return allowed
-
-    def _judge_overlap(self, cpu_s: float, wall_s: float) -> None:
-        """One overlapped encoding's share of a core, to the governor."""
-        governor = self._governor
-        if governor.record(cpu_s, wall_s):
-            self.metrics.encoder_overlap_stand_downs.inc()
-            self.metrics.encoder_overlap_active.set(0)
-            logger.info(
-                "encoder overlap stands down for %g s: the encoder thread got %.2f of a core "
-                "over its last %d encodings (MT_ENCODER_OVERLAP_MIN_CPU_SHARE=%g)",
-                governor.stand_down_s,
-                governor.last_share,
-                governor.window,
-                governor.min_cpu_share,
-            )
-        if governor.last_share is not None:
-            self.metrics.encoder_cpu_share.set(governor.last_share)
 
     def _fail_admission(self, newcomers: list[_Job], error: Exception) -> None:
         logger.exception("admitting %d sentences failed", len(newcomers), exc_info=error)

@@ -1,7 +1,7 @@
 """Prometheus metrics, one registry per app (so tests and several apps in one process don't
 collide), modelled on Triton's: request counts and latency by route and status, queue wait,
 rows per decode step, decode steps, generated tokens, queue depth, in-flight rows,
-rejections by reason, and whether the encoder overlap is on or stands down.
+rejections by reason, and the share of a core the encoder overlap's thread gets.
 
 The gauges of a batcher's state (queue depth, in-flight rows) carry a ``model`` label: each
 model has its own batcher, and one unlabelled gauge would hold whichever batcher wrote last.
@@ -106,25 +106,11 @@ class ServiceMetrics:
             ["model"],
             registry=r,
         )
-        self.encoder_overlap_active = Gauge(
-            "mt_encoder_overlap_active",
-            "1 while newcomers are encoded on the encoder thread as the running rows step, 0 "
-            "while the overlap is off or stands down (the encoder thread got too small a share "
-            "of a core; MT_ENCODER_OVERLAP_MIN_CPU_SHARE), by model.",
-            ["model"],
-            registry=r,
-        )
         self.encoder_cpu_share = Gauge(
             "mt_encoder_cpu_share",
-            "Share of a core the encoder thread got over its last window of overlapped "
-            "encodings (CPU time / wall time), by model.",
+            "Share of a core the encoder thread got over its last window of 8 overlapped "
+            "encodings (CPU time / wall time; the overlap assumes a whole core), by model.",
             ["model"],
-            registry=r,
-        )
-        self.encoder_overlap_stand_downs = Counter(
-            "mt_encoder_overlap_stand_downs",
-            "Times the encoder overlap stood down (encoding on the engine thread for a while) "
-            "because the encoder thread got less than MT_ENCODER_OVERLAP_MIN_CPU_SHARE of a core.",
             registry=r,
         )
         self.inflight_requests = Gauge(
@@ -160,7 +146,6 @@ class ServiceMetrics:
         view.queue_depth = self.queue_depth.labels(model=model_id)
         view.inflight_rows = self.inflight_rows.labels(model=model_id)
         view.row_limit = self.row_limit.labels(model=model_id)
-        view.encoder_overlap_active = self.encoder_overlap_active.labels(model=model_id)
         view.encoder_cpu_share = self.encoder_cpu_share.labels(model=model_id)
         return view
 
@@ -170,7 +155,6 @@ class ServiceMetrics:
             self.queue_depth,
             self.inflight_rows,
             self.row_limit,
-            self.encoder_overlap_active,
             self.encoder_cpu_share,
         ):
             gauge.remove(model_id)  # a label set it does not hold is no error

@@ -169,16 +169,6 @@ class Settings(BaseSettings):
         "running rows take their decoder steps, and join the batch once encoded; running rows "
         "no longer wait for admissions' encoder calls (BENCHMARKS.md).",
     )
-    encoder_overlap_min_cpu_share: float = Field(
-        0.7,
-        ge=0,
-        le=1,
-        description="See encoder_overlap: when the encoder thread gets less than this share of "
-        "a core over a window of 8 overlapped encodings (CPU time / wall time; the machine is "
-        "saturated), the overlap stands down for 2 s: newcomers are encoded on the engine "
-        "thread, leaving the other core to the HTTP event loop; then it is tried again. "
-        "0: never stand down (docs/engine.md).",
-    )
 
     # --- per-request limits ------------------------------------------------------------
     max_texts_per_request: int = Field(64, ge=1)

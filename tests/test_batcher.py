@@ -19,10 +19,10 @@ import pytest
 from service.batcher import (
     BatchingConfig,
     ContinuousBatcher,
+    EncoderCpuShare,
     EngineFailure,
     InvalidRow,
     NotAccepting,
-    OverlapGovernor,
     QueueFull,
     RowRequest,
 )
@@ -865,7 +865,7 @@ async def test_a_request_cancelled_while_encoding_leaves_once_it_has_joined(make
     assert engine.active_rows == 0
 
 
-# --- the encoder overlap stands down on a saturated machine ------------------------------------
+# --- the share of a core the encoder thread gets ----------------------------------------------
 
 
 class TickingClock:
@@ -881,65 +881,30 @@ class TickingClock:
         return self.now
 
 
-def test_governor_stands_down_for_a_while_when_a_window_gets_too_little_of_a_core():
-    clock = FakeClock()
-    governor = OverlapGovernor(0.7, window=3, stand_down_s=2.0, clock=clock)
-    assert governor.allows_overlap()
-    assert not governor.record(0.3, 1.0)
-    assert not governor.record(0.3, 1.0)  # the window is not complete yet
-    assert governor.last_share is None
-    assert governor.record(0.3, 1.0)  # 0.9 of 3 wall seconds: 0.3 of a core
-    assert governor.last_share == pytest.approx(0.3) and governor.stand_downs == 1
-    assert not governor.allows_overlap()
-    clock.now += 1.9
-    assert not governor.allows_overlap()
-    clock.now += 0.1
-    assert governor.allows_overlap()  # tried again, with a fresh window
-    assert not governor.record(1.0, 1.0) and not governor.record(0.9, 1.0)
-    assert not governor.record(0.8, 1.0)  # 0.9 of a core: it stays on
-    assert governor.allows_overlap() and governor.stand_downs == 1
-    assert governor.last_share == pytest.approx(0.9)
-    assert governor.windows_by_tenth[3] == 1 and governor.windows_by_tenth[9] == 1
-    assert "2 windows of 3" in governor.summary() and "stood down 1 times" in governor.summary()
+def test_encoder_share_is_judged_over_whole_windows_and_counted_by_tenths():
+    share = EncoderCpuShare(window=3)
+    assert share.record(0.3, 1.0) is None
+    assert share.record(0.3, 1.0) is None  # the window is not complete yet
+    assert share.record(0.3, 1.0) == pytest.approx(0.3)  # 0.9 of 3 wall seconds
+    assert share.record(1.0, 1.0) is None  # a fresh window
+    assert share.record(0.9, 1.0) is None
+    assert share.record(0.8, 1.0) == pytest.approx(0.9)
+    assert share.windows_by_tenth[3] == 1 and share.windows_by_tenth[9] == 1
+    assert "2 windows of 3" in share.summary() and "[0.3:1 0.9:1]" in share.summary()
 
 
-def test_governor_weighs_encodings_by_their_wall_time():
+def test_encoder_share_weighs_encodings_by_their_wall_time():
     """A short encoding that was descheduled does not outweigh a long one that ran."""
-    governor = OverlapGovernor(0.7, window=2, clock=FakeClock())
-    assert not governor.record(0.001, 0.01)  # 0.1 of a core for 10 ms
-    assert not governor.record(0.09, 0.1)  # 0.9 of a core for 100 ms
-    assert governor.last_share == pytest.approx(0.091 / 0.11)
-    assert governor.allows_overlap()
+    share = EncoderCpuShare(window=2)
+    assert share.record(0.001, 0.01) is None  # 0.1 of a core for 10 ms
+    assert share.record(0.09, 0.1) == pytest.approx(0.091 / 0.11)  # 0.9 for 100 ms
 
 
-def test_governor_with_min_share_zero_measures_and_never_stands_down():
-    governor = OverlapGovernor(0.0, window=1, clock=FakeClock())
-    assert not governor.record(0.0, 1.0)
-    assert governor.last_share == 0.0 and governor.allows_overlap()
-
-
-def test_governor_times_the_work_on_its_clocks():
-    governor = OverlapGovernor(cpu_clock=TickingClock(0.25), wall_clock=TickingClock(1.0))
-    assert governor.timed(lambda: "encoded") == ("encoded", 0.25, 1.0)
-
-
-def test_governor_refuses_a_share_outside_zero_to_one_and_an_empty_window():
-    with pytest.raises(ValueError, match="min_cpu_share"):
-        OverlapGovernor(1.5)
+def test_encoder_share_times_the_work_on_its_clocks_and_refuses_an_empty_window():
+    share = EncoderCpuShare(cpu_clock=TickingClock(0.25), wall_clock=TickingClock(1.0))
+    assert share.timed(lambda: "encoded") == ("encoded", 0.25, 1.0)
     with pytest.raises(ValueError, match="window"):
-        OverlapGovernor(window=0)
-
-
-def test_min_cpu_share_setting_reaches_the_batching_config():
-    from pydantic import ValidationError
-
-    from service.settings import Settings
-
-    config = BatchingConfig.from_settings(Settings(encoder_overlap_min_cpu_share=0.5))
-    assert config.overlap_min_cpu_share == 0.5
-    assert BatchingConfig.from_settings(Settings()).overlap_min_cpu_share == 0.7
-    with pytest.raises(ValidationError):
-        Settings(encoder_overlap_min_cpu_share=1.5)
+        EncoderCpuShare(window=0)
 
 
 async def step_until(engine: GatedEngine, predicate, what: str) -> None:
@@ -955,49 +920,29 @@ async def step_until(engine: GatedEngine, predicate, what: str) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_starved_encoder_thread_stands_the_overlap_down_then_it_is_tried_again(
-    make_batcher,
-):
-    """Each overlapped encoding gets 0.25 of a core (injected clocks) and the window is one
-    encoding: after the first, admissions are encoded on the engine thread until the stand-down
-    has passed on the batcher's clock; then the encoder thread is used again."""
+async def test_the_encoder_threads_share_of_a_core_is_exported_per_window(make_batcher):
+    """Each overlapped encoding gets 0.25 of a core (injected clocks), windows of one: the
+    gauge says so once the newcomer has joined; an admission into an empty batch (encoded on
+    the engine thread) is not measured."""
     engine = OverlapEngine()
-    clock = FakeClock()
-    governor = OverlapGovernor(
-        0.7,
-        window=1,
-        stand_down_s=2.0,
-        clock=clock,
-        cpu_clock=TickingClock(0.25),
-        wall_clock=TickingClock(1.0),
+    encoder_share = EncoderCpuShare(
+        window=1, cpu_clock=TickingClock(0.25), wall_clock=TickingClock(1.0)
     )
-    batcher = make_batcher(engine, clock=clock, overlap_governor=governor)
+    batcher = make_batcher(engine, encoder_share=encoder_share)
     registry = batcher.metrics.registry
     labels = {"model": "default"}
+    running, newcomer = await a_running_row_and_a_newcomer(
+        batcher, engine, sentence(30, first=1), sentence(5, first=100)
+    )
+    assert registry.get_sample_value("mt_encoder_cpu_share", labels) == 0  # nothing yet
 
-    def admitted(request_id: int) -> bool:
-        return any(request_id in ids for _, ids in engine.admissions)
+    def joined() -> bool:
+        return any(1 in ids for _, ids in engine.admissions)
 
-    await a_running_row_and_a_newcomer(batcher, engine, sentence(200, first=1), sentence(100))
-    assert registry.get_sample_value("mt_encoder_overlap_active", labels) == 1
-    # request 1 is encoded on the encoder thread, then joins and is judged
-    await step_until(engine, lambda: admitted(1), "first newcomer joined")
+    await step_until(engine, joined, "newcomer encoded on the encoder thread and joined")
     assert engine.encoded_on == ["encoder_0"]
-    assert registry.get_sample_value("mt_encoder_overlap_stand_downs_total") == 1
     assert registry.get_sample_value("mt_encoder_cpu_share", labels) == 0.25
-
-    second = asyncio.ensure_future(batcher.submit([sentence(3, first=300)]))
-    await wait_until(lambda: batcher.queue_depth == 1, "second newcomer queued")
-    await step_until(engine, lambda: admitted(2), "second newcomer joined")
-    assert engine.encoded_on == ["encoder_0"]  # added whole, on the engine thread
-    assert registry.get_sample_value("mt_encoder_overlap_active", labels) == 0
-
-    clock.now += 2.0  # the stand-down is over
-    third = asyncio.ensure_future(batcher.submit([sentence(3, first=400)]))
-    await wait_until(lambda: batcher.queue_depth == 1, "third newcomer queued")
-    await step_until(engine, lambda: admitted(3), "third newcomer joined")
-    assert engine.encoded_on == ["encoder_0", "encoder_0"]
-    assert registry.get_sample_value("mt_encoder_overlap_stand_downs_total") == 2
+    assert encoder_share.windows_by_tenth[2] == 1 and sum(encoder_share.windows_by_tenth) == 1
     engine.allow(10**6)
-    assert (await second)[0].tokens == FakeEngine.expected(sentence(3, first=300).src_ids)
-    assert (await third)[0].tokens == FakeEngine.expected(sentence(3, first=400).src_ids)
+    assert (await newcomer)[0].tokens == FakeEngine.expected(sentence(5, first=100).src_ids)
+    assert (await running)[0].tokens == FakeEngine.expected(sentence(30, first=1).src_ids)
