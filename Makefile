@@ -25,7 +25,7 @@ venv: $(VENV)/.installed
 
 # Re-exported when the weights or the exporter change (the runtime refuses exports of another
 # format version).
-build/onnx/%/decoder.onnx: $(VENV)/.installed models/%/model.safetensors models/%/config.json $(wildcard export/*.py)
+build/onnx/%/decoder.onnx: $(VENV)/.installed models/%/model.safetensors models/%/config.json $(wildcard export/*.py) $(wildcard models/*.py)
 	$(PY) -m export --model models/$* --output build/onnx/$*
 
 onnx: $(addsuffix /decoder.onnx,$(EXPORTS))

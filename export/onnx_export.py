@@ -11,18 +11,25 @@ encoder.onnx
     inputs  input_ids (B, S) int64, attention_mask (B, S) int64
     outputs encoder_hidden_states (B, S, D), cross_key_{i}, cross_value_{i} (B, H, S, Dh)
 decoder.onnx
-    inputs  input_ids (B, T), positions (B, T), self_attention_mask (B, P+T) int64,
-            past_key_{i}, past_value_{i} (B, H, P, Dh), cross_key_{i}, cross_value_{i} (B, H, S, Dh),
+    inputs  input_ids (B, T), positions (B, T), self_attention_mask (B, C+T) int64,
+            past_key_{i}, past_value_{i} (B, H, C, Dh), cross_key_{i}, cross_value_{i} (B, H, S, Dh),
             encoder_attention_mask (B, S) int64
             top_k (1,), banned_ids (B*T, nb), watch_ids (B*T, nw) int64 (the search head)
-    outputs logits (B, T, V), present_key_{i}, present_value_{i} (B, H, P+T, Dh),
+    outputs logits (B, T, V), new_key_{i}, new_value_{i} (B, H, T, Dh),
             top_log_probs, top_ids (B*T, k), watch_log_probs (B*T, nw)
+
+The self-attention cache is C slots of which the mask's first C columns say which hold a token:
+the caller may pass a buffer with spare capacity (invalid slots at the right end) and the graph
+returns only the new tokens' keys and values, which the caller writes into the next free slots.
+No step copies the cache (format 2 returned ``present`` = past + new: a ``Concat`` of every
+layer's cache at every step, 8-10 % of a Marian-base step at 128 rows; docs/engine.md).
 
 The search head (export/search_head.py) is appended to the traced decoder: log-softmax and
 top-k of the last position run in the graph, so the runtime never fetches the full logits.
 
-Besides the two model graphs, two tiny helper graphs are written (``kv_select.onnx``,
-``kv_merge.onnx``): row gathers / column slices and padded concatenation of the 2L cache tensors.
+Besides the two model graphs, three tiny helper graphs are written (``kv_select.onnx``,
+``kv_merge.onnx``, ``kv_append.onnx``): row gathers / column slices, padded concatenation of the
+2L cache tensors, and appending the new keys and values to caches that live on a device.
 The runtime runs them on the same execution provider as the model, so on CUDA the caches never
 leave the device when beams are reordered, rows retire or newcomers join (and the runtime needs
 neither torch nor numpy copies of the caches).
@@ -52,7 +59,11 @@ ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
 KV_SELECT_FILE = "kv_select.onnx"
 KV_MERGE_FILE = "kv_merge.onnx"
-FORMAT_VERSION = 2  # 2: search head in the decoder (export/search_head.py), kv_merge
+KV_APPEND_FILE = "kv_append.onnx"
+KV_HELPER_FILES = (KV_SELECT_FILE, KV_MERGE_FILE, KV_APPEND_FILE)
+# 2: search head in the decoder (export/search_head.py), kv_merge
+# 3: the decoder returns the new keys/values only (caches with spare capacity), kv_append
+FORMAT_VERSION = 3
 DEFAULT_OPSET = 20  # 23 (ONNX Attention) measured no faster on CPU here: bench/engine_bench.py
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 
@@ -79,8 +90,8 @@ def decoder_input_names(num_layers: int) -> list[str]:
 def decoder_output_names(num_layers: int) -> list[str]:
     return (
         ["logits"]
-        + [f"present_key_{i}" for i in range(num_layers)]
-        + [f"present_value_{i}" for i in range(num_layers)]
+        + [f"new_key_{i}" for i in range(num_layers)]
+        + [f"new_value_{i}" for i in range(num_layers)]
     )
 
 
@@ -111,7 +122,7 @@ class DecoderGraph(nn.Module):
         cross_values: tuple[Tensor, ...],
         encoder_attention_mask: Tensor,
     ) -> tuple[Tensor, tuple[Tensor, ...], tuple[Tensor, ...]]:
-        return self.model.decode_step(
+        return self.model.decode_new(
             input_ids,
             positions,
             past_keys,
@@ -220,6 +231,9 @@ def write_kv_helpers(output_dir: Path, num_tensors: int, elem_type: int, opset: 
         each side zero-padded on axis 2 by its pads (Pad's layout: begins of the 4 axes, then
         ends), then concatenated (newcomers join a running batch: self-attention pasts padded
         on the left, sources on the right; the masks say which slots are real)
+    kv_append: x_j (N, H, L, Dh), new_j (N, H, T, Dh) -> (N, H, L+T, Dh): the decoder's new
+        keys/values after the cache, for caches on a device (the host writes them into spare
+        capacity instead)
     """
     opset_import = [helper.make_opsetid("", min(opset, 21))]
     shape = ["rows", "heads", "length", "head_dim"]
@@ -276,6 +290,25 @@ def write_kv_helpers(output_dir: Path, num_tensors: int, elem_type: int, opset: 
     onnx.save(
         helper.make_model(merge, opset_imports=opset_import, ir_version=10),
         output_dir / KV_MERGE_FILE,
+    )
+
+    nodes = [
+        helper.make_node("Concat", [f"x_{j}", f"new_{j}"], [f"y_{j}"], axis=2)
+        for j in range(num_tensors)
+    ]
+    append = helper.make_graph(
+        nodes,
+        "kv_append",
+        [tensor(f"x_{j}", shape) for j in range(num_tensors)]
+        + [
+            tensor(f"new_{j}", ["rows", "heads", "new_length", "head_dim"])
+            for j in range(num_tensors)
+        ],
+        [tensor(f"y_{j}", ["rows", "heads", "out_length", "head_dim"]) for j in range(num_tensors)],
+    )
+    onnx.save(
+        helper.make_model(append, opset_imports=opset_import, ir_version=10),
+        output_dir / KV_APPEND_FILE,
     )
 
 

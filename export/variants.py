@@ -32,8 +32,7 @@ import onnx
 from export.onnx_export import (
     DECODER_FILE,
     ENCODER_FILE,
-    KV_MERGE_FILE,
-    KV_SELECT_FILE,
+    KV_HELPER_FILES,
     write_kv_helpers,
 )
 from export.search_head import HEAD_PREFIX
@@ -113,7 +112,7 @@ def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_
             op_types_to_quantize=["MatMul", "Gemm"],
         )
         prepared.unlink()
-    for name in (KV_SELECT_FILE, KV_MERGE_FILE):  # caches stay fp32
+    for name in KV_HELPER_FILES:  # caches stay fp32
         shutil.copyfile(source / name, target / name)
     config.update(variant=f"int8-{mode}", model_name=f"{config.get('model_name', source.name)}")
     _write_config(target, config)
@@ -151,7 +150,7 @@ def make_optimized(fp32_dir: str | Path, output_dir: str | Path) -> Path:
             str(source / name), model_type="bart", num_heads=config["num_heads"], opt_level=1
         )
         optimized.save_model_to_file(str(target / name))
-    for name in (KV_SELECT_FILE, KV_MERGE_FILE):
+    for name in KV_HELPER_FILES:
         shutil.copyfile(source / name, target / name)
     config.update(variant="fp32-optimized")
     _write_config(target, config)

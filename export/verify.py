@@ -1,7 +1,7 @@
 """Verify an export against the PyTorch model it came from.
 
 ``python -m export.verify --model DIR --onnx DIR`` checks: ``onnx.checker`` on every graph; no
-control flow in the decoder; the encoder's cross K/V and the decoder's logits and presents
+control flow in the decoder; the encoder's cross K/V and the decoder's logits and new keys/values
 against PyTorch at past length 0, 1 and > 1 on a padded batch of 3 (fp32 tolerance 1e-4);
 full greedy and beam-4 decodes through ``service.engine.Engine`` token-identical to
 ``models.search``. Exits non-zero on failure.
@@ -23,8 +23,7 @@ import torch
 from export.onnx_export import (
     DECODER_FILE,
     ENCODER_FILE,
-    KV_MERGE_FILE,
-    KV_SELECT_FILE,
+    KV_HELPER_FILES,
     control_flow_ops,
 )
 from models.checkpoint import load_pretrained
@@ -73,7 +72,7 @@ def sessions(onnx_dir: Path) -> tuple[ort.InferenceSession, ort.InferenceSession
 
 @torch.no_grad()
 def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) -> dict[str, float]:
-    """Max |ORT - PyTorch| of cross K/V, logits and presents; a padded batch of 3, with the first
+    """Max |ORT - PyTorch| of cross K/V, logits and new keys/values; a padded batch of 3, with the first
     row joining late (invalid left cache slots), at each past length; T = 1 and T = 2 new tokens."""
     config = model.config
     layers = config.decoder_layers
@@ -110,7 +109,7 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
             if past_len:
                 self_mask[0, : past_len - (past_len > 1)] = 0  # row 0 joined late
                 positions[0] -= past_len - (past_len > 1)
-            expected = model.decode_step(
+            expected = model.decode_new(
                 input_ids,
                 positions,
                 past_keys,
@@ -123,7 +122,6 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
             feeds = {
                 "input_ids": input_ids.numpy(),
                 "positions": positions.numpy(),
-                "self_attention_mask": self_mask.numpy(),
                 "encoder_attention_mask": src_mask.numpy(),
                 # the search head: top 5 with pad banned, a few ids watched
                 "top_k": np.array([5], dtype=np.int64),
@@ -131,28 +129,42 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
                 "watch_ids": np.tile(np.arange(3, dtype=np.int64), (batch * new_len, 1)),
             }
             for i in range(layers):
-                feeds[f"past_key_{i}"] = past_keys[i].numpy()
-                feeds[f"past_value_{i}"] = past_values[i].numpy()
                 feeds[f"cross_key_{i}"] = cross_keys[i].numpy()
                 feeds[f"cross_value_{i}"] = cross_values[i].numpy()
-            got = decoder.run(None, feeds)
             out_names = [o.name for o in decoder.get_outputs()]
-            logits_error = float(np.abs(got[out_names.index("logits")] - expected[0].numpy()).max())
-            cache_error = max(
-                float(
-                    np.abs(got[out_names.index(f"present_{kind}_{i}")] - tensors[i].numpy()).max()
-                )
-                for i in range(layers)
-                for kind, tensors in (("key", expected[1]), ("value", expected[2]))
-            )
-            errors[f"logits_P{past_len}_T{new_len}"] = logits_error
             expected_log_probs = torch.log_softmax(expected[0], dim=-1).flatten(0, 1)
             expected_log_probs[:, config.pad_id] = float("-inf")  # the head ranks N*T rows
             expected_top = expected_log_probs.topk(5, dim=-1).values.numpy()
-            errors[f"search_head_P{past_len}_T{new_len}"] = float(
-                np.abs(got[out_names.index("top_log_probs")] - expected_top).max()
-            )
-            errors[f"present_P{past_len}_T{new_len}"] = cache_error
+            # The cache as it is (C = P), and with 3 spare slots of junk after it, masked (the
+            # host's caches with spare capacity): both must give PyTorch's answer on C = P.
+            for spare in (0, 3):
+                junk = (batch, config.decoder_heads, spare, config.decoder_head_dim)
+
+                def with_spare(cache: torch.Tensor, junk=junk) -> np.ndarray:
+                    return torch.cat(
+                        [cache, 1e3 * torch.randn(junk, generator=generator)], 2
+                    ).numpy()
+
+                for i in range(layers):
+                    feeds[f"past_key_{i}"] = with_spare(past_keys[i])
+                    feeds[f"past_value_{i}"] = with_spare(past_values[i])
+                mask = np.zeros((batch, past_len + spare + new_len), dtype=np.int64)
+                mask[:, :past_len] = self_mask[:, :past_len].numpy()
+                mask[:, past_len + spare :] = self_mask[:, past_len:].numpy()
+                feeds["self_attention_mask"] = mask
+                got = decoder.run(None, feeds)
+                tag = f"P{past_len}_T{new_len}" + (f"_spare{spare}" if spare else "")
+                errors[f"logits_{tag}"] = float(
+                    np.abs(got[out_names.index("logits")] - expected[0].numpy()).max()
+                )
+                errors[f"search_head_{tag}"] = float(
+                    np.abs(got[out_names.index("top_log_probs")] - expected_top).max()
+                )
+                errors[f"new_kv_{tag}"] = max(
+                    float(np.abs(got[out_names.index(f"new_{kind}_{i}")] - new[i].numpy()).max())
+                    for i in range(layers)
+                    for kind, new in (("key", expected[1]), ("value", expected[2]))
+                )
     return errors
 
 
@@ -195,7 +207,7 @@ def decode_agreement(
 def verify(model: Transformer, onnx_dir: str | Path, tolerance: float = 1e-4) -> Report:
     onnx_dir = Path(onnx_dir)
     report = Report()
-    for name in (ENCODER_FILE, DECODER_FILE, KV_SELECT_FILE, KV_MERGE_FILE):
+    for name in (ENCODER_FILE, DECODER_FILE, *KV_HELPER_FILES):
         onnx.checker.check_model(str(onnx_dir / name), full_check=True)
         report.checks[f"checker:{name}"] = True
     report.checks["decoder_has_no_control_flow"] = not control_flow_ops(

@@ -8,8 +8,12 @@ The public surface is what export traces and what the search reference calls:
 - ``encode(src_ids, src_mask) -> (memory, cross_keys, cross_values)``: the encoder output and,
   for every decoder layer, the cross-attention keys and values ``W_k·memory``, ``W_v·memory``.
   They are computed once per request here; the decoder never recomputes them.
-- ``decode_step(...) -> (logits, present_keys, present_values)``: T new tokens against a
-  self-attention cache of P tokens, returning the cache grown to P + T.
+- ``decode_new(...) -> (logits, new_keys, new_values)``: T new tokens against a self-attention
+  cache of C slots (any of which the mask may hide), returning only the T new tokens' keys and
+  values. This is what the exported decoder computes: the caller keeps the cache and writes the
+  new slots into spare capacity, so no step copies the whole cache (docs/engine.md).
+- ``decode_step(...) -> (logits, present_keys, present_values)``: the same, with the cache grown
+  to C + T (the reference search and the parity checks).
 - ``forward(src_ids, src_mask, tgt_ids)``: full-sequence training pass, the same code path with
   an empty cache.
 
@@ -74,7 +78,6 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query_states: Tensor, keys: Tensor, values: Tensor, bias: Tensor) -> Tensor:
         """query_states (B, T, D); keys, values (B, H, L, Dh); bias (B, 1, T, L) additive."""
-        batch, length, d_model = query_states.shape
         queries = self.split_heads(self.q_proj(query_states))  # (B, H, T, Dh)
         scale = 1.0 / math.sqrt(self.head_dim)  # the head size, not the sequence length
         if self.written_out:
@@ -93,8 +96,44 @@ class MultiHeadAttention(nn.Module):
                 dropout_p=self.dropout if self.training else 0.0,
                 scale=scale,
             )  # (B, H, T, Dh)
-        merged = attended.transpose(1, 2).reshape(batch, length, d_model)  # (B, T, D)
+        return self.merge_heads(attended)
+
+    def merge_heads(self, attended: Tensor) -> Tensor:
+        """(B, H, T, Dh) -> (B, T, D), then the output projection."""
+        batch, _, length, _ = attended.shape
+        merged = attended.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         return self.out_proj(merged)
+
+    def forward_cached(
+        self,
+        query_states: Tensor,
+        past_keys: Tensor,
+        past_values: Tensor,
+        new_keys: Tensor,
+        new_values: Tensor,
+        bias: Tensor,
+    ) -> Tensor:
+        """Attention over a cache and the new tokens' own keys, as if over their concatenation.
+
+        query_states (B, T, D); past (B, H, C, Dh); new (B, H, T, Dh); bias (B, 1, T, C+T).
+        Written out (export), the cache is never concatenated with the new keys: the scores
+        against each are computed apart and only they, (B, H, T, C+T), are joined. The exported
+        graph then reads the cache once per step instead of copying it into a grown one.
+        """
+        if not self.written_out:
+            keys = torch.cat([past_keys, new_keys], dim=2)  # (B, H, C+T, Dh)
+            return self(query_states, keys, torch.cat([past_values, new_values], dim=2), bias)
+        queries = self.split_heads(self.q_proj(query_states)) * (1.0 / math.sqrt(self.head_dim))
+        capacity = past_keys.shape[2]
+        past_scores = queries @ past_keys.transpose(-2, -1)  # (B, H, T, C)
+        # The new tokens' scores elementwise: T is 1 when decoding, and a batched matmul of
+        # B*H products of 1 x Dh by Dh x 1 costs more in ONNX Runtime than the product itself.
+        new_scores = (queries[:, :, :, None, :] * new_keys[:, :, None, :, :]).sum(-1)  # (B,H,T,T)
+        weights = (torch.cat([past_scores, new_scores], dim=-1) + bias).softmax(dim=-1)
+        attended = weights[..., :capacity] @ past_values  # (B, H, T, Dh)
+        new_weights = weights[..., capacity:, None]  # (B, H, T, T, 1)
+        attended = attended + (new_weights * new_values[:, :, None, :, :]).sum(-2)
+        return self.merge_heads(attended)
 
 
 class FeedForward(nn.Module):
@@ -181,22 +220,21 @@ class DecoderLayer(nn.Module):
         cross_values: Tensor,
         cross_bias: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, T, D); self_bias (B, 1, T, P+T); past (B, H, P, Dh); cross (B, H, S, Dh);
-        cross_bias (B, 1, T, S). Returns x and the self-attention cache grown to P + T."""
+        """x (B, T, D); self_bias (B, 1, T, C+T); past (B, H, C, Dh); cross (B, H, S, Dh);
+        cross_bias (B, 1, T, S). Returns x and the T new tokens' keys and values (B, H, T, Dh)."""
         h = self.self_attn_sublayer.normalize_input(x)
         new_keys, new_values = self.self_attn.project_keys_values(h)  # (B, H, T, Dh)
-        present_keys = torch.cat([past_keys, new_keys], dim=2)  # (B, H, P+T, Dh)
-        present_values = torch.cat([past_values, new_values], dim=2)
-        x = self.self_attn_sublayer.add_residual(
-            x, self.self_attn(h, present_keys, present_values, self_bias)
+        attended = self.self_attn.forward_cached(
+            h, past_keys, past_values, new_keys, new_values, self_bias
         )
+        x = self.self_attn_sublayer.add_residual(x, attended)
         h = self.encoder_attn_sublayer.normalize_input(x)
         x = self.encoder_attn_sublayer.add_residual(
             x, self.encoder_attn(h, cross_keys, cross_values, cross_bias)
         )
         h = self.feed_forward_sublayer.normalize_input(x)
         x = self.feed_forward_sublayer.add_residual(x, self.feed_forward(h))
-        return x, present_keys, present_values
+        return x, new_keys, new_values
 
 
 class Transformer(nn.Module):
@@ -293,12 +331,34 @@ class Transformer(nn.Module):
         src_mask: Tensor,
         self_mask: Tensor | None = None,
     ) -> tuple[Tensor, KVCache, KVCache]:
-        """Run T new target tokens against a cache of P.
+        """``decode_new``, returning logits (B, T, V) and the caches grown to P + T."""
+        logits, new_keys, new_values = self.decode_new(
+            input_ids, positions, past_keys, past_values, cross_keys, cross_values, src_mask,
+            self_mask,
+        )  # fmt: skip
+        grow = lambda past, new: tuple(  # noqa: E731
+            torch.cat([p, n], dim=2) for p, n in zip(past, new, strict=True)
+        )
+        return logits, grow(past_keys, new_keys), grow(past_values, new_values)
+
+    def decode_new(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        past_keys: KVCache,
+        past_values: KVCache,
+        cross_keys: KVCache,
+        cross_values: KVCache,
+        src_mask: Tensor,
+        self_mask: Tensor | None = None,
+    ) -> tuple[Tensor, KVCache, KVCache]:
+        """Run T new target tokens against a cache of P slots.
 
         input_ids, positions (B, T); past (B, H, P, Dh) per layer; cross (B, H, S, Dh) per layer;
-        src_mask (B, S); self_mask (B, P+T), 1 where a cached or new position holds a real token
-        (rows that joined a running batch late have invalid cache slots on the left), default all 1.
-        Returns logits (B, T, V) and the caches grown to P + T.
+        src_mask (B, S); self_mask (B, P+T), 1 where a cache slot or new position holds a real
+        token (rows that joined a running batch late have invalid slots on the left, and spare
+        capacity at the right end is invalid for every row), default all 1.
+        Returns logits (B, T, V) and the new tokens' keys and values (B, H, T, Dh) per layer.
         """
         batch, new_len = input_ids.shape
         past_len = past_keys[0].shape[2]
@@ -316,15 +376,15 @@ class Transformer(nn.Module):
         x = self.embed(self.tgt_embed, input_ids, positions)  # (B, T, D)
         self_bias = additive_mask(self_keep, x.dtype)
         cross_bias = additive_mask(cross_keep, x.dtype)
-        present_keys, present_values = [], []
+        new_keys, new_values = [], []
         for layer, past_k, past_v, cross_k, cross_v in zip(
             self.decoder_layers, past_keys, past_values, cross_keys, cross_values, strict=True
         ):
             x, keys, values = layer(x, self_bias, past_k, past_v, cross_k, cross_v, cross_bias)
-            present_keys.append(keys)
-            present_values.append(values)
+            new_keys.append(keys)
+            new_values.append(values)
         logits = self.project_to_vocab(self.decoder_final_norm(x))  # (B, T, V)
-        return logits, tuple(present_keys), tuple(present_values)
+        return logits, tuple(new_keys), tuple(new_values)
 
     def project_to_vocab(self, x: Tensor) -> Tensor:
         weight = (
@@ -343,7 +403,7 @@ class Transformer(nn.Module):
         batch, tgt_len = tgt_ids.shape
         positions = torch.arange(tgt_len, device=tgt_ids.device).expand(batch, tgt_len)
         past_keys, past_values = self.empty_cache(batch, tgt_ids.device)
-        logits, _, _ = self.decode_step(
+        logits, _, _ = self.decode_new(
             tgt_ids, positions, past_keys, past_values, cross_keys, cross_values, src_mask
         )
         return logits

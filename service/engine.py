@@ -40,8 +40,8 @@ import numpy as np
 
 from service.decoding import BeamSearch, GreedySearch, make_search
 from service.onnx_model import (
-    Cache,
     KVBackendName,
+    KVCache,
     OnnxSeq2Seq,
     ProviderName,
     StepInputs,
@@ -122,8 +122,8 @@ class _Active:
 class _Batch:
     """All batched tensors. N rows, P cached target positions, S source positions."""
 
-    self_cache: Cache  # 2L x (N, H, P, Dh), where the KV backend keeps them
-    cross_cache: Cache  # 2L x (N, H, S, Dh)
+    self_cache: KVCache  # 2L x (N, H, P, Dh) (+ spare slots), where the KV backend keeps them
+    cross_cache: KVCache  # 2L x (N, H, S, Dh)
     self_mask: np.ndarray  # (N, P) int64, 1 where a cache slot holds a real token
     encoder_mask: np.ndarray  # (N, S) int64
 

@@ -3,22 +3,29 @@
 No torch here: onnxruntime and numpy only.
 
 ``OnnxSeq2Seq`` opens the sessions of one export directory on one execution provider and owns
-a ``KVBackend``: the only code that knows where caches live. Caches are lists of 2L tensors
-(N, H, length, Dh) in the order ``[key_0 .. key_{L-1}, value_0 .. value_{L-1}]``.
+a ``KVBackend``: the only code that knows where caches live. A cache is a ``KVCache``: 2L tensors
+(N, H, capacity, Dh) in the order ``[key_0 .. key_{L-1}, value_0 .. value_{L-1}]`` whose first
+``length`` slots hold it. The decoder graph attends over every slot the mask allows and returns
+only the new tokens' keys and values (export/onnx_export.py); where they go is the backend's
+business.
 
 ``HostKV``
     numpy arrays; the graphs run with ``InferenceSession.run`` and row gathers, column slices
     and merges are numpy indexing. On the CPU provider the caches are host memory anyway, and
     this is several times cheaper than a helper-graph call plus IO binding for the small
-    tensors of one decoder step.
+    tensors of one decoder step. Self-attention caches keep ``SPARE_SLOTS`` zeroed slots at
+    the right end (masked): a step writes its new keys there in place, and the cache is
+    copied only when it fills (once every ``SPARE_SLOTS`` steps) or rows leave or join.
 ``DeviceKV``
     ``OrtValue``s on the session's device. Every call uses IO binding: cache outputs stay on
-    the device and are fed back as the next step's inputs; gathers, slices and merges run in
-    two tiny helper graphs on the same provider (``kv_select.onnx``, ``kv_merge.onnx``, written
-    by ``python -m export``). Only token ids, positions, masks and bans go in (host int64, a few
-    bytes per row) and the search head's ``rows x k`` outputs come out. It also runs on the CPU
-    provider, which is how the CUDA code path is tested without a GPU: both backends compute
-    the same graphs on the same values.
+    the device and are fed back as the next step's inputs; gathers, slices, merges and appends
+    run in three tiny helper graphs on the same provider (``kv_select.onnx``, ``kv_merge.onnx``,
+    ``kv_append.onnx``, written by ``python -m export``). Only token ids, positions, masks and
+    bans go in (host int64, a few bytes per row) and the search head's ``rows x k`` outputs
+    come out. Its caches have no spare slots (ONNX Runtime's Python API cannot write into part
+    of a device tensor): each step appends with one ``Concat`` per tensor. It also runs on the
+    CPU provider, which is how the CUDA code path is tested without a GPU: both backends
+    compute the same graphs on the same values.
 
 The engine (service/engine.py) asks the backend to do things; it never asks which one it is.
 Every decoder call returns a ``StepOutput``: the search head's top-k (export/search_head.py),
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -40,12 +47,25 @@ log = logging.getLogger(__name__)
 
 ProviderName = Literal["auto", "cuda", "cpu"]
 KVBackendName = Literal["host", "device"]
-# 2L tensors (N, H, length, Dh): keys of every layer, then values. C-contiguous numpy arrays
-# (HostKV) or OrtValues on the session's device (DeviceKV).
-Cache = list[ort.OrtValue] | list[np.ndarray]
 
 _NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16}
 SEARCH_OUTPUTS = ["top_log_probs", "top_ids", "watch_log_probs"]
+# Spare slots a host self-attention cache keeps for the next steps' keys. More means fewer
+# copies as it grows (one per SPARE_SLOTS steps) but more masked slots that every step's
+# attention reads (SPARE_SLOTS / 2 on average): docs/engine.md, "Caches with spare slots".
+SPARE_SLOTS = 16
+
+
+@dataclass
+class KVCache:
+    """2L tensors (N, H, capacity, Dh), keys of every layer then values, whose slots
+    ``[0, length)`` hold the cache. C-contiguous numpy arrays (HostKV) or OrtValues on the
+    session's device (DeviceKV). ``grows``: a self-attention cache (new keys are appended every
+    step, so the host keeps spare slots), not cross keys/values."""
+
+    tensors: list = field(repr=False)
+    length: int
+    grows: bool = False
 
 
 class ExportTooOld(RuntimeError):
@@ -173,21 +193,30 @@ class KVBackend(Protocol):
 
     name: str
 
-    def empty(self, rows: int) -> Cache:
-        """2L caches of length 0: (rows, H, 0, Dh)."""
+    def empty(self, rows: int) -> KVCache:
+        """A self-attention cache of length 0 for ``rows`` rows."""
 
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Cache:
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> KVCache:
         """(M, S) int64 each -> cross keys/values 2L x (M, H, S, Dh)."""
 
-    def decode(self, inputs: StepInputs, past: Cache, cross: Cache) -> tuple[StepOutput, Cache]:
-        """One decoder call -> the search head's outputs and the present caches (P+T)."""
+    def decode(
+        self, inputs: StepInputs, past: KVCache, cross: KVCache
+    ) -> tuple[StepOutput, KVCache]:
+        """One decoder call -> the search head's outputs and the cache grown to P+T. ``past``
+        is consumed: the result may share its tensors (the host writes into spare slots)."""
 
-    def select(self, cache: Cache, rows: np.ndarray, start: int, end: int) -> Cache:
+    def select(self, cache: KVCache, rows: np.ndarray, start: int, end: int) -> KVCache:
         """cache[rows][:, :, start:end]: beam reorder, retire rows, repeat, trim columns."""
 
-    def merge(self, first: Cache, second: Cache, length: int, left: bool) -> Cache:
+    def merge(self, first: KVCache, second: KVCache, length: int, left: bool) -> KVCache:
         """Rows of ``first`` then ``second``, each zero-padded on axis 2 to ``length`` on the
         left (self-attention past: newest slots aligned) or the right (sources)."""
+
+    def from_numpy(self, arrays: list[np.ndarray], grows: bool = True) -> KVCache:
+        """A cache holding copies of 2L arrays (N, H, length, Dh) (tests, tools)."""
+
+    def to_numpy(self, cache: KVCache) -> list[np.ndarray]:
+        """The cache's 2L tensors, slots [0, length), as numpy arrays."""
 
 
 class HostKV:
@@ -198,30 +227,51 @@ class HostKV:
     def __init__(self, model: OnnxSeq2Seq) -> None:
         self.model = model
 
-    def empty(self, rows: int) -> Cache:
+    def _zeros(self, rows: int, capacity: int) -> np.ndarray:
         info = self.model.info
-        empty = np.zeros((rows, info.num_heads, 0, info.head_dim), dtype=self.model.kv_dtype)
-        return [empty] * (2 * info.num_layers)  # no data: sharing one is safe
+        return np.zeros((rows, info.num_heads, capacity, info.head_dim), self.model.kv_dtype)
 
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Cache:
-        return self.model.encoder.run(
+    def empty(self, rows: int) -> KVCache:
+        tensors = [self._zeros(rows, SPARE_SLOTS) for _ in range(2 * self.model.info.num_layers)]
+        return KVCache(tensors, 0, grows=True)
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> KVCache:
+        tensors = self.model.encoder.run(
             self.model.cross_names,
             {
                 "input_ids": np.ascontiguousarray(input_ids, dtype=np.int64),
                 "attention_mask": np.ascontiguousarray(attention_mask, dtype=np.int64),
             },
         )
+        return KVCache(tensors, input_ids.shape[1])
 
-    def decode(self, inputs: StepInputs, past: Cache, cross: Cache) -> tuple[StepOutput, Cache]:
+    def decode(
+        self, inputs: StepInputs, past: KVCache, cross: KVCache
+    ) -> tuple[StepOutput, KVCache]:
         model = self.model
         feeds = inputs.feeds()
-        feeds.update(zip(model.past_names, past, strict=True))
-        feeds.update(zip(model.cross_names, cross, strict=True))
-        outputs = model.decoder.run(SEARCH_OUTPUTS + model.present_names, feeds)
-        return StepOutput(*outputs[:3], inputs.watch_ids), outputs[3:]
+        capacity, length = past.tensors[0].shape[2], past.length
+        if capacity > length:  # spare slots: masked for every row
+            mask = feeds["self_attention_mask"]  # (N, P+T)
+            full = np.zeros((len(mask), capacity + mask.shape[1] - length), dtype=np.int64)
+            full[:, :length], full[:, capacity:] = mask[:, :length], mask[:, length:]
+            feeds["self_attention_mask"] = full  # (N, C+T)
+        feeds.update(zip(model.past_names, past.tensors, strict=True))
+        feeds.update(zip(model.cross_names, cross.tensors, strict=True))
+        outputs = model.decoder.run(SEARCH_OUTPUTS + model.new_names, feeds)
+        new = outputs[3:]  # 2L x (N, H, T, Dh)
+        grown = length + new[0].shape[2]
+        tensors = past.tensors
+        if grown > capacity:  # full: one copy into a cache with SPARE_SLOTS free again
+            tensors = [self._zeros(len(value), grown + SPARE_SLOTS) for value in past.tensors]
+            for target, value in zip(tensors, past.tensors, strict=True):
+                target[:, :, :length] = value[:, :, :length]
+        for target, value in zip(tensors, new, strict=True):
+            target[:, :, length:grown] = value
+        return StepOutput(*outputs[:3], inputs.watch_ids), KVCache(tensors, grown, grows=True)
 
-    def select(self, cache: Cache, rows: np.ndarray, start: int, end: int) -> Cache:
-        count, length = cache[0].shape[0], cache[0].shape[2]
+    def select(self, cache: KVCache, rows: np.ndarray, start: int, end: int) -> KVCache:
+        count, length = cache.tensors[0].shape[0], cache.length
         if start == 0 and end == length and len(rows) == count:
             # A beam reorder: most rows keep their own cache, so copy only the rows that
             # continue another row's, in place (the right side is gathered first, so rows
@@ -229,14 +279,40 @@ class HostKV:
             moved = np.flatnonzero(rows != np.arange(count))
             if len(moved) <= count // 2:
                 sources = rows[moved]
-                for value in cache:
-                    value[moved] = value[sources]
+                for value in cache.tensors:
+                    value[moved, :, :length] = value[sources, :, :length]
                 return cache
-        # Basic slicing first (a view), then one gather copy along axis 0: contiguous.
-        return [np.take(value[:, :, start:end], rows, axis=0) for value in cache]
+        # One gather along axis 0 of the slots wanted, straight into the new cache.
+        kept = end - start
+        spare = SPARE_SLOTS if cache.grows else 0
+        tensors = []
+        for value in cache.tensors:
+            target = np.empty(
+                (len(rows),) + value.shape[1:2] + (kept + spare,) + value.shape[3:], value.dtype
+            )
+            np.take(value[:, :, start:end], rows, axis=0, out=target[:, :, :kept], mode="clip")
+            target[:, :, kept:] = 0
+            tensors.append(target)
+        return KVCache(tensors, kept, cache.grows)
 
-    def merge(self, first: Cache, second: Cache, length: int, left: bool) -> Cache:
-        return [_host_merge(a, b, length, left) for a, b in zip(first, second, strict=True)]
+    def merge(self, first: KVCache, second: KVCache, length: int, left: bool) -> KVCache:
+        spare = SPARE_SLOTS if first.grows else 0
+        tensors = [
+            _host_merge(a[:, :, : first.length], b[:, :, : second.length], length, left, spare)
+            for a, b in zip(first.tensors, second.tensors, strict=True)
+        ]
+        return KVCache(tensors, length, first.grows)
+
+    def from_numpy(self, arrays: list[np.ndarray], grows: bool = True) -> KVCache:
+        length = arrays[0].shape[2]
+        spare = SPARE_SLOTS if grows else 0
+        tensors = [self._zeros(len(array), length + spare) for array in arrays]
+        for target, array in zip(tensors, arrays, strict=True):
+            target[:, :, :length] = array
+        return KVCache(tensors, length, grows)
+
+    def to_numpy(self, cache: KVCache) -> list[np.ndarray]:
+        return [np.ascontiguousarray(value[:, :, : cache.length]) for value in cache.tensors]
 
 
 class DeviceKV:
@@ -248,11 +324,9 @@ class DeviceKV:
         self.model = model
         providers = model.session_providers
         options = model.session_options
-        self.kv_select = ort.InferenceSession(
-            str(model.model_dir / "kv_select.onnx"), options, providers=providers
-        )
-        self.kv_merge = ort.InferenceSession(
-            str(model.model_dir / "kv_merge.onnx"), options, providers=providers
+        self.kv_select, self.kv_merge, self.kv_append = (
+            ort.InferenceSession(str(model.model_dir / name), options, providers=providers)
+            for name in ("kv_select.onnx", "kv_merge.onnx", "kv_append.onnx")
         )
         self.device_type = "cuda" if model.provider == "cuda" else "cpu"
         self.device_id = 0
@@ -261,15 +335,17 @@ class DeviceKV:
         for name in names:
             binding.bind_output(name, self.device_type, self.device_id)
 
-    def empty(self, rows: int) -> Cache:
+    def _run(self, session: ort.InferenceSession, binding: ort.IOBinding) -> list:
+        session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        return list(binding.get_outputs())
+
+    def empty(self, rows: int) -> KVCache:
         info = self.model.info
         empty = np.zeros((rows, info.num_heads, 0, info.head_dim), dtype=self.model.kv_dtype)
-        return [
-            ort.OrtValue.ortvalue_from_numpy(empty, self.device_type, self.device_id)
-            for _ in range(2 * info.num_layers)
-        ]
+        return self.from_numpy([empty] * (2 * info.num_layers))
 
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Cache:
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> KVCache:
         encoder = self.model.encoder
         binding = encoder.io_binding()
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
@@ -277,55 +353,69 @@ class DeviceKV:
             "attention_mask", np.ascontiguousarray(attention_mask, dtype=np.int64)
         )
         self._bind_outputs(binding, self.model.cross_names)  # hidden states are not needed
-        encoder.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-        return list(binding.get_outputs())
+        return KVCache(self._run(encoder, binding), input_ids.shape[1])
 
-    def decode(self, inputs: StepInputs, past: Cache, cross: Cache) -> tuple[StepOutput, Cache]:
+    def decode(
+        self, inputs: StepInputs, past: KVCache, cross: KVCache
+    ) -> tuple[StepOutput, KVCache]:
         model = self.model
         binding = model.decoder.io_binding()
         for name, value in inputs.feeds().items():
             binding.bind_cpu_input(name, value)
-        for name, value in zip(model.past_names, past, strict=True):
+        for name, value in zip(model.past_names, past.tensors, strict=True):
             binding.bind_ortvalue_input(name, value)
-        for name, value in zip(model.cross_names, cross, strict=True):
+        for name, value in zip(model.cross_names, cross.tensors, strict=True):
             binding.bind_ortvalue_input(name, value)
         for name in SEARCH_OUTPUTS:  # the only outputs that cross to the host
             binding.bind_output(name, "cpu")
-        self._bind_outputs(binding, model.present_names)
-        model.decoder.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-        outputs = binding.get_outputs()
+        self._bind_outputs(binding, model.new_names)
+        outputs = self._run(model.decoder, binding)
         head = StepOutput(*(value.numpy() for value in outputs[:3]), inputs.watch_ids)
-        return head, list(outputs[3:])
+        new = outputs[3:]  # 2L x (N, H, T, Dh) on the device
+        binding = self.kv_append.io_binding()
+        for j, (value, added) in enumerate(zip(past.tensors, new, strict=True)):
+            binding.bind_ortvalue_input(f"x_{j}", value)
+            binding.bind_ortvalue_input(f"new_{j}", added)
+        self._bind_outputs(binding, [f"y_{j}" for j in range(len(new))])
+        grown = past.length + new[0].shape()[2]
+        return head, KVCache(self._run(self.kv_append, binding), grown, grows=True)
 
-    def select(self, cache: Cache, rows: np.ndarray, start: int, end: int) -> Cache:
+    def select(self, cache: KVCache, rows: np.ndarray, start: int, end: int) -> KVCache:
         binding = self.kv_select.io_binding()
-        for j, value in enumerate(cache):
+        for j, value in enumerate(cache.tensors):
             binding.bind_ortvalue_input(f"x_{j}", value)
         binding.bind_cpu_input("rows", np.ascontiguousarray(rows, dtype=np.int64))
         binding.bind_cpu_input("start", np.array([start], dtype=np.int64))
         binding.bind_cpu_input("end", np.array([end], dtype=np.int64))
-        self._bind_outputs(binding, [f"y_{j}" for j in range(len(cache))])
-        self.kv_select.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-        return list(binding.get_outputs())
+        self._bind_outputs(binding, [f"y_{j}" for j in range(len(cache.tensors))])
+        return KVCache(self._run(self.kv_select, binding), end - start, cache.grows)
 
-    def merge(self, first: Cache, second: Cache, length: int, left: bool) -> Cache:
+    def merge(self, first: KVCache, second: KVCache, length: int, left: bool) -> KVCache:
         binding = self.kv_merge.io_binding()
-        for j, (a, b) in enumerate(zip(first, second, strict=True)):
+        for j, (a, b) in enumerate(zip(first.tensors, second.tensors, strict=True)):
             binding.bind_ortvalue_input(f"a_{j}", a)
             binding.bind_ortvalue_input(f"b_{j}", b)
         # Pad's pads: [begin of axes 0..3, end of axes 0..3]; only axis 2 is padded.
-        for tag, tensors in (("a", first), ("b", second)):
-            extra = length - tensors[0].shape()[2]
+        for tag, cache in (("a", first), ("b", second)):
             pads = np.zeros(8, dtype=np.int64)
-            pads[2 if left else 6] = extra
+            pads[2 if left else 6] = length - cache.length
             binding.bind_cpu_input(f"{tag}_pads", pads)
-        self._bind_outputs(binding, [f"y_{j}" for j in range(len(first))])
-        self.kv_merge.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-        return list(binding.get_outputs())
+        self._bind_outputs(binding, [f"y_{j}" for j in range(len(first.tensors))])
+        return KVCache(self._run(self.kv_merge, binding), length, first.grows)
+
+    def from_numpy(self, arrays: list[np.ndarray], grows: bool = True) -> KVCache:
+        tensors = [
+            ort.OrtValue.ortvalue_from_numpy(
+                np.ascontiguousarray(array, dtype=self.model.kv_dtype),
+                self.device_type,
+                self.device_id,
+            )
+            for array in arrays
+        ]
+        return KVCache(tensors, arrays[0].shape[2], grows)
+
+    def to_numpy(self, cache: KVCache) -> list[np.ndarray]:
+        return [value.numpy() for value in cache.tensors]  # no spare slots on the device
 
 
 class OnnxSeq2Seq:
@@ -349,8 +439,8 @@ class OnnxSeq2Seq:
         self.past_names = [f"past_key_{i}" for i in range(layers)] + [
             f"past_value_{i}" for i in range(layers)
         ]
-        self.present_names = [f"present_key_{i}" for i in range(layers)] + [
-            f"present_value_{i}" for i in range(layers)
+        self.new_names = [f"new_key_{i}" for i in range(layers)] + [
+            f"new_value_{i}" for i in range(layers)
         ]
         self.cross_names = [f"cross_key_{i}" for i in range(layers)] + [
             f"cross_value_{i}" for i in range(layers)
@@ -367,11 +457,14 @@ class OnnxSeq2Seq:
             str(self.model_dir / "decoder.onnx"), options, providers=self.session_providers
         )
         outputs = {output.name for output in self.decoder.get_outputs()}
-        if not set(SEARCH_OUTPUTS) <= outputs or not (self.model_dir / "kv_merge.onnx").exists():
+        if (
+            not set(SEARCH_OUTPUTS + self.new_names) <= outputs
+            or not (self.model_dir / "kv_append.onnx").exists()
+        ):
             raise ExportTooOld(
-                f"{self.model_dir} was exported by an older version (no search head in the "
-                "decoder or no kv_merge.onnx): re-run `python -m export` (`make onnx` for the "
-                "default model)"
+                f"{self.model_dir} was exported by an older version (the decoder does not "
+                "return new keys/values and a search head, or there is no kv_append.onnx): "
+                "re-run `python -m export` (`make onnx` for the default models)"
             )
         if kv_backend is None:
             kv_backend = "host" if self.provider == "cpu" else "device"
@@ -413,21 +506,19 @@ class OnnxSeq2Seq:
         )
 
 
-def _host_merge(a: np.ndarray, b: np.ndarray, length: int, left: bool) -> np.ndarray:
-    """Host caches (Na, H, La, Dh), (Nb, H, Lb, Dh) -> (Na+Nb, H, length, Dh): rows of ``a``
-    then ``b``, each zero-padded on axis 2 (on the left or the right); one pass over the data."""
+def _host_merge(a: np.ndarray, b: np.ndarray, length: int, left: bool, spare: int) -> np.ndarray:
+    """Host caches (Na, H, La, Dh), (Nb, H, Lb, Dh) -> (Na+Nb, H, length + spare, Dh): rows of
+    ``a`` then ``b``, each zero-padded on axis 2 to ``length`` (on the left or the right), then
+    ``spare`` zero slots; one pass over the data."""
     n = a.shape[0]
-    if a.shape[2] == length and b.shape[2] == length:
-        return np.concatenate([a, b])
-    out = np.empty((n + b.shape[0], a.shape[1], length, a.shape[3]), dtype=a.dtype)
+    out = np.empty((n + b.shape[0], a.shape[1], length + spare, a.shape[3]), dtype=a.dtype)
+    out[:, :, length:] = 0
     for part, rows in ((a, slice(0, n)), (b, slice(n, None))):
         pad = length - part.shape[2]
         if left:
-            out[rows, :, pad:] = part
-            if pad:
-                out[rows, :, :pad] = 0
+            out[rows, :, pad:length] = part
+            out[rows, :, :pad] = 0
         else:
             out[rows, :, : part.shape[2]] = part
-            if pad:
-                out[rows, :, part.shape[2] :] = 0
+            out[rows, :, part.shape[2] : length] = 0
     return out

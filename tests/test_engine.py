@@ -36,10 +36,6 @@ def engine(exported, request):
     )
 
 
-def cache_shape(value) -> list[int]:
-    return list(value.shape) if isinstance(value, np.ndarray) else value.shape()
-
-
 def run_until_empty(engine: Engine, schedule: dict[int, list[DecodeRequest]]) -> dict:
     """Add ``schedule[k]`` before the k-th step; step until all finish. id -> FinishedRequest."""
     finished = {}
@@ -197,20 +193,16 @@ def test_columns_no_row_needs_are_trimmed(one_group, exported):
     batch = engine._batch
     assert batch.encoder_mask.shape == (2, 3)
     assert batch.self_mask.shape == (2, 1)  # the slots only "long" used are gone
-    assert cache_shape(batch.self_cache[0]) == [
-        2,
-        model.config.decoder_heads,
-        1,
-        model.config.decoder_head_dim,
-    ]
-    assert cache_shape(batch.cross_cache[0])[2] == 3
+    self_cache = engine.kv.to_numpy(batch.self_cache)[0]
+    assert self_cache.shape == (2, model.config.decoder_heads, 1, model.config.decoder_head_dim)
+    assert engine.kv.to_numpy(batch.cross_cache)[0].shape[2] == 3
     engine.drop(["short"])
     assert engine.active_requests == 0
 
 
 def test_host_and_device_cache_paths_give_identical_tokens_and_caches(exported):
     """Joins at different steps, beams, retirements, a drop: numpy caches and helper graphs
-    agree token for token, and the caches they hold are the same values."""
+    agree token for token, and the caches they hold are the same values (to float rounding)."""
     engines = {
         host_kv: Engine.from_dir(
             exported.onnx_dir,
@@ -237,13 +229,13 @@ def test_host_and_device_cache_paths_give_identical_tokens_and_caches(exported):
             batch = engine._batch
             if batch is not None:
                 snapshots.append(
-                    [np.asarray(v if host_kv else v.numpy()).copy() for v in batch.self_cache]
-                    + [np.asarray(v if host_kv else v.numpy()).copy() for v in batch.cross_cache]
+                    [v.copy() for v in engine.kv.to_numpy(batch.self_cache)]
+                    + [v.copy() for v in engine.kv.to_numpy(batch.cross_cache)]
                     + [batch.self_mask.copy(), batch.encoder_mask.copy()]
                 )
                 assert all(
                     isinstance(v, np.ndarray) == host_kv
-                    for v in batch.self_cache + batch.cross_cache
+                    for v in batch.self_cache.tensors + batch.cross_cache.tensors
                 )
             if step > max(schedule) and not engine.active_requests:
                 break
@@ -253,7 +245,10 @@ def test_host_and_device_cache_paths_give_identical_tokens_and_caches(exported):
     assert len(host_snaps) == len(device_snaps)
     for host_step, device_step in zip(host_snaps, device_snaps, strict=True):
         for a, b in zip(host_step, device_step, strict=True):
-            assert a.shape == b.shape and np.array_equal(a, b)
+            # equal up to float summation order: the host's attention also reads masked spare
+            # slots (service/onnx_model.py, SPARE_SLOTS), the device's caches have none
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     for i in (0, 1, 2, 3, 5, 6):
         assert host_finished[i] == reference(exported.model, [sources[i]], beams[i], MAX_NEW)[0]
 

@@ -51,11 +51,11 @@ def test_cuda_caches_stay_on_the_device(cuda_engine, exported):
         [DecodeRequest("a", sources[0], 2, MAX_NEW), DecodeRequest("b", sources[1], 1, MAX_NEW)]
     )
     cuda_engine.step()
-    batch = cuda_engine._batch
-    if batch is not None:
-        assert all(
-            value.device_name().lower() == "cuda" for value in batch.self_cache + batch.cross_cache
-        )
+    batches = [group.batch for group in cuda_engine._groups]
+    assert batches  # both requests are still decoding after one step
+    for batch in batches:
+        tensors = batch.self_cache.tensors + batch.cross_cache.tensors
+        assert all(value.device_name().lower() == "cuda" for value in tensors)
     cuda_engine.drop(["a", "b"])
     assert cuda_engine.active_requests == 0
 

@@ -24,7 +24,13 @@ def session(path):
 
 
 def test_graphs_pass_checker_and_decoder_has_no_control_flow(exported):
-    for name in ("encoder.onnx", "decoder.onnx", "kv_select.onnx", "kv_merge.onnx"):
+    for name in (
+        "encoder.onnx",
+        "decoder.onnx",
+        "kv_select.onnx",
+        "kv_merge.onnx",
+        "kv_append.onnx",
+    ):
         onnx.checker.check_model(str(exported.onnx_dir / name), full_check=True)
     decoder = onnx.load(exported.onnx_dir / "decoder.onnx")
     assert control_flow_ops(decoder) == set()
@@ -82,7 +88,7 @@ def test_decoder_inputs_and_outputs_are_named_with_dynamic_dims(exported):
         "top_log_probs",
         "top_ids",
         "watch_log_probs",
-    } | {f"present_{kind}_{i}" for kind in ("key", "value") for i in range(layers)}
+    } | {f"new_{kind}_{i}" for kind in ("key", "value") for i in range(layers)}
     for name in ("input_ids", "positions", "self_attention_mask", "encoder_attention_mask"):
         assert inputs[name].type == "tensor(int64)"
         assert all(isinstance(dim, str) for dim in inputs[name].shape)  # B, T, P+T, S all dynamic
@@ -91,9 +97,11 @@ def test_decoder_inputs_and_outputs_are_named_with_dynamic_dims(exported):
 
 
 def test_ort_matches_pytorch_at_past_lengths_0_1_and_3_on_a_padded_batch(exported):
+    """Also with masked junk in spare cache slots after the past (the host's caches)."""
     errors = logits_errors(exported.model, exported.onnx_dir, past_lengths=(0, 1, 3))
     assert {"logits_P0_T1", "logits_P1_T1", "logits_P3_T1", "logits_P3_T2"} <= set(errors)
     assert {"search_head_P0_T1", "search_head_P3_T2"} <= set(errors)
+    assert {"logits_P0_T1_spare3", "new_kv_P3_T2_spare3", "search_head_P3_T1_spare3"} <= set(errors)
     assert max(errors.values()) <= TOLERANCE, errors
 
 
@@ -120,9 +128,9 @@ def test_first_step_with_empty_cache_and_batch_of_one_runs(exported):
                 f"cross_value_{i}": cross,
             }
         feeds |= _head_feeds(batch, config.pad_id, 3)
-        logits, present = decoder.run(["logits", "present_key_0"], feeds)
+        logits, new_keys = decoder.run(["logits", "new_key_0"], feeds)
         assert logits.shape == (batch, 1, config.tgt_vocab_size)
-        assert present.shape == (batch, config.decoder_heads, 1, config.decoder_head_dim)
+        assert new_keys.shape == (batch, config.decoder_heads, 1, config.decoder_head_dim)
 
 
 def test_config_json_carries_ids_names_and_export_metadata(exported):

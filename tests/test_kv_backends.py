@@ -2,7 +2,8 @@
 (OrtValues moved by the helper graphs) on the CPU provider, and device on CUDA where a GPU
 really runs (skipped otherwise). The engine calls nothing else to move caches, so these pin
 what both backends must agree on: select (reorder, retire, repeat, trim), merge with left
-and right padding, empty caches, and a decoder call's presents."""
+and right padding, empty caches, and a decoder call's grown cache (the host writing into spare
+slots, the device appending)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.onnx_model import OnnxSeq2Seq, StepInputs, cuda_is_usable
+from service.onnx_model import SPARE_SLOTS, KVCache, OnnxSeq2Seq, StepInputs, cuda_is_usable
 
 pytest_plugins = ["tests.onnx_fixtures"]  # the session-scoped `exported` fixture
 
@@ -28,15 +29,12 @@ def model(exported, request):
     return loaded
 
 
-def upload(model: OnnxSeq2Seq, arrays: list[np.ndarray]):
-    if model.kv.name == "host":
-        return [np.ascontiguousarray(a) for a in arrays]
-    device = "cuda" if model.provider == "cuda" else "cpu"
-    return [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), device, 0) for a in arrays]
+def upload(model: OnnxSeq2Seq, arrays: list[np.ndarray], grows: bool = True) -> KVCache:
+    return model.kv.from_numpy(arrays, grows)
 
 
-def download(values) -> list[np.ndarray]:
-    return [v if isinstance(v, np.ndarray) else v.numpy() for v in values]
+def download(model: OnnxSeq2Seq, cache: KVCache) -> list[np.ndarray]:
+    return model.kv.to_numpy(cache)
 
 
 def random_cache(model: OnnxSeq2Seq, rows: int, length: int, seed: int) -> list[np.ndarray]:
@@ -49,7 +47,7 @@ def random_cache(model: OnnxSeq2Seq, rows: int, length: int, seed: int) -> list[
 def test_select_gathers_rows_and_trims_columns(model):
     cache = random_cache(model, rows=5, length=7, seed=1)
     rows = np.array([3, 3, 0, 4])  # a beam reorder with a repeat, rows 1 and 2 retired
-    got = download(model.kv.select(upload(model, cache), rows, 2, 6))
+    got = download(model, model.kv.select(upload(model, cache), rows, 2, 6))
     for value, expected in zip(got, cache, strict=True):
         assert np.array_equal(value, expected[rows][:, :, 2:6])
 
@@ -57,7 +55,7 @@ def test_select_gathers_rows_and_trims_columns(model):
 @pytest.mark.parametrize("left", [True, False])
 def test_merge_pads_each_side_to_the_length_on_the_left_or_right(model, left):
     first, second = random_cache(model, 2, 5, seed=2), random_cache(model, 3, 2, seed=3)
-    got = download(model.kv.merge(upload(model, first), upload(model, second), 6, left=left))
+    got = download(model, model.kv.merge(upload(model, first), upload(model, second), 6, left))
     for value, a, b in zip(got, first, second, strict=True):
         assert value.shape == (5, a.shape[1], 6, a.shape[3])
         if left:  # newest slots aligned at the right end
@@ -70,7 +68,7 @@ def test_merge_pads_each_side_to_the_length_on_the_left_or_right(model, left):
 
 def test_merge_with_an_empty_cache_of_newcomers(model):
     running = random_cache(model, 2, 4, seed=4)
-    got = download(model.kv.merge(upload(model, running), model.kv.empty(3), 4, left=True))
+    got = download(model, model.kv.merge(upload(model, running), model.kv.empty(3), 4, True))
     for value, a in zip(got, running, strict=True):
         assert value.shape[0] == 5 and np.array_equal(value[:2], a) and not value[2:].any()
 
@@ -99,10 +97,71 @@ def test_decode_presents_and_search_head_match_the_host_backend(model, exported)
     for backend_model in (reference, model):
         cross = backend_model.kv.encode(src_ids, src_mask)
         head, present = backend_model.kv.decode(inputs, upload(backend_model, pasts), cross)
-        outputs.append((head, download(present)))
+        outputs.append((head, download(backend_model, present)))
     (want_head, want_present), (got_head, got_present) = outputs
-    tolerance = 1e-3 if model.provider == "cuda" else 0.0
+    tolerance = 1e-3 if model.provider == "cuda" else 1e-5  # host: masked spare slots too
     for got, want in zip(got_present, want_present, strict=True):
         np.testing.assert_allclose(got, want, atol=tolerance)
     np.testing.assert_allclose(got_head.top_log_probs, want_head.top_log_probs, atol=tolerance)
     assert np.array_equal(got_head.top_ids, want_head.top_ids)
+
+
+def test_host_caches_grow_in_place_until_their_spare_slots_run_out(exported):
+    """Decoding from an empty cache: every step writes its keys into the same arrays, until
+    SPARE_SLOTS steps filled them; the next step copies into arrays with spare slots again.
+    Every step's grown cache equals the device backend's (which appends with Concat)."""
+    host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
+    device = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="device")
+    info = host.info
+    rows = 2
+    rng = np.random.default_rng(7)
+    src_ids = rng.integers(2, info.vocab_size - 1, (rows, 5))
+    src_mask = np.ones_like(src_ids)
+    caches = {
+        model: (model.kv.empty(rows), model.kv.encode(src_ids, src_mask))
+        for model in (host, device)
+    }
+    first_arrays = caches[host][0].tensors[0]
+    tokens = np.full((rows, 1), info.decoder_start_id)
+    for step in range(SPARE_SLOTS + 1):
+        inputs = StepInputs.lockstep(tokens, step, src_mask, top_k=2, pad_id=info.pad_id)
+        heads = {}
+        for model, (past, cross) in list(caches.items()):
+            heads[model], grown = model.kv.decode(inputs, past, cross)
+            caches[model] = (grown, cross)
+        host_cache = caches[host][0]
+        assert host_cache.length == step + 1
+        assert (host_cache.tensors[0] is first_arrays) == (step < SPARE_SLOTS)
+        assert host_cache.tensors[0].shape[2] >= step + 1
+        assert not host_cache.tensors[0][:, :, step + 1 :].any()  # spare slots stay zero
+        for got, want in zip(
+            download(host, host_cache), download(device, caches[device][0]), strict=True
+        ):
+            # equal up to float summation order (the host's attention also reads masked slots)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(heads[host].top_ids, heads[device].top_ids)
+        tokens = heads[host].top_ids[:, :1]
+
+
+def test_host_select_and_merge_keep_spare_slots_for_self_caches_only(exported):
+    host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
+    arrays = random_cache(host, rows=3, length=4, seed=8)
+    for grows, spare in ((True, SPARE_SLOTS), (False, 0)):
+        cache = upload(host, arrays, grows)
+        selected = host.kv.select(cache, np.array([2, 0]), 1, 4)
+        merged = host.kv.merge(cache, selected, 5, left=grows)
+        for result, length in ((selected, 3), (merged, 5)):
+            assert result.length == length and result.grows == grows
+            assert result.tensors[0].shape[2] == length + spare
+            assert not result.tensors[0][:, :, length:].any()
+        assert np.array_equal(download(host, selected)[0], arrays[0][[2, 0]][:, :, 1:4])
+
+
+def test_host_beam_reorder_moves_rows_in_place(exported):
+    host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
+    arrays = random_cache(host, rows=4, length=3, seed=9)
+    cache = upload(host, arrays)
+    rows = np.array([0, 0, 2, 3])  # row 1 continues row 0's beam
+    reordered = host.kv.select(cache, rows, 0, 3)
+    assert reordered.tensors[0] is cache.tensors[0]
+    assert np.array_equal(download(host, reordered)[0], arrays[0][rows])
