@@ -242,6 +242,11 @@ def write_kv_helpers(output_dir: Path, num_tensors: int, elem_type: int, opset: 
         return helper.make_tensor_value_info(name, elem_type, dims)
 
     int_input = lambda name, dims: helper.make_tensor_value_info(name, TensorProto.INT64, dims)  # noqa: E731
+
+    def save(graph: onnx.GraphProto, file_name: str) -> None:
+        model = helper.make_model(graph, opset_imports=opset_import, ir_version=10)
+        onnx.save(model, output_dir / file_name)
+
     axes = helper.make_tensor("axis_2", TensorProto.INT64, [1], [2])
 
     nodes = []
@@ -261,10 +266,7 @@ def write_kv_helpers(output_dir: Path, num_tensors: int, elem_type: int, opset: 
         ],
         initializer=[axes],
     )
-    onnx.save(
-        helper.make_model(select, opset_imports=opset_import, ir_version=10),
-        output_dir / KV_SELECT_FILE,
-    )
+    save(select, KV_SELECT_FILE)
 
     nodes = []
     for j in range(num_tensors):
@@ -287,10 +289,7 @@ def write_kv_helpers(output_dir: Path, num_tensors: int, elem_type: int, opset: 
             for j in range(num_tensors)
         ],
     )
-    onnx.save(
-        helper.make_model(merge, opset_imports=opset_import, ir_version=10),
-        output_dir / KV_MERGE_FILE,
-    )
+    save(merge, KV_MERGE_FILE)
 
     nodes = [
         helper.make_node("Concat", [f"x_{j}", f"new_{j}"], [f"y_{j}"], axis=2)
@@ -306,10 +305,7 @@ def write_kv_helpers(output_dir: Path, num_tensors: int, elem_type: int, opset: 
         ],
         [tensor(f"y_{j}", ["rows", "heads", "out_length", "head_dim"]) for j in range(num_tensors)],
     )
-    onnx.save(
-        helper.make_model(append, opset_imports=opset_import, ir_version=10),
-        output_dir / KV_APPEND_FILE,
-    )
+    save(append, KV_APPEND_FILE)
 
 
 def control_flow_ops(model: onnx.ModelProto) -> set[str]:

@@ -94,6 +94,7 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
 
     generator = torch.Generator().manual_seed(2)
     batch = src_ids.shape[0]
+    out_names = [output.name for output in decoder.get_outputs()]
     for past_len in past_lengths:
         for new_len in (1, 2):
             shape = (batch, config.decoder_heads, past_len, config.decoder_head_dim)
@@ -131,7 +132,6 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
             for i in range(layers):
                 feeds[f"cross_key_{i}"] = cross_keys[i].numpy()
                 feeds[f"cross_value_{i}"] = cross_values[i].numpy()
-            out_names = [o.name for o in decoder.get_outputs()]
             expected_log_probs = torch.log_softmax(expected[0], dim=-1).flatten(0, 1)
             expected_log_probs[:, config.pad_id] = float("-inf")  # the head ranks N*T rows
             expected_top = expected_log_probs.topk(5, dim=-1).values.numpy()

@@ -231,6 +231,18 @@ class HostKV:
         info = self.model.info
         return np.zeros((rows, info.num_heads, capacity, info.head_dim), self.model.kv_dtype)
 
+    def _copied(self, arrays: list[np.ndarray], length: int, capacity: int) -> list[np.ndarray]:
+        """New zeroed caches of ``capacity`` slots holding the first ``length`` of ``arrays``."""
+        copies = [self._zeros(len(array), capacity) for array in arrays]
+        for copy, array in zip(copies, arrays, strict=True):
+            copy[:, :, :length] = array[:, :, :length]
+        return copies
+
+    @staticmethod
+    def _spare(grows: bool) -> int:
+        """Spare slots a copy of a cache keeps: self-attention caches only."""
+        return SPARE_SLOTS if grows else 0
+
     def empty(self, rows: int) -> KVCache:
         tensors = [self._zeros(rows, SPARE_SLOTS) for _ in range(2 * self.model.info.num_layers)]
         return KVCache(tensors, 0, grows=True)
@@ -263,9 +275,7 @@ class HostKV:
         grown = length + new[0].shape[2]
         tensors = past.tensors
         if grown > capacity:  # full: one copy into a cache with SPARE_SLOTS free again
-            tensors = [self._zeros(len(value), grown + SPARE_SLOTS) for value in past.tensors]
-            for target, value in zip(tensors, past.tensors, strict=True):
-                target[:, :, :length] = value[:, :, :length]
+            tensors = self._copied(past.tensors, length, grown + SPARE_SLOTS)
         for target, value in zip(tensors, new, strict=True):
             target[:, :, length:grown] = value
         return StepOutput(*outputs[:3], inputs.watch_ids), KVCache(tensors, grown, grows=True)
@@ -284,7 +294,7 @@ class HostKV:
                 return cache
         # One gather along axis 0 of the slots wanted, straight into the new cache.
         kept = end - start
-        spare = SPARE_SLOTS if cache.grows else 0
+        spare = self._spare(cache.grows)
         tensors = []
         for value in cache.tensors:
             target = np.empty(
@@ -296,7 +306,7 @@ class HostKV:
         return KVCache(tensors, kept, cache.grows)
 
     def merge(self, first: KVCache, second: KVCache, length: int, left: bool) -> KVCache:
-        spare = SPARE_SLOTS if first.grows else 0
+        spare = self._spare(first.grows)
         tensors = [
             _host_merge(a[:, :, : first.length], b[:, :, : second.length], length, left, spare)
             for a, b in zip(first.tensors, second.tensors, strict=True)
@@ -305,11 +315,7 @@ class HostKV:
 
     def from_numpy(self, arrays: list[np.ndarray], grows: bool = True) -> KVCache:
         length = arrays[0].shape[2]
-        spare = SPARE_SLOTS if grows else 0
-        tensors = [self._zeros(len(array), length + spare) for array in arrays]
-        for target, array in zip(tensors, arrays, strict=True):
-            target[:, :, :length] = array
-        return KVCache(tensors, length, grows)
+        return KVCache(self._copied(arrays, length, length + self._spare(grows)), length, grows)
 
     def to_numpy(self, cache: KVCache) -> list[np.ndarray]:
         return [np.ascontiguousarray(value[:, :, : cache.length]) for value in cache.tensors]

@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.onnx_model import SPARE_SLOTS, KVCache, OnnxSeq2Seq, StepInputs, cuda_is_usable
+from service.onnx_model import SPARE_SLOTS, OnnxSeq2Seq, StepInputs, cuda_is_usable
 
 pytest_plugins = ["tests.onnx_fixtures"]  # the session-scoped `exported` fixture
 
@@ -29,14 +29,6 @@ def model(exported, request):
     return loaded
 
 
-def upload(model: OnnxSeq2Seq, arrays: list[np.ndarray], grows: bool = True) -> KVCache:
-    return model.kv.from_numpy(arrays, grows)
-
-
-def download(model: OnnxSeq2Seq, cache: KVCache) -> list[np.ndarray]:
-    return model.kv.to_numpy(cache)
-
-
 def random_cache(model: OnnxSeq2Seq, rows: int, length: int, seed: int) -> list[np.ndarray]:
     info = model.info
     rng = np.random.default_rng(seed)
@@ -47,7 +39,7 @@ def random_cache(model: OnnxSeq2Seq, rows: int, length: int, seed: int) -> list[
 def test_select_gathers_rows_and_trims_columns(model):
     cache = random_cache(model, rows=5, length=7, seed=1)
     rows = np.array([3, 3, 0, 4])  # a beam reorder with a repeat, rows 1 and 2 retired
-    got = download(model, model.kv.select(upload(model, cache), rows, 2, 6))
+    got = model.kv.to_numpy(model.kv.select(model.kv.from_numpy(cache), rows, 2, 6))
     for value, expected in zip(got, cache, strict=True):
         assert np.array_equal(value, expected[rows][:, :, 2:6])
 
@@ -55,7 +47,9 @@ def test_select_gathers_rows_and_trims_columns(model):
 @pytest.mark.parametrize("left", [True, False])
 def test_merge_pads_each_side_to_the_length_on_the_left_or_right(model, left):
     first, second = random_cache(model, 2, 5, seed=2), random_cache(model, 3, 2, seed=3)
-    got = download(model, model.kv.merge(upload(model, first), upload(model, second), 6, left))
+    got = model.kv.to_numpy(
+        model.kv.merge(model.kv.from_numpy(first), model.kv.from_numpy(second), 6, left)
+    )
     for value, a, b in zip(got, first, second, strict=True):
         assert value.shape == (5, a.shape[1], 6, a.shape[3])
         if left:  # newest slots aligned at the right end
@@ -68,7 +62,9 @@ def test_merge_pads_each_side_to_the_length_on_the_left_or_right(model, left):
 
 def test_merge_with_an_empty_cache_of_newcomers(model):
     running = random_cache(model, 2, 4, seed=4)
-    got = download(model, model.kv.merge(upload(model, running), model.kv.empty(3), 4, True))
+    got = model.kv.to_numpy(
+        model.kv.merge(model.kv.from_numpy(running), model.kv.empty(3), 4, True)
+    )
     for value, a in zip(got, running, strict=True):
         assert value.shape[0] == 5 and np.array_equal(value[:2], a) and not value[2:].any()
 
@@ -96,8 +92,8 @@ def test_decode_presents_and_search_head_match_the_host_backend(model, exported)
     outputs = []
     for backend_model in (reference, model):
         cross = backend_model.kv.encode(src_ids, src_mask)
-        head, present = backend_model.kv.decode(inputs, upload(backend_model, pasts), cross)
-        outputs.append((head, download(backend_model, present)))
+        head, present = backend_model.kv.decode(inputs, backend_model.kv.from_numpy(pasts), cross)
+        outputs.append((head, backend_model.kv.to_numpy(present)))
     (want_head, want_present), (got_head, got_present) = outputs
     tolerance = 1e-3 if model.provider == "cuda" else 1e-5  # host: masked spare slots too
     for got, want in zip(got_present, want_present, strict=True):
@@ -135,7 +131,7 @@ def test_host_caches_grow_in_place_until_their_spare_slots_run_out(exported):
         assert host_cache.tensors[0].shape[2] >= step + 1
         assert not host_cache.tensors[0][:, :, step + 1 :].any()  # spare slots stay zero
         for got, want in zip(
-            download(host, host_cache), download(device, caches[device][0]), strict=True
+            host.kv.to_numpy(host_cache), device.kv.to_numpy(caches[device][0]), strict=True
         ):
             # equal up to float summation order (the host's attention also reads masked slots)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -147,21 +143,21 @@ def test_host_select_and_merge_keep_spare_slots_for_self_caches_only(exported):
     host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
     arrays = random_cache(host, rows=3, length=4, seed=8)
     for grows, spare in ((True, SPARE_SLOTS), (False, 0)):
-        cache = upload(host, arrays, grows)
+        cache = host.kv.from_numpy(arrays, grows)
         selected = host.kv.select(cache, np.array([2, 0]), 1, 4)
         merged = host.kv.merge(cache, selected, 5, left=grows)
         for result, length in ((selected, 3), (merged, 5)):
             assert result.length == length and result.grows == grows
             assert result.tensors[0].shape[2] == length + spare
             assert not result.tensors[0][:, :, length:].any()
-        assert np.array_equal(download(host, selected)[0], arrays[0][[2, 0]][:, :, 1:4])
+        assert np.array_equal(host.kv.to_numpy(selected)[0], arrays[0][[2, 0]][:, :, 1:4])
 
 
 def test_host_beam_reorder_moves_rows_in_place(exported):
     host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
     arrays = random_cache(host, rows=4, length=3, seed=9)
-    cache = upload(host, arrays)
+    cache = host.kv.from_numpy(arrays)
     rows = np.array([0, 0, 2, 3])  # row 1 continues row 0's beam
     reordered = host.kv.select(cache, rows, 0, 3)
     assert reordered.tensors[0] is cache.tensors[0]
-    assert np.array_equal(download(host, reordered)[0], arrays[0][rows])
+    assert np.array_equal(host.kv.to_numpy(reordered)[0], arrays[0][rows])
