@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from service.buffer_pool import DEFAULT_MAX_FREE_BYTES
 from service.decoding import BeamSearch, GreedySearch, make_search
 from service.onnx_model import (
     KVBackendName,
@@ -187,12 +188,17 @@ class Engine:
         provider: ProviderName = "auto",
         intra_op_threads: int = 0,
         kv_backend: KVBackendName | None = None,
+        kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES,
         **options: Any,
     ) -> Engine:
-        """``kv_backend``: see ``OnnxSeq2Seq`` (default: host caches exactly on CPU);
-        ``options``: the dataclass's scheduling fields (max_groups, merge_past, ...)."""
+        """``kv_backend``, ``kv_pool_bytes``: see ``OnnxSeq2Seq`` (default: host caches exactly
+        on CPU); ``options``: the dataclass's scheduling fields (max_groups, merge_past, ...)."""
         model = OnnxSeq2Seq(
-            model_dir, provider=provider, intra_op_threads=intra_op_threads, kv_backend=kv_backend
+            model_dir,
+            provider=provider,
+            intra_op_threads=intra_op_threads,
+            kv_backend=kv_backend,
+            kv_pool_bytes=kv_pool_bytes,
         )
         return cls(
             model=model, model_dir=Path(model_dir), model_name=model.info.model_name, **options
@@ -479,10 +485,18 @@ class Engine:
         for group in self._groups:
             finished += self._step_group(group)
         self.steps += 1
-        self._groups = [group for group in self._groups if group.requests]
+        self._retire_empty_groups()
         if finished:
             self._merge_close_groups()
         return finished
+
+    def _retire_empty_groups(self) -> None:
+        """Groups whose requests all left go, their caches back to the backend for reuse."""
+        for group in self._groups:
+            if not group.requests:
+                self.kv.release(group.batch.self_cache)
+                self.kv.release(group.batch.cross_cache)
+        self._groups = [group for group in self._groups if group.requests]
 
     def _merge_close_groups(self) -> None:
         """Groups whose past lengths came close (rows left, the caches were trimmed) and whose
@@ -601,7 +615,7 @@ class Engine:
             group.requests = remaining
             group.rows = sum(active.num_rows for active in remaining)
             self._rearrange(group, kept_rows, kept_rows, rows_left=True)
-        self._groups = [group for group in self._groups if group.requests]
+        self._retire_empty_groups()
 
     def _rearrange(
         self,

@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
 import numpy as np
 import onnxruntime as ort
+
+from service.buffer_pool import DEFAULT_MAX_FREE_BYTES, BufferPool
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +58,37 @@ SEARCH_OUTPUTS = ["top_log_probs", "top_ids", "watch_log_probs"]
 SPARE_SLOTS = 16
 
 
-@dataclass
 class KVCache:
     """2L tensors (N, H, capacity, Dh), keys of every layer then values, whose slots
     ``[0, length)`` hold the cache. C-contiguous numpy arrays (HostKV) or OrtValues on the
     session's device (DeviceKV). ``grows``: a self-attention cache (new keys are appended every
-    step, so the host keeps spare slots), not cross keys/values."""
+    step, so the host keeps spare slots), not cross keys/values.
 
-    tensors: list = field(repr=False)
-    length: int
-    grows: bool = False
+    A backend operation that returns a new cache *consumes* the caches it was given (``decode``
+    its ``past``, ``select`` and ``merge`` their inputs): their tensors may be reused for other
+    caches (service/buffer_pool.py), so touching a consumed cache raises instead of reading
+    another request's keys."""
+
+    def __init__(self, tensors: list, length: int, grows: bool = False) -> None:
+        self._tensors: list | None = tensors
+        self.length = length
+        self.grows = grows
+
+    @property
+    def tensors(self) -> list:
+        if self._tensors is None:
+            raise RuntimeError("KV cache already consumed: use the cache the backend returned")
+        return self._tensors
+
+    def consume(self) -> list:
+        """The tensors, which this cache gives up."""
+        tensors = self.tensors
+        self._tensors = None
+        return tensors
+
+    def __repr__(self) -> str:
+        state = "consumed" if self._tensors is None else f"{len(self._tensors)} tensors"
+        return f"KVCache({state}, length={self.length}, grows={self.grows})"
 
 
 class ExportTooOld(RuntimeError):
@@ -206,36 +229,44 @@ class KVBackend(Protocol):
         is consumed: the result may share its tensors (the host writes into spare slots)."""
 
     def select(self, cache: KVCache, rows: np.ndarray, start: int, end: int) -> KVCache:
-        """cache[rows][:, :, start:end]: beam reorder, retire rows, repeat, trim columns."""
+        """cache[rows][:, :, start:end]: beam reorder, retire rows, repeat, trim columns.
+        ``cache`` is consumed."""
 
     def merge(self, first: KVCache, second: KVCache, length: int, left: bool) -> KVCache:
         """Rows of ``first`` then ``second``, each zero-padded on axis 2 to ``length`` on the
-        left (self-attention past: newest slots aligned) or the right (sources)."""
+        left (self-attention past: newest slots aligned) or the right (sources). Both are
+        consumed."""
+
+    def release(self, cache: KVCache) -> None:
+        """The caller is done with ``cache`` (its rows all finished): consumed."""
 
     def from_numpy(self, arrays: list[np.ndarray], grows: bool = True) -> KVCache:
         """A cache holding copies of 2L arrays (N, H, length, Dh) (tests, tools)."""
 
     def to_numpy(self, cache: KVCache) -> list[np.ndarray]:
-        """The cache's 2L tensors, slots [0, length), as numpy arrays."""
+        """Copies of the cache's 2L tensors, slots [0, length), as numpy arrays."""
 
 
 class HostKV:
-    """Caches as numpy arrays (CPU provider only)."""
+    """Caches as numpy arrays (CPU provider only), in buffers reused from a ``BufferPool``."""
 
     name = "host"
 
-    def __init__(self, model: OnnxSeq2Seq) -> None:
+    def __init__(self, model: OnnxSeq2Seq, pool_bytes: int = DEFAULT_MAX_FREE_BYTES) -> None:
         self.model = model
+        self.pool = BufferPool(model.kv_dtype, pool_bytes)
 
-    def _zeros(self, rows: int, capacity: int) -> np.ndarray:
+    def _shape(self, rows: int, capacity: int) -> tuple[int, int, int, int]:
         info = self.model.info
-        return np.zeros((rows, info.num_heads, capacity, info.head_dim), self.model.kv_dtype)
+        return (rows, info.num_heads, capacity, info.head_dim)
 
     def _copied(self, arrays: list[np.ndarray], length: int, capacity: int) -> list[np.ndarray]:
-        """New zeroed caches of ``capacity`` slots holding the first ``length`` of ``arrays``."""
-        copies = [self._zeros(len(array), capacity) for array in arrays]
+        """New caches of ``capacity`` slots holding the first ``length`` of ``arrays``, the rest
+        zeroed."""
+        copies = [self.pool.empty(self._shape(len(array), capacity)) for array in arrays]
         for copy, array in zip(copies, arrays, strict=True):
             copy[:, :, :length] = array[:, :, :length]
+            copy[:, :, length:] = 0
         return copies
 
     @staticmethod
@@ -244,7 +275,8 @@ class HostKV:
         return SPARE_SLOTS if grows else 0
 
     def empty(self, rows: int) -> KVCache:
-        tensors = [self._zeros(rows, SPARE_SLOTS) for _ in range(2 * self.model.info.num_layers)]
+        shape = self._shape(rows, SPARE_SLOTS)
+        tensors = [self.pool.zeros(shape) for _ in range(2 * self.model.info.num_layers)]
         return KVCache(tensors, 0, grows=True)
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> KVCache:
@@ -271,14 +303,17 @@ class HostKV:
         feeds.update(zip(model.past_names, past.tensors, strict=True))
         feeds.update(zip(model.cross_names, cross.tensors, strict=True))
         outputs = model.decoder.run(SEARCH_OUTPUTS + model.new_names, feeds)
+        del feeds  # it refers to the caches: a full one's buffers go back to the pool below
+        head = StepOutput(*outputs[:3], inputs.watch_ids)
         new = outputs[3:]  # 2L x (N, H, T, Dh)
         grown = length + new[0].shape[2]
-        tensors = past.tensors
+        tensors = past.consume()
         if grown > capacity:  # full: one copy into a cache with SPARE_SLOTS free again
-            tensors = self._copied(past.tensors, length, grown + SPARE_SLOTS)
+            full_tensors, tensors = tensors, self._copied(tensors, length, grown + SPARE_SLOTS)
+            self.pool.recycle(full_tensors)
         for target, value in zip(tensors, new, strict=True):
             target[:, :, length:grown] = value
-        return StepOutput(*outputs[:3], inputs.watch_ids), KVCache(tensors, grown, grows=True)
+        return head, KVCache(tensors, grown, grows=True)
 
     def select(self, cache: KVCache, rows: np.ndarray, start: int, end: int) -> KVCache:
         count, length = cache.tensors[0].shape[0], cache.length
@@ -291,34 +326,49 @@ class HostKV:
                 sources = rows[moved]
                 for value in cache.tensors:
                     value[moved, :, :length] = value[sources, :, :length]
-                return cache
-        # One gather along axis 0 of the slots wanted, straight into the new cache.
+                return KVCache(cache.consume(), length, cache.grows)
+        tensors = self._gathered(cache.tensors, rows, start, end, self._spare(cache.grows))
+        self.pool.recycle(cache.consume())
+        return KVCache(tensors, end - start, cache.grows)
+
+    def _gathered(
+        self, tensors: list[np.ndarray], rows: np.ndarray, start: int, end: int, spare: int
+    ) -> list[np.ndarray]:
+        """One gather along axis 0 of the slots wanted, straight into new caches."""
         kept = end - start
-        spare = self._spare(cache.grows)
-        tensors = []
-        for value in cache.tensors:
-            target = np.empty(
-                (len(rows),) + value.shape[1:2] + (kept + spare,) + value.shape[3:], value.dtype
-            )
+        gathered = [self.pool.empty(self._shape(len(rows), kept + spare)) for _ in tensors]
+        for target, value in zip(gathered, tensors, strict=True):
             np.take(value[:, :, start:end], rows, axis=0, out=target[:, :, :kept], mode="clip")
             target[:, :, kept:] = 0
-            tensors.append(target)
-        return KVCache(tensors, kept, cache.grows)
+        return gathered
 
     def merge(self, first: KVCache, second: KVCache, length: int, left: bool) -> KVCache:
         spare = self._spare(first.grows)
         tensors = [
-            _host_merge(a[:, :, : first.length], b[:, :, : second.length], length, left, spare)
+            _host_merge(
+                self.pool.empty(self._shape(len(a) + len(b), length + spare)),
+                a[:, :, : first.length],
+                b[:, :, : second.length],
+                length,
+                left,
+            )
             for a, b in zip(first.tensors, second.tensors, strict=True)
         ]
-        return KVCache(tensors, length, first.grows)
+        grows = first.grows
+        self.pool.recycle(first.consume())
+        self.pool.recycle(second.consume())
+        return KVCache(tensors, length, grows)
+
+    def release(self, cache: KVCache) -> None:
+        self.pool.recycle(cache.consume())
 
     def from_numpy(self, arrays: list[np.ndarray], grows: bool = True) -> KVCache:
         length = arrays[0].shape[2]
         return KVCache(self._copied(arrays, length, length + self._spare(grows)), length, grows)
 
     def to_numpy(self, cache: KVCache) -> list[np.ndarray]:
-        return [np.ascontiguousarray(value[:, :, : cache.length]) for value in cache.tensors]
+        """Copies: the cache's buffers are reused once it is consumed."""
+        return [value[:, :, : cache.length].copy() for value in cache.tensors]
 
 
 class DeviceKV:
@@ -384,6 +434,7 @@ class DeviceKV:
             binding.bind_ortvalue_input(f"new_{j}", added)
         self._bind_outputs(binding, [f"y_{j}" for j in range(len(new))])
         grown = past.length + new[0].shape()[2]
+        past.consume()  # as on the host: the backend owns what it was given
         return head, KVCache(self._run(self.kv_append, binding), grown, grows=True)
 
     def select(self, cache: KVCache, rows: np.ndarray, start: int, end: int) -> KVCache:
@@ -394,6 +445,7 @@ class DeviceKV:
         binding.bind_cpu_input("start", np.array([start], dtype=np.int64))
         binding.bind_cpu_input("end", np.array([end], dtype=np.int64))
         self._bind_outputs(binding, [f"y_{j}" for j in range(len(cache.tensors))])
+        cache.consume()
         return KVCache(self._run(self.kv_select, binding), end - start, cache.grows)
 
     def merge(self, first: KVCache, second: KVCache, length: int, left: bool) -> KVCache:
@@ -407,7 +459,12 @@ class DeviceKV:
             pads[2 if left else 6] = length - cache.length
             binding.bind_cpu_input(f"{tag}_pads", pads)
         self._bind_outputs(binding, [f"y_{j}" for j in range(len(first.tensors))])
+        first.consume()
+        second.consume()
         return KVCache(self._run(self.kv_merge, binding), length, first.grows)
+
+    def release(self, cache: KVCache) -> None:
+        cache.consume()  # ONNX Runtime frees device memory with the last reference
 
     def from_numpy(self, arrays: list[np.ndarray], grows: bool = True) -> KVCache:
         tensors = [
@@ -434,9 +491,11 @@ class OnnxSeq2Seq:
         provider: ProviderName = "auto",
         intra_op_threads: int = 0,
         kv_backend: KVBackendName | None = None,
+        kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES,
     ):
         """``kv_backend``: "host" (numpy caches; CPU provider only) or "device" (OrtValues and
-        helper graphs); None: host on the CPU provider, device otherwise."""
+        helper graphs); None: host on the CPU provider, device otherwise. ``kv_pool_bytes``:
+        the most free memory the host backend keeps for reuse (service/buffer_pool.py)."""
         self.model_dir = Path(model_dir)
         config = json.loads((self.model_dir / "config.json").read_text())
         self.info = ModelInfo.from_config(config, self.model_dir.name)
@@ -476,7 +535,7 @@ class OnnxSeq2Seq:
             kv_backend = "host" if self.provider == "cpu" else "device"
         if kv_backend == "host" and self.provider != "cpu":
             raise ValueError(f"host KV caches need the CPU provider, not {self.provider}")
-        self.kv: KVBackend = HostKV(self) if kv_backend == "host" else DeviceKV(self)
+        self.kv: KVBackend = HostKV(self, kv_pool_bytes) if kv_backend == "host" else DeviceKV(self)
 
     @staticmethod
     def _providers(provider: str) -> list:
@@ -512,12 +571,13 @@ class OnnxSeq2Seq:
         )
 
 
-def _host_merge(a: np.ndarray, b: np.ndarray, length: int, left: bool, spare: int) -> np.ndarray:
-    """Host caches (Na, H, La, Dh), (Nb, H, Lb, Dh) -> (Na+Nb, H, length + spare, Dh): rows of
-    ``a`` then ``b``, each zero-padded on axis 2 to ``length`` (on the left or the right), then
-    ``spare`` zero slots; one pass over the data."""
+def _host_merge(
+    out: np.ndarray, a: np.ndarray, b: np.ndarray, length: int, left: bool
+) -> np.ndarray:
+    """Host caches (Na, H, La, Dh), (Nb, H, Lb, Dh) -> ``out`` (Na+Nb, H, length + spare, Dh):
+    rows of ``a`` then ``b``, each zero-padded on axis 2 to ``length`` (on the left or the
+    right), then spare zero slots; one pass over the data."""
     n = a.shape[0]
-    out = np.empty((n + b.shape[0], a.shape[1], length + spare, a.shape[3]), dtype=a.dtype)
     out[:, :, length:] = 0
     for part, rows in ((a, slice(0, n)), (b, slice(n, None))):
         pad = length - part.shape[2]

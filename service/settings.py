@@ -54,6 +54,14 @@ class Settings(BaseSettings):
         "2 engine threads beside the event loop made both batching policies collapse at 70 "
         "req/s where 1 thread carried the load (BENCHMARKS.md).",
     )
+    kv_pool_mb: int = Field(
+        1024,
+        ge=0,
+        description="Host memory (MiB) each CPU engine keeps, once its caches are done with it, "
+        "for the next caches instead of returning it to the system: first touches of fresh "
+        "memory made a grown cache's copy 10-30x slower (BENCHMARKS.md, 'Reused cache "
+        "buffers'). 0: no reuse.",
+    )
 
     # --- many models -------------------------------------------------------------------
     lazy_load: bool = Field(

@@ -143,21 +143,66 @@ def test_host_select_and_merge_keep_spare_slots_for_self_caches_only(exported):
     host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
     arrays = random_cache(host, rows=3, length=4, seed=8)
     for grows, spare in ((True, SPARE_SLOTS), (False, 0)):
-        cache = host.kv.from_numpy(arrays, grows)
-        selected = host.kv.select(cache, np.array([2, 0]), 1, 4)
-        merged = host.kv.merge(cache, selected, 5, left=grows)
-        for result, length in ((selected, 3), (merged, 5)):
-            assert result.length == length and result.grows == grows
-            assert result.tensors[0].shape[2] == length + spare
-            assert not result.tensors[0][:, :, length:].any()
+        selected = host.kv.select(host.kv.from_numpy(arrays, grows), np.array([2, 0]), 1, 4)
         assert np.array_equal(host.kv.to_numpy(selected)[0], arrays[0][[2, 0]][:, :, 1:4])
+        shapes = [(selected.length, selected.grows, selected.tensors[0].shape[2])]
+        assert not selected.tensors[0][:, :, 3:].any()
+        merged = host.kv.merge(host.kv.from_numpy(arrays, grows), selected, 5, left=grows)
+        shapes.append((merged.length, merged.grows, merged.tensors[0].shape[2]))
+        assert not merged.tensors[0][:, :, 5:].any()
+        assert shapes == [(3, grows, 3 + spare), (5, grows, 5 + spare)]
 
 
 def test_host_beam_reorder_moves_rows_in_place(exported):
     host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
     arrays = random_cache(host, rows=4, length=3, seed=9)
     cache = host.kv.from_numpy(arrays)
+    keys_0 = cache.tensors[0]
     rows = np.array([0, 0, 2, 3])  # row 1 continues row 0's beam
     reordered = host.kv.select(cache, rows, 0, 3)
-    assert reordered.tensors[0] is cache.tensors[0]
+    assert reordered.tensors[0] is keys_0
     assert np.array_equal(host.kv.to_numpy(reordered)[0], arrays[0][rows])
+
+
+def test_a_consumed_cache_cannot_be_read(model):
+    """select, merge and decode consume their input caches (the host reuses their buffers):
+    touching one afterwards raises instead of reading whatever the buffer holds now."""
+    cache = model.kv.from_numpy(random_cache(model, rows=3, length=4, seed=10))
+    selected = model.kv.select(cache, np.array([1, 2]), 1, 4)
+    with pytest.raises(RuntimeError, match="consumed"):
+        model.kv.select(cache, np.array([0]), 0, 4)
+    with pytest.raises(RuntimeError, match="consumed"):
+        model.kv.to_numpy(cache)
+    other = model.kv.from_numpy(random_cache(model, rows=1, length=2, seed=11))
+    model.kv.merge(selected, other, 3, left=True)
+    for consumed in (selected, other):
+        with pytest.raises(RuntimeError, match="consumed"):
+            model.kv.to_numpy(consumed)
+
+
+def test_host_reuses_the_buffers_of_consumed_caches_without_mixing_them(exported):
+    """Buffers of caches that were selected away or grew come back for new caches: a reused
+    buffer holds exactly its new cache's values, and the caches alive stay intact."""
+    host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
+    pool = host.kv.pool
+    first = random_cache(host, rows=4, length=6, seed=12)
+    second = random_cache(host, rows=4, length=6, seed=13)
+    kept = host.kv.from_numpy(first)
+    held_view = kept.tensors[0][:, :, :2]  # a caller still sees this buffer: never reused
+    gone = host.kv.from_numpy(second)
+    trimmed = host.kv.select(gone, np.array([3, 1, 0]), 2, 6)  # gone's buffers are free now
+    reused_before = pool.reused
+    fresh = host.kv.from_numpy(second)
+    assert pool.reused > reused_before  # from gone's buffers
+    for array in fresh.tensors:
+        assert not any(np.shares_memory(array, other) for other in kept.tensors)
+        assert not any(np.shares_memory(array, other) for other in trimmed.tensors)
+    np.testing.assert_array_equal(host.kv.to_numpy(kept)[0], first[0])
+    np.testing.assert_array_equal(host.kv.to_numpy(fresh)[-1], second[-1])
+    np.testing.assert_array_equal(host.kv.to_numpy(trimmed)[-1], second[-1][[3, 1, 0]][:, :, 2:6])
+    assert not fresh.tensors[0][:, :, 6:].any()  # the spare slots of a reused buffer are zeroed
+
+    kept_tensors = kept.tensors
+    host.kv.select(kept, np.array([0, 1]), 0, 6)
+    assert not any(np.shares_memory(buffer, held_view) for buffer in pool._free)
+    assert any(np.shares_memory(buffer, kept_tensors[1]) for buffer in pool._free)

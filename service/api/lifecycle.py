@@ -39,7 +39,10 @@ def engine_loader(settings: Settings) -> EngineLoader:
 
     def load(spec: ModelSpec) -> Engine:
         return Engine.from_dir(
-            spec.model_dir, provider=settings.provider, intra_op_threads=settings.engine_threads()
+            spec.model_dir,
+            provider=settings.provider,
+            intra_op_threads=settings.engine_threads(),
+            kv_pool_bytes=settings.kv_pool_mb << 20,
         )
 
     return load
