@@ -133,6 +133,28 @@ def test_requests_joining_at_different_steps_get_the_same_tokens_as_alone(engine
     assert engine.active_requests == 0
 
 
+def test_reused_cache_buffers_never_mix_requests(exported):
+    """The host backend builds caches in buffers of consumed ones (service/buffer_pool.py):
+    with staggered joins, beam reorders, retirements and finished groups handing buffers back,
+    every request still gets its reference tokens, and buffers were really reused."""
+    engine = Engine.from_dir(
+        exported.onnx_dir, provider="cpu", intra_op_threads=1, kv_backend="host"
+    )
+    _, _, sources = padded_sources(exported.model, [11, 4, 9, 12, 3, 8, 10, 6], seed=23)
+    beams = [4, 1, 3, 2, 4, 1, 2, 4]
+    requests = [
+        DecodeRequest(i, source, beam, MAX_NEW)
+        for i, (source, beam) in enumerate(zip(sources, beams, strict=True))
+    ]
+    for round_ in range(2):  # the second round runs in the first round's buffers
+        reused_before = engine.kv.pool.reused
+        finished = run_until_empty(engine, {2 * i: [request] for i, request in enumerate(requests)})
+        for i, (source, beam) in enumerate(zip(sources, beams, strict=True)):
+            expected = reference(exported.model, [source], beam, MAX_NEW)[0]
+            assert finished[i].tokens == expected, (round_, i)
+        assert engine.kv.pool.reused > reused_before
+
+
 def test_several_adds_before_a_step_merge_empty_caches(engine, exported):
     _, _, sources = padded_sources(exported.model, [4, 9, 6], seed=19)
     beams = [1, 2, 3]

@@ -1,0 +1,118 @@
+"""What a grown KV cache's copy costs in fresh memory against reused memory (service/buffer_pool.py).
+
+    .venv/bin/python bench/first_touch.py                     # beam 4 x 32 at Marian-base size
+    .venv/bin/python bench/first_touch.py --rows 32 --thread  # on a thread, as the engine runs
+
+Copies 2L caches of (rows, H, length, Dh) float32 into caches of ``length + 16`` slots, as
+``HostKV`` does when a cache's spare slots run out, four times (capacities growing as in a
+translation), with the destination arrays
+- ``fresh``: ``np.empty`` (numpy's default allocation, with its transparent-huge-page advice),
+- ``mmap``: anonymous ``mmap`` pages (no huge-page advice),
+- ``pooled``: a ``BufferPool`` that got back the previous copy's buffers.
+Prints ms per copy and writes ``bench/results/first-touch.json``. Run it under the exclusive
+CPU lock; each variant runs in a fresh process (fresh memory is what is measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.buffer_pool import BufferPool  # noqa: E402
+
+VARIANTS = ("fresh", "mmap", "pooled")
+
+
+def copies(variant: str, rows: int, layers: int, heads: int, head_dim: int) -> list[float]:
+    """ms per copy of the 2L tensors, for the capacities a growing cache passes through."""
+    pool = BufferPool(np.float32)
+
+    def destination(shape: tuple[int, ...]) -> np.ndarray:
+        if variant == "fresh":
+            return np.empty(shape, np.float32)
+        if variant == "mmap":
+            size = int(np.prod(shape)) * 4
+            return np.frombuffer(mmap.mmap(-1, size), np.float32).reshape(shape)
+        return pool.empty(shape)
+
+    rng = np.random.default_rng(0)
+    length = 32
+    current = [
+        rng.standard_normal((rows, heads, length + 16, head_dim)).astype(np.float32)
+        for _ in range(2 * layers)
+    ]
+    timings = []
+    for _ in range(4):
+        length += 16
+        started = time.perf_counter()
+        grown = [destination((rows, heads, length + 16, head_dim)) for _ in current]
+        for target, source in zip(grown, current, strict=True):
+            target[:, :, :length] = source[:, :, :length]
+            target[:, :, length:] = 0
+        timings.append(1e3 * (time.perf_counter() - started))
+        previous, current = current, grown
+        if variant == "pooled":
+            pool.recycle(previous)
+        del previous
+    return timings
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--thread", action="store_true", help="copy on a non-main thread")
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child process
+    args = parser.parse_args(argv)
+    shape = (args.rows, args.layers, args.heads, args.head_dim)
+    if args.variant:
+        result: list[list[float]] = []
+        work = lambda: result.append(copies(args.variant, *shape))  # noqa: E731
+        if args.thread:
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join()
+        else:
+            work()
+        print(json.dumps(result[0]))
+        return
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    flags = sorted(
+        {flag for line in cpuinfo if line.startswith("flags") for flag in line.split()}
+        & {"avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"}
+    )
+    results = {}
+    for variant in VARIANTS:
+        child = [sys.executable, __file__, "--variant", variant, "--rows", str(args.rows)]
+        child += ["--layers", str(args.layers), "--heads", str(args.heads)]
+        child += ["--head-dim", str(args.head_dim)] + (["--thread"] if args.thread else [])
+        output = subprocess.run(child, check=True, capture_output=True, text=True).stdout
+        results[variant] = json.loads(output.strip().splitlines()[-1])
+        megabytes = 2 * args.layers * args.rows * args.heads * 64 * args.head_dim * 4 / 1e6
+        timings = " ".join(f"{ms:.1f}" for ms in results[variant])
+        print(f"{variant:7s} ms per copy (about {megabytes:.0f} MB): {timings}")
+    out = Path(__file__).resolve().parent / "results" / "first-touch.json"
+    out.parent.mkdir(exist_ok=True)
+    summary = {variant: statistics.median(ms) for variant, ms in results.items()}
+    record = {"args": vars(args), "ms_per_copy": results, "median_ms": summary}
+    record["machine"] = {"processor": platform.processor(), "flags": flags}
+    out.write_text(json.dumps(record, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
