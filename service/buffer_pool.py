@@ -1,6 +1,6 @@
 """Host memory for KV caches that is reused rather than freshly allocated.
 
-A cache of 128 rows at Marian-base size is 12 arrays of 10-25 MB. numpy takes arrays that
+A cache of 128 rows at Marian-base size is 12 arrays of 10-25 MB. numpy often gets arrays that
 large from the allocator as fresh pages and advises transparent huge pages for them; on the
 VMs we measure on, the first touch of those pages (page faults, and huge-page compaction) made
 copying a grown cache 10-30x slower than copying into memory touched before: 240 ms against
@@ -10,12 +10,16 @@ out C-contiguous views of them.
 
 A buffer is only ever handed back by ``HostKV`` for caches it consumed (service/onnx_model.py:
 ``KVCache.consume``), and ``recycle`` refuses arrays something else still refers to, so a
-reused buffer can never be seen through an old cache.
+reused buffer can never be seen through an old cache. The pool is shared by the engine thread
+and the encoder thread (service/batcher.py, encoder overlap: newcomers' caches are built there
+while the running rows step), so lending and taking back hold a lock: a buffer lent twice
+would be two caches in one place.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections import deque
 
 import numpy as np
@@ -39,23 +43,27 @@ class BufferPool:
         self.free_bytes = 0
         self.reused = 0  # arrays served from a free buffer
         self.allocated = 0  # arrays that needed a new buffer
+        self._lock = threading.Lock()
 
     def empty(self, shape: tuple[int, ...]) -> np.ndarray:
         """An uninitialised C-contiguous array of ``shape``."""
         size = int(np.prod(shape))
-        fitting = [
-            index
-            for index, buffer in enumerate(self._free)
-            if size <= buffer.size <= MAX_WASTE * max(size, 1)
-        ]
-        if fitting:
-            best = min(fitting, key=lambda index: self._free[index].size)
-            self.reused += 1
-            buffer = self._free[best]
-            del self._free[best]
-            self.free_bytes -= buffer.nbytes
-        else:
-            self.allocated += 1
+        with self._lock:
+            fitting = [
+                index
+                for index, buffer in enumerate(self._free)
+                if size <= buffer.size <= MAX_WASTE * max(size, 1)
+            ]
+            if fitting:
+                best = min(fitting, key=lambda index: self._free[index].size)
+                self.reused += 1
+                buffer = self._free[best]
+                del self._free[best]
+                self.free_bytes -= buffer.nbytes
+            else:
+                self.allocated += 1
+                buffer = None
+        if buffer is None:  # allocated outside the lock: the other thread need not wait
             buffer = np.empty(int(size * HEADROOM), self.dtype)
         return buffer[:size].reshape(shape)
 
@@ -70,10 +78,12 @@ class BufferPool:
             buffer = array if array.base is None else array.base
             if self._unshared(array, buffer):
                 flat = buffer.reshape(-1)
-                self._free.append(flat)
-                self.free_bytes += flat.nbytes
-        while self.free_bytes > self.max_free_bytes:
-            self.free_bytes -= self._free.popleft().nbytes
+                with self._lock:
+                    self._free.append(flat)
+                    self.free_bytes += flat.nbytes
+        with self._lock:
+            while self.free_bytes > self.max_free_bytes:
+                self.free_bytes -= self._free.popleft().nbytes
 
     def _unshared(self, array: np.ndarray, buffer: object) -> bool:
         """Whether ``buffer`` is a plain numpy buffer of our dtype that only ``array`` (held by

@@ -3,6 +3,9 @@ still referred to."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import numpy as np
 
 from service.buffer_pool import HEADROOM, MAX_WASTE, BufferPool
@@ -46,3 +49,46 @@ def test_foreign_and_oversized_buffers_are_refused_and_the_free_list_is_bounded(
     reused = pool.reused  # 1: the (8, 8) above
     pool.empty((2,))  # 2 floats would waste most of a 64-float buffer
     assert pool.reused == reused
+
+
+def test_two_threads_never_get_the_same_buffer():
+    """The engine thread and the encoder thread share one pool: with both lending and taking
+    back at once, no two arrays alive at the same time share memory."""
+    pool = BufferPool(np.float32)
+    held: dict[int, list[np.ndarray]] = {0: [], 1: []}
+    overlaps: list[int] = []
+    errors: list[BaseException] = []
+
+    def churn(worker: int) -> None:
+        try:
+            lend_and_take_back(worker)
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(error)
+
+    def lend_and_take_back(worker: int) -> None:
+        rng = np.random.default_rng(worker)
+        for _ in range(2000):
+            if held[worker] and rng.random() < 0.5:
+                pool.recycle([held[worker].pop(int(rng.integers(len(held[worker]))))])
+            else:
+                array = pool.empty((int(rng.integers(1, 5)), 64))
+                array.fill(worker)  # a buffer lent twice would be overwritten by the other
+                held[worker].append(array)
+            for array in held[worker]:
+                if not (array == worker).all():
+                    overlaps.append(worker)
+
+    threads = [threading.Thread(target=churn, args=(worker,)) for worker in (0, 1)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors and not overlaps
+    assert pool.reused > 100  # the two threads really exchanged buffers through the pool
+    mine, theirs = held[0], held[1]
+    assert not any(np.shares_memory(a, b) for a in mine for b in theirs)
