@@ -511,11 +511,14 @@ class OnnxSeq2Seq:
             f"cross_value_{i}" for i in range(layers)
         ]
 
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if intra_op_threads:
-            options.intra_op_num_threads = intra_op_threads
+        options = _session_options(intra_op_threads, spinning=True)
         self.session_options = options
+        # The encoder runs once per admission, between decoder steps. Each session has its own
+        # intra-op thread pool, and a pool's workers spin for a while after a call: a spinning
+        # encoder worker took a core from the decoder steps that followed (greedy x 1 and x 8
+        # of Marian-base at 2 threads: +13 % and +12 % tokens/s with the encoder's spinning
+        # off; BENCHMARKS.md, "Encoder thread pool").
+        self.encoder_options = _session_options(intra_op_threads, spinning=False)
         self.provider, self.encoder = self._first_session(self.model_dir / "encoder.onnx", provider)
         self.session_providers = self._providers(self.provider)
         self.decoder = ort.InferenceSession(
@@ -552,7 +555,7 @@ class OnnxSeq2Seq:
         if requested != "cpu" and "CUDAExecutionProvider" in ort.get_available_providers():
             try:
                 session = ort.InferenceSession(
-                    str(path), self.session_options, providers=self._providers("cuda")
+                    str(path), self.encoder_options, providers=self._providers("cuda")
                 )
                 if session.get_providers()[0] == "CUDAExecutionProvider":
                     return "cuda", session
@@ -567,8 +570,18 @@ class OnnxSeq2Seq:
                 f"CUDA execution provider requested but not available: {ort.get_available_providers()}"
             )
         return "cpu", ort.InferenceSession(
-            str(path), self.session_options, providers=self._providers("cpu")
+            str(path), self.encoder_options, providers=self._providers("cpu")
         )
+
+
+def _session_options(intra_op_threads: int, spinning: bool) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if intra_op_threads:
+        options.intra_op_num_threads = intra_op_threads
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
 
 
 def _host_merge(

@@ -61,6 +61,17 @@ def test_engine_reports_model_and_cpu_provider(engine, exported):
     )
 
 
+def test_the_encoder_thread_pool_does_not_spin_after_a_call(engine):
+    """The encoder's intra-op workers sleep after each call instead of spinning, so they do not
+    take a core from the decoder steps that follow (a per-session pool each; BENCHMARKS.md,
+    "Encoder thread pool"); the decoder's keep spinning between its back-to-back steps."""
+    model = engine.model
+    spinning = "session.intra_op.allow_spinning"
+    assert model.encoder_options.get_session_config_entry(spinning) == "0"
+    with pytest.raises(Exception, match="does not have configuration"):  # ORT's default: spin
+        model.session_options.get_session_config_entry(spinning)
+
+
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_engine_matches_reference_search_on_a_padded_mixed_length_batch(
     engine, exported, beam_size
