@@ -515,9 +515,9 @@ class OnnxSeq2Seq:
         self.session_options = options
         # The encoder runs once per admission, between decoder steps. Each session has its own
         # intra-op thread pool, and a pool's workers spin for a while after a call: a spinning
-        # encoder worker took a core from the decoder steps that followed (greedy x 1 and x 8
-        # of Marian-base at 2 threads: +13 % and +12 % tokens/s with the encoder's spinning
-        # off; BENCHMARKS.md, "Encoder thread pool").
+        # encoder worker took a core from the decoder steps that followed (Marian-base at 2
+        # threads, encoder spinning off: greedy x 1 +6..42 %, beam 4 x 1 +13..15 % tokens/s;
+        # BENCHMARKS.md, "Encoder thread pool").
         self.encoder_options = _session_options(intra_op_threads, spinning=False)
         self.provider, self.encoder = self._first_session(self.model_dir / "encoder.onnx", provider)
         self.session_providers = self._providers(self.provider)
