@@ -354,10 +354,9 @@ class HostKV:
             )
             for a, b in zip(first.tensors, second.tensors, strict=True)
         ]
-        grows = first.grows
         self.pool.recycle(first.consume())
         self.pool.recycle(second.consume())
-        return KVCache(tensors, length, grows)
+        return KVCache(tensors, length, first.grows)
 
     def release(self, cache: KVCache) -> None:
         self.pool.recycle(cache.consume())

@@ -45,18 +45,21 @@ class StepShape:
     width: int
 
 
+def _terms(rows, past_len: int, width: int) -> tuple:
+    """The five terms of the cost model (module docstring) for ``rows``: a float (one call) or
+    an array of row counts (one term array each)."""
+    return (
+        rows * 0.0 + 1.0,
+        rows,
+        rows * (past_len + 1) / 64.0,
+        rows * width / 64.0,
+        rows * rows / 64.0,
+    )
+
+
 def _row_features(rows: np.ndarray, past_len: int, width: int) -> np.ndarray:
     """(R,) row counts -> (R, 5) features of a call of each count at this past and width."""
-    return np.stack(
-        [
-            np.ones_like(rows),
-            rows,
-            rows * (past_len + 1) / 64.0,
-            rows * width / 64.0,
-            rows * rows / 64.0,
-        ],
-        axis=-1,
-    )
+    return np.stack(_terms(rows, past_len, width), axis=-1)
 
 
 Features = tuple[float, float, float, float, float]  # one call's row of _row_features
@@ -65,14 +68,7 @@ Features = tuple[float, float, float, float, float]  # one call's row of _row_fe
 def _features(shape: StepShape) -> Features:
     """``_row_features`` of one call in plain floats: the engine observes every step, and a
     numpy call per feature cost more than the rest of the bookkeeping (17-70 us per step)."""
-    rows = float(shape.rows)
-    return (
-        1.0,
-        rows,
-        rows * (shape.past_len + 1) / 64.0,
-        rows * shape.width / 64.0,
-        rows * rows / 64.0,
-    )
+    return _terms(float(shape.rows), shape.past_len, shape.width)
 
 
 def _non_negative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
