@@ -364,6 +364,13 @@ class ContinuousBatcher:
     def queue_depth(self) -> int:
         return len(self._queue)
 
+    @property
+    def encoded_waiting_to_join(self) -> bool:
+        """An admission's encoder call has finished on the encoder thread; its rows join the
+        batch at the next step boundary."""
+        encoding = self._encoding
+        return encoding is not None and encoding.future.done()
+
     async def submit(
         self, rows: Sequence[RowRequest], timeout_s: float | None = None
     ) -> list[RowResult]:

@@ -71,6 +71,7 @@ class GatedEngine:
         self.finished_at: dict[Hashable, int] = {}
         self.dropped: list[Hashable] = []
         self.encoded_on: set[str] = set()  # threads that ran encode
+        self.encoded = threading.Event()  # an encode call has returned
 
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
@@ -86,7 +87,9 @@ class GatedEngine:
         self.encoded_on.update(threading.current_thread().name for _ in requests[:1])
         for request in requests:
             self.src_ids[request.request_id] = tuple(request.src_ids)
-        return self._engine.encode(requests)
+        encoded = self._engine.encode(requests)
+        self.encoded.set()
+        return encoded
 
     def place(self, encoded: EncodedRequests) -> None:
         for request_id in encoded.request_ids:
@@ -224,9 +227,14 @@ async def test_64_concurrent_requests_each_get_what_they_get_alone(model_dir, ga
 LONG_TEXT, SHORT_TEXT = "Print this folder with your account", "Login"
 
 
-async def long_decode_then_a_newcomer(app, gated_engine):
+async def long_decode_then_a_newcomer(app, gated_engine, overlap: bool = False):
     """A long request decodes 5 gated steps; a short one is queued during its 6th; then the
-    gate opens. Returns the step count at the start and both responses (long, short)."""
+    gate opens. Returns the step count at the start and both responses (long, short).
+
+    ``overlap``: the batcher encodes newcomers on its encoder thread. Step 6 is let through
+    alone; the newcomer is then encoded while step 7 waits at the gate, and the gate opens
+    only once its encoder call is done, so it joins after step 7 however slowly the encoder
+    thread is scheduled (no wall-time race with free-running steps)."""
     async with serving(app) as client:
         gated_engine.close()
         batcher = only_model(app).batcher
@@ -243,6 +251,15 @@ async def long_decode_then_a_newcomer(app, gated_engine):
             client.post("/v1/translate", json={"text": SHORT_TEXT, "max_new_tokens": 3})
         )
         await wait_until(lambda: batcher.queue_depth == 1, "short request queued")
+        if overlap:
+            gated_engine.allow(1)
+            await wait_until(
+                lambda: gated_engine.steps == start + 6 and gated_engine.waiting.is_set(),
+                "step 6 done, step 7 waiting",
+            )
+            await wait_until(
+                lambda: batcher.encoded_waiting_to_join, "newcomer encoded during step 7"
+            )
         gated_engine.open()
         long_response, short_response = await asyncio.gather(long_task, short_task)
     return start, long_response, short_response
@@ -278,12 +295,14 @@ async def test_with_encoder_overlap_a_newcomer_is_encoded_while_the_long_decode_
     row takes its steps; it joins once encoded, and both translations are what they are
     alone."""
     app = create_app(settings_for(model_dir), engine=gated_engine)
-    start, long_response, short_response = await long_decode_then_a_newcomer(app, gated_engine)
+    start, long_response, short_response = await long_decode_then_a_newcomer(
+        app, gated_engine, overlap=True
+    )
 
     long_id, short_id = id_of(gated_engine, LONG_TEXT), id_of(gated_engine, SHORT_TEXT)
     assert any(name.startswith("encoder") for name in gated_engine.encoded_on)
-    # chosen after step 6, encoded during step 7 (or a few more): joined well before the end
-    assert start + 7 <= gated_engine.admitted_at[short_id] < start + 20
+    # chosen after step 6, encoded while step 7 waited: joined right after step 7
+    assert gated_engine.admitted_at[short_id] == start + 7
     assert gated_engine.finished_at[short_id] < gated_engine.finished_at[long_id] == start + 60
     assert short_response.json()["translations"][0]["text"] == solo(SHORT_TEXT, 3)
     assert long_response.json()["translations"][0]["text"] == solo(LONG_TEXT, 60)
