@@ -13,6 +13,15 @@ server's mean queue wait and mean rows per decoder step. It writes
 ``loadtest/results/compare-batching.json`` (config, both summaries and request records, the
 table) and ``compare-batching.png`` (latency CDFs and percentile bars).
 
+``--interleave K`` runs both services at once (each idle while the other is loaded) and cuts
+the schedule into K segments of equal length; each segment goes to both policies, first to one
+and then to the other, the order alternating (continuous first in even segments). A shared
+VM's speed drifts by 10-20 % within minutes (BENCHMARKS.md): back to back, 40 s of one policy
+and then 40 s of the other compare two different machines as much as two policies; interleaved,
+the drift falls on both alike. Each policy still gets every arrival of the schedule, with the
+same inputs in the same order; latency counts from the scheduled time within its segment, and
+rates and the engine busy share divide by the sum of that policy's segment windows.
+
 The rate: by default the ``max_sustainable_rate`` of a previous sweep
 (``loadtest/results/sweep.json``, i.e. near the continuous batcher's capacity), else
 2 req/s; ``--rate`` overrides both.
@@ -24,6 +33,7 @@ The rate: by default the ``max_sustainable_rate`` of a previous sweep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import shlex
@@ -36,18 +46,27 @@ from loadtest.client import (
     RESULTS_DIR,
     RequestRecord,
     add_common_arguments,
+    make_client,
     parse_env_pairs,
     run_async,
     sampler_from_args,
+    scrape_metrics,
     spawned_server,
 )
-from loadtest.open_loop import DEFAULT_MAX_IN_FLIGHT, measure_open_loop
+from loadtest.open_loop import (
+    DEFAULT_MAX_IN_FLIGHT,
+    measure_open_loop,
+    poisson_schedule,
+    run_open_loop,
+)
 from loadtest.report import (
     PERCENTILES,
     _pyplot,
     format_summary,
     latency_summary_ms,
+    measurement_window,
     percentile,
+    summarize,
     write_json,
 )
 
@@ -235,6 +254,97 @@ def run_policy(
     return records, summary
 
 
+def interleaved_plan(
+    schedule: Sequence[float], duration_s: float, segments: int
+) -> list[tuple[float, list[int], tuple[str, ...]]]:
+    """The schedule cut into ``segments`` windows of equal length: for each, its start (s),
+    the indices of its arrivals, and the order in which the policies get it (alternating)."""
+    if segments < 1:
+        raise ValueError("segments must be at least 1")
+    length = duration_s / segments
+    plan = []
+    for segment in range(segments):
+        start = segment * length
+        last = segment == segments - 1
+        indices = [
+            index
+            for index, offset in enumerate(schedule)
+            if start <= offset and (last or offset < start + length)
+        ]
+        order = POLICIES if segment % 2 == 0 else tuple(reversed(POLICIES))
+        plan.append((start, indices, order))
+    return plan
+
+
+async def _measure_interleaved(
+    urls: Mapping[str, str], rate: float, args: argparse.Namespace
+) -> tuple[dict[str, list[RequestRecord]], dict[str, dict[str, Any]]]:
+    """Every segment of one schedule against each policy in turn (``interleaved_plan``)."""
+    schedule = poisson_schedule(rate, duration_s=args.duration, seed=args.seed)
+    plan = interleaved_plan(schedule, args.duration, args.interleave)
+    samplers = {policy: sampler_from_args(args) for policy in POLICIES}  # same inputs for both
+    records: dict[str, list[RequestRecord]] = {policy: [] for policy in POLICIES}
+    windows = dict.fromkeys(POLICIES, 0.0)
+    segment_length = args.duration / args.interleave
+    async with make_client(args.max_in_flight + 2, args.timeout) as client:
+        before = {policy: await scrape_metrics(client, urls[policy]) for policy in POLICIES}
+        for number, (start, indices, order) in enumerate(plan):
+            offsets = [schedule[index] - start for index in indices]
+            for policy in order:
+                segment = await run_open_loop(
+                    client,
+                    urls[policy],
+                    offsets,
+                    samplers[policy],
+                    max_in_flight=args.max_in_flight,
+                )
+                windows[policy] += measurement_window(segment, segment_length)
+                for record, index in zip(segment, indices, strict=True):
+                    record.index, record.scheduled_s = index, schedule[index]
+                records[policy] += segment
+                ok = sum(record.ok for record in segment)
+                print(
+                    f"segment {number + 1}/{len(plan)} {policy}: {ok}/{len(segment)} ok", flush=True
+                )
+        after = {policy: await scrape_metrics(client, urls[policy]) for policy in POLICIES}
+    summaries = {
+        policy: summarize(
+            records[policy],
+            duration_s=windows[policy],
+            metrics_before=before[policy],
+            metrics_after=after[policy],
+        )
+        for policy in POLICIES
+    }
+    return records, summaries
+
+
+def run_interleaved(
+    args: argparse.Namespace, rate: float
+) -> tuple[dict[str, list[RequestRecord]], dict[str, dict[str, Any]]]:
+    """Start one service per policy, load them in alternating segments, stop both."""
+    with contextlib.ExitStack() as stack:
+        urls = {}
+        for policy in POLICIES:
+            log_path = args.results_dir / f"{args.name}.{policy}.server.log"
+            print(f"=== {policy}: starting the service (log: {log_path}) ...", flush=True)
+            urls[policy] = stack.enter_context(
+                spawned_server(
+                    args.spawn_server,
+                    command=shlex.split(args.server_command) if args.server_command else None,
+                    extra_env=policy_env(
+                        policy, args.static_max_wait_ms, parse_env_pairs(args.server_env)
+                    ),
+                    ready_timeout_s=args.ready_timeout,
+                    log_path=log_path,
+                )
+            )
+        records, summaries = run_async(_measure_interleaved(urls, rate, args))
+    for policy in POLICIES:
+        print(f"\n=== {policy}\n" + format_summary(summaries[policy]), flush=True)
+    return records, summaries
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.compare_batching",
@@ -279,6 +389,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between /metrics samples of queue, batch, knee and engine busy share "
         "during each run (the summary's timeline; 0: none)",
     )
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="K",
+        help="run both services at once and alternate K segments of the schedule between "
+        "them (see above); 0 (default): one policy after the other",
+    )
     add_common_arguments(parser, default_name="compare-batching")
     return parser
 
@@ -290,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--spawn-server MODEL_DIR is required: the service is started once per policy")
     if args.rate is not None and args.rate <= 0:
         parser.error("--rate must be positive")
+    if args.interleave < 0:
+        parser.error("--interleave must be 0 or more")
     rate, rate_source = resolve_rate(args.rate, args.sweep_json)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -300,8 +420,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     records: dict[str, list[RequestRecord]] = {}
     summaries: dict[str, dict[str, Any]] = {}
-    for policy in POLICIES:
-        records[policy], summaries[policy] = run_policy(args, policy, rate)
+    if args.interleave:
+        records, summaries = run_interleaved(args, rate)
+    else:
+        for policy in POLICIES:
+            records[policy], summaries[policy] = run_policy(args, policy, rate)
     table = compare_summaries(summaries)
     print("\n" + format_comparison(table))
     for policy in POLICIES:
@@ -324,6 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rate": rate,
             "rate_source": rate_source,
             "duration_s": args.duration,
+            "interleave": args.interleave,
             "static_max_wait_ms": args.static_max_wait_ms,
             "max_in_flight": args.max_in_flight,
             "timeout_s": args.timeout,

@@ -8,6 +8,7 @@ offsets against the schedule and the order of events, with wide tolerances.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import statistics
 import sys
@@ -559,3 +560,38 @@ def test_compare_splits_latency_by_answer_length():
     assert split["short"]["requests"] == 2 and split["long"]["requests"] == 1
     assert split["long"]["latency_ms"]["p50"] == pytest.approx(200.0)  # the 429 is not counted
     assert split["short"]["latency_ms"]["max"] == pytest.approx(30.0)
+
+
+def test_interleaved_plan_covers_the_schedule_once_and_alternates_the_order():
+    from loadtest.compare_batching import POLICIES, interleaved_plan
+
+    schedule = [0.1, 0.9, 1.0, 2.5, 3.99, 4.0]
+    plan = interleaved_plan(schedule, duration_s=4.0, segments=4)
+    assert [start for start, _, _ in plan] == [0.0, 1.0, 2.0, 3.0]
+    assert [indices for _, indices, _ in plan] == [[0, 1], [2], [3], [4, 5]]  # the end: last
+    assert [order for _, _, order in plan] == [POLICIES, POLICIES[::-1]] * 2
+    assert interleaved_plan(schedule, 4.0, 1) == [(0.0, list(range(6)), POLICIES)]
+    with pytest.raises(ValueError, match="segments"):
+        interleaved_plan(schedule, 4.0, 0)
+
+
+def test_interleaved_compare_sends_every_arrival_to_both_services_with_the_same_inputs(tmp_path):
+    from loadtest.compare_batching import main as compare_main
+
+    stub = f"{sys.executable} -m loadtest.stub_server --port {{port}} --base-ms 1"
+    argv = ["--spawn-server", "unused", "--server-command", stub, "--rate", "20"]
+    argv += ["--duration", "2", "--interleave", "2", "--no-plot"]
+    assert compare_main(argv + ["--results-dir", str(tmp_path), "--name", "mixed"]) == 0
+
+    document = json.loads((tmp_path / "mixed.json").read_text())
+    assert document["config"]["interleave"] == 2
+    runs = document["runs"]
+    schedule = poisson_schedule(20, duration_s=2, seed=0)
+    for policy in ("continuous", "static"):
+        records = runs[policy]["records"]
+        assert [r["index"] for r in records] == list(range(len(schedule)))
+        assert [r["scheduled_s"] for r in records] == schedule
+        assert all(r["status"] == 200 for r in records)
+        assert runs[policy]["summary"]["requests"] == len(schedule)
+    inputs = [[r["input_chars"] for r in runs[policy]["records"]] for policy in runs]
+    assert inputs[0] == inputs[1] and len(set(inputs[0])) > 1
