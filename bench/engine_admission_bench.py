@@ -35,6 +35,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# --load: requests with longer texts are counted as paragraphs (help texts), the rest as
+# UI strings, for the latency split.
+LONG_TEXT_CHARS = 100
 sys.path.insert(0, str(ROOT))
 
 from service.engine import DecodeRequest, Engine  # noqa: E402
@@ -273,6 +276,7 @@ async def _load_run(
         arrivals.append((t, sampler.next_payload()["text"]))
     options = translator.options(None, None)
     latencies: list[float] = []
+    by_kind: dict[str, list[float]] = {"short": [], "long": []}  # UI strings, paragraphs
     failures = 0
     batcher.start()
     start = time.perf_counter()
@@ -283,6 +287,7 @@ async def _load_run(
         try:
             await translator.translate([text], options)
             latencies.append(time.perf_counter() - start - at)
+            by_kind["long" if len(text) > LONG_TEXT_CHARS else "short"].append(latencies[-1])
         except Exception:  # noqa: BLE001 - counted
             failures += 1
 
@@ -328,6 +333,11 @@ async def _load_run(
         "p50_ms": pct(0.5),
         "p90_ms": pct(0.9),
         "p99_ms": pct(0.99),
+        **{
+            f"{kind}_p{q}_ms": _percentile_ms(values, q / 100)
+            for kind, values in by_kind.items()
+            for q in (50, 99)
+        },
         "steps": steps,
         "rows_per_step": round(rows_total / max(1, steps), 2),
         "row_steps": rows_total,
@@ -338,6 +348,13 @@ async def _load_run(
         "engine_s": {key: round(value, 2) for key, value in timers.total.items()},
         "calls": dict(timers.calls),
     }
+
+
+def _percentile_ms(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
 
 
 def load_main(args: argparse.Namespace) -> None:
