@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -96,10 +95,6 @@ class BatchingConfig:
     # Continuous: encode newcomers on a second thread while the running rows step (an engine
     # with ``encode``/``place``); they join once encoded, one admission in flight at a time.
     encoder_overlap: bool = True
-    # The encoder thread's nice value (Linux: per thread; only ever raised): above 0, the OS
-    # favours the engine thread's steps and the event loop over newcomers' encoder calls
-    # when the cores are all busy.
-    encoder_nice: int = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BatchingConfig:
@@ -115,21 +110,7 @@ class BatchingConfig:
             cost_tolerance=settings.admission_cost_tolerance,
             max_admit_tokens=settings.admission_max_tokens,
             encoder_overlap=settings.encoder_overlap,
-            encoder_nice=settings.encoder_nice,
         )
-
-
-def _renice_this_thread(increment: int) -> None:
-    """Raise the calling thread's nice value by ``increment`` (Linux schedules threads on
-    their own; elsewhere, or where it is refused, the thread keeps its priority)."""
-    if increment <= 0 or not hasattr(os, "setpriority"):
-        return
-    thread_id = threading.get_native_id()
-    try:
-        current = os.getpriority(os.PRIO_PROCESS, thread_id)
-        os.setpriority(os.PRIO_PROCESS, thread_id, min(19, current + increment))
-    except OSError as error:
-        logger.warning("could not renice the encoder thread: %s", error)
 
 
 class EncoderCpuShare:
@@ -754,12 +735,7 @@ class ContinuousBatcher:
         """Start the newcomers' encoder call on the encoder thread; the running rows go on
         stepping and the newcomers join when it is done (``_place_encoded``)."""
         if self._encoder is None:
-            self._encoder = ThreadPoolExecutor(
-                1,
-                thread_name_prefix="encoder",
-                initializer=_renice_this_thread,
-                initargs=(self.config.encoder_nice,),
-            )
+            self._encoder = ThreadPoolExecutor(1, thread_name_prefix="encoder")
         rows = [job.row for job in newcomers]
 
         def encode():  # timed as engine work: it is the engine's, on another thread

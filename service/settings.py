@@ -177,14 +177,6 @@ class Settings(BaseSettings):
         "running rows take their decoder steps, and join the batch once encoded; running rows "
         "no longer wait for admissions' encoder calls (BENCHMARKS.md).",
     )
-    encoder_nice: int = Field(
-        0,
-        ge=0,
-        le=19,
-        description="With encoder_overlap: raise the encoder thread's nice value by this much "
-        "(Linux), so that on busy cores the running rows' decoder steps and the HTTP event loop "
-        "go first and newcomers' encoder calls take what is left. 0: the same priority.",
-    )
 
     # --- per-request limits ------------------------------------------------------------
     max_texts_per_request: int = Field(64, ge=1)

@@ -9,7 +9,6 @@ Nothing here asserts on wall time.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -687,14 +686,11 @@ async def test_a_row_the_engine_refuses_fails_alone(make_batcher):
 def test_batching_config_comes_from_settings_in_one_place():
     from service.settings import Settings
 
-    settings = Settings(
-        admission_ratio=0.0, max_batch_rows=7, admission_cost_aware=False, encoder_nice=4
-    )
+    settings = Settings(admission_ratio=0.0, max_batch_rows=7, admission_cost_aware=False)
     config = BatchingConfig.from_settings(settings)
     batcher = ContinuousBatcher(FakeEngine(), config)
     assert batcher.config == config
     assert (batcher.admission_ratio, batcher.max_batch_rows, config.cost_aware) == (0.0, 7, False)
-    assert config.encoder_nice == 4
 
 
 def test_engine_threads_leave_the_event_loop_a_core_unless_set(monkeypatch):
@@ -809,7 +805,6 @@ class OverlapEngine(GatedEngine):
 
     def encode(self, requests: list[DecodeRequest]) -> FakeEncoded:
         self.encoded_on.append(threading.current_thread().name)
-        self.encoder_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         self.release_encoder.wait(10)
         if any(tuple(request.src_ids) in self.fail_sources for request in requests):
             raise RuntimeError("encoder blew up")
@@ -817,10 +812,6 @@ class OverlapEngine(GatedEngine):
 
     def place(self, encoded: FakeEncoded) -> None:
         self.add(encoded.requests)
-
-    def step(self) -> list[FinishedRequest]:
-        self.step_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-        return super().step()
 
 
 async def a_running_row_and_a_newcomer(batcher, engine, running_row, newcomer_row):
@@ -872,24 +863,6 @@ async def test_a_request_cancelled_while_encoding_leaves_once_it_has_joined(make
     assert result.tokens == FakeEngine.expected(sentence(30, first=1).src_ids)
     await wait_until(lambda: 1 in engine.dropped, "cancelled newcomer dropped after joining")
     assert engine.active_rows == 0
-
-
-@pytest.mark.anyio
-@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="no per-thread nice values here")
-async def test_the_encoder_thread_runs_at_the_configured_nice_and_the_engine_thread_does_not(
-    make_batcher,
-):
-    engine = OverlapEngine()
-    base = os.getpriority(os.PRIO_PROCESS, 0)
-    batcher = make_batcher(engine, encoder_nice=3)
-    running, newcomer = await a_running_row_and_a_newcomer(
-        batcher, engine, sentence(8, first=1), sentence(4, first=60)
-    )
-    engine.allow(10**6)
-    await asyncio.gather(running, newcomer)
-    assert engine.encoded_on == ["encoder_0"]
-    assert engine.encoder_nice == min(19, base + 3)
-    assert engine.step_nice == base  # the engine thread keeps the process's priority
 
 
 # --- the share of a core the encoder thread gets ----------------------------------------------
