@@ -18,6 +18,8 @@
 # START_RATE, INCREMENT, MAX_RATE, MAX_STEPS: the sweep (default 32, +4, 128, 20 steps). On a
 # faster machine every rate may pass: the script then says so, and capacity is only a lower
 # bound (start higher: START_RATE=100 INCREMENT=8 MAX_RATE=240).
+# INTERLEAVE: segments for `compare --interleave` (default 6: both services up, the schedule's
+# segments alternate between them, so the VM's drift falls on both; 0: one after the other).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-build/onnx/default}
@@ -29,6 +31,7 @@ START_RATE=${START_RATE:-32}
 INCREMENT=${INCREMENT:-4}
 MAX_RATE=${MAX_RATE:-128}
 MAX_STEPS=${MAX_STEPS:-20}
+INTERLEAVE=${INTERLEAVE:-6}
 for policy in continuous static; do
   $LOCK "$PY" -m loadtest sweep --spawn-server "$MODEL" --server-env MT_BATCHING=$policy \
     --start-rate "$START_RATE" --increment "$INCREMENT" --max-rate "$MAX_RATE" \
@@ -52,5 +55,5 @@ for p in ('continuous', 'static'):
 for pct in 50 85 95; do
   RATE=$("$PY" -c "print(round($CAPACITY * $pct / 100, 2))")
   $LOCK "$PY" -m loadtest compare --spawn-server "$MODEL" --rate "$RATE" --duration "$DURATION" \
-    --mix $MIX --name compare-$pct
+    --interleave "$INTERLEAVE" --mix $MIX --name compare-$pct
 done
