@@ -324,17 +324,15 @@ async def _load_run(
     wall = time.perf_counter() - start
     steps = engine.steps - steps0
     batcher.close()
-    latencies.sort()
-    pct = lambda q: round(1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))], 1)  # noqa: E731
     return {
         "policy": policy,
         "requests": len(arrivals),
         "failures": failures,
         "wall_s": round(wall, 2),
         "throughput_rps": round(len(latencies) / wall, 2),
-        "p50_ms": pct(0.5),
-        "p90_ms": pct(0.9),
-        "p99_ms": pct(0.99),
+        "p50_ms": _percentile_ms(latencies, 0.5),
+        "p90_ms": _percentile_ms(latencies, 0.9),
+        "p99_ms": _percentile_ms(latencies, 0.99),
         **{
             f"{kind}_p{q}_ms": _percentile_ms(values, q / 100)
             for kind, values in by_kind.items()

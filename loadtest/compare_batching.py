@@ -223,19 +223,24 @@ def plot_comparison(
     return path
 
 
-def run_policy(
-    args: argparse.Namespace, policy: str, rate: float
-) -> tuple[list[RequestRecord], dict[str, Any]]:
-    """Start the service with ``policy``, run the open-loop schedule, stop the service."""
+def policy_server(args: argparse.Namespace, policy: str) -> contextlib.AbstractContextManager[str]:
+    """The service started with ``policy`` (a context manager yielding its URL)."""
     log_path = args.results_dir / f"{args.name}.{policy}.server.log"
     print(f"\n=== {policy}: starting the service (log: {log_path}) ...", flush=True)
-    with spawned_server(
+    return spawned_server(
         args.spawn_server,
         command=shlex.split(args.server_command) if args.server_command else None,
         extra_env=policy_env(policy, args.static_max_wait_ms, parse_env_pairs(args.server_env)),
         ready_timeout_s=args.ready_timeout,
         log_path=log_path,
-    ) as url:
+    )
+
+
+def run_policy(
+    args: argparse.Namespace, policy: str, rate: float
+) -> tuple[list[RequestRecord], dict[str, Any]]:
+    """Start the service with ``policy``, run the open-loop schedule, stop the service."""
+    with policy_server(args, policy) as url:
         print(f"{policy}: {rate:g} req/s Poisson for {args.duration:g} s against {url}", flush=True)
         records, summary = run_async(
             measure_open_loop(
@@ -324,21 +329,7 @@ def run_interleaved(
 ) -> tuple[dict[str, list[RequestRecord]], dict[str, dict[str, Any]]]:
     """Start one service per policy, load them in alternating segments, stop both."""
     with contextlib.ExitStack() as stack:
-        urls = {}
-        for policy in POLICIES:
-            log_path = args.results_dir / f"{args.name}.{policy}.server.log"
-            print(f"=== {policy}: starting the service (log: {log_path}) ...", flush=True)
-            urls[policy] = stack.enter_context(
-                spawned_server(
-                    args.spawn_server,
-                    command=shlex.split(args.server_command) if args.server_command else None,
-                    extra_env=policy_env(
-                        policy, args.static_max_wait_ms, parse_env_pairs(args.server_env)
-                    ),
-                    ready_timeout_s=args.ready_timeout,
-                    log_path=log_path,
-                )
-            )
+        urls = {policy: stack.enter_context(policy_server(args, policy)) for policy in POLICIES}
         records, summaries = run_async(_measure_interleaved(urls, rate, args))
     for policy in POLICIES:
         print(f"\n=== {policy}\n" + format_summary(summaries[policy]), flush=True)

@@ -71,7 +71,6 @@ class GatedEngine:
         self.finished_at: dict[Hashable, int] = {}
         self.dropped: list[Hashable] = []
         self.encoded_on: set[str] = set()  # threads that ran encode
-        self.encoded = threading.Event()  # an encode call has returned
 
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
@@ -87,9 +86,7 @@ class GatedEngine:
         self.encoded_on.update(threading.current_thread().name for _ in requests[:1])
         for request in requests:
             self.src_ids[request.request_id] = tuple(request.src_ids)
-        encoded = self._engine.encode(requests)
-        self.encoded.set()
-        return encoded
+        return self._engine.encode(requests)
 
     def place(self, encoded: EncodedRequests) -> None:
         for request_id in encoded.request_ids:

@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 
 # Both dependencies are ``async``: FastAPI runs a plain ``def`` dependency in its thread pool,
-# a thread hop per request (about a tenth of the event loop's time per request under load).
+# a thread hop per request for a dictionary lookup (no speed-up measured at 119 req/s).
 async def get_service(request: Request) -> ServiceState:
     return request.app.state.service
 
