@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -95,6 +96,13 @@ class BatchingConfig:
     # Continuous: encode newcomers on a second thread while the running rows step (an engine
     # with ``encode``/``place``); they join once encoded, one admission in flight at a time.
     encoder_overlap: bool = True
+    # The encoder thread runs at the OS's idle priority (Linux SCHED_IDLE): on busy cores the
+    # decoder steps and the event loop go first and newcomers' encoder calls take what is
+    # left. ``encoder_max_lag_s`` bounds what that costs a newcomer: an encoder call in
+    # flight longer than that has the engine thread stop stepping and wait for it, which
+    # frees the engine thread's core for it (0: never).
+    encoder_idle_priority: bool = True
+    encoder_max_lag_s: float = 0.025
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BatchingConfig:
@@ -110,7 +118,22 @@ class BatchingConfig:
             cost_tolerance=settings.admission_cost_tolerance,
             max_admit_tokens=settings.admission_max_tokens,
             encoder_overlap=settings.encoder_overlap,
+            encoder_idle_priority=settings.encoder_idle_priority,
+            encoder_max_lag_s=settings.encoder_max_lag_ms / 1000,
         )
+
+
+def _idle_priority_for_this_thread() -> None:
+    """Put the calling thread in the SCHED_IDLE class (Linux schedules threads on their own;
+    lowering one's own priority needs no privilege). A waking thread takes a core that runs
+    only SCHED_IDLE work as if it were free. Elsewhere, or where it is refused, the thread
+    keeps its priority."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError as error:
+        logger.warning("the encoder thread keeps its priority (SCHED_IDLE refused: %s)", error)
 
 
 class EncoderCpuShare:
@@ -538,9 +561,12 @@ class ContinuousBatcher:
                 self._drop(dropped)
             if newcomers or self._running or self._encoding:
                 with self._turn():
-                    if self._encoding is not None and not self._running:
-                        # nothing to step meanwhile: the engine thread waits for the encoder
-                        # thread, whose time is counted as busy already (``_encode_ahead``)
+                    if self._encoding is not None and (
+                        not self._running or self._encoder_lagging()
+                    ):
+                        # nothing to step meanwhile, or the encoder call is not getting a
+                        # core: the engine thread waits for the encoder thread, whose time is
+                        # counted as busy already (``_encode_ahead``)
                         futures.wait([self._encoding.future])
                     busy_since = time.perf_counter()
                     if self._encoding is not None and self._encoding.future.done():
@@ -735,7 +761,13 @@ class ContinuousBatcher:
         """Start the newcomers' encoder call on the encoder thread; the running rows go on
         stepping and the newcomers join when it is done (``_place_encoded``)."""
         if self._encoder is None:
-            self._encoder = ThreadPoolExecutor(1, thread_name_prefix="encoder")
+            self._encoder = ThreadPoolExecutor(
+                1,
+                thread_name_prefix="encoder",
+                initializer=(
+                    _idle_priority_for_this_thread if self.config.encoder_idle_priority else None
+                ),
+            )
         rows = [job.row for job in newcomers]
 
         def encode():  # timed as engine work: it is the engine's, on another thread
@@ -746,6 +778,17 @@ class ContinuousBatcher:
                 self.metrics.engine_busy.inc(time.perf_counter() - started)
 
         self._encoding = _Encoding(newcomers, self._encoder.submit(encode), self._clock())
+
+    def _encoder_lagging(self) -> bool:
+        """Whether the encoder call in flight has run past ``encoder_max_lag_s`` (engine
+        thread). Counted when it has: the engine thread is about to wait for it."""
+        max_lag_s = self.config.encoder_max_lag_s
+        if max_lag_s <= 0 or self._encoding.future.done():
+            return False
+        if self._clock() - self._encoding.admitted_at <= max_lag_s:
+            return False
+        self.metrics.encoder_lag_waits.inc()
+        return True
 
     def _place_encoded(self) -> None:
         """The admission encoded on the encoder thread joins the batch."""

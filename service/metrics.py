@@ -72,6 +72,13 @@ class ServiceMetrics:
             "budget, or the step-cost model (tokens/s would fall), said no.",
             registry=r,
         )
+        self.encoder_lag_waits = Counter(
+            "mt_encoder_lag_waits",
+            "Times the engine thread stopped stepping to wait for an overlapped encoder call "
+            "that had run longer than MT_ENCODER_MAX_LAG_MS (the idle-priority encoder thread "
+            "was not getting a core).",
+            registry=r,
+        )
         self.decode_steps = Counter("mt_decode_steps", "Decoder steps run.", registry=r)
         self.decoder_calls = Counter(
             "mt_decoder_calls",

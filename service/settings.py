@@ -177,6 +177,20 @@ class Settings(BaseSettings):
         "running rows take their decoder steps, and join the batch once encoded; running rows "
         "no longer wait for admissions' encoder calls (BENCHMARKS.md).",
     )
+    encoder_idle_priority: bool = Field(
+        True,
+        description="With encoder_overlap: the encoder thread runs at the OS's idle priority "
+        "(Linux SCHED_IDLE), so that on busy cores the running rows' decoder steps and the HTTP "
+        "event loop go first and newcomers' encoder calls take what is left. On 2 cores it cut "
+        "the engine thread's run-queue wait per step from 0.28 to 0.10 ms (BENCHMARKS.md).",
+    )
+    encoder_max_lag_ms: float = Field(
+        25.0,
+        ge=0,
+        description="With encoder_overlap: an encoder call in flight for longer than this has "
+        "the engine thread stop stepping and wait for it (freeing a core for it), so an "
+        "idle-priority encoder thread cannot starve newcomers on busy cores. 0: never wait.",
+    )
 
     # --- per-request limits ------------------------------------------------------------
     max_texts_per_request: int = Field(64, ge=1)

@@ -9,6 +9,7 @@ Nothing here asserts on wall time.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -863,6 +864,65 @@ async def test_a_request_cancelled_while_encoding_leaves_once_it_has_joined(make
     assert result.tokens == FakeEngine.expected(sentence(30, first=1).src_ids)
     await wait_until(lambda: 1 in engine.dropped, "cancelled newcomer dropped after joining")
     assert engine.active_rows == 0
+
+
+class PolicyRecordingEngine(OverlapEngine):
+    """Records the OS scheduling policy of the thread each encoder call runs on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder_policies: list[int] = []
+
+    def encode(self, requests: list[DecodeRequest]) -> FakeEncoded:
+        self.encoder_policies.append(os.sched_getscheduler(0))
+        return super().encode(requests)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+@pytest.mark.parametrize("idle", [True, False])
+@pytest.mark.anyio
+async def test_the_encoder_thread_runs_at_idle_priority_unless_told_not_to(make_batcher, idle):
+    engine = PolicyRecordingEngine()
+    batcher = make_batcher(engine, encoder_idle_priority=idle)
+    running, newcomer = await a_running_row_and_a_newcomer(
+        batcher, engine, sentence(30, first=1), sentence(5, first=100)
+    )
+    await step_until(engine, lambda: engine.encoded_on == ["encoder_0"], "overlapped encoding")
+    engine.allow(10**6)
+    assert (await newcomer)[0].tokens == FakeEngine.expected(sentence(5, first=100).src_ids)
+    await running
+    assert engine.encoder_policies == [os.SCHED_IDLE if idle else os.SCHED_OTHER]
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the test's own thread is untouched
+
+
+@pytest.mark.anyio
+async def test_an_encoder_call_past_the_lag_bound_stops_the_steps_until_it_is_done(make_batcher):
+    """The newcomer's encoder call is held; while it is younger than the bound the running row
+    steps on. Once the (injected) clock passes the bound the engine thread waits for it: the
+    permits for 5 more steps go unused, and the newcomer joins before the next step."""
+    engine = OverlapEngine()
+    clock = FakeClock()
+    batcher = make_batcher(engine, clock=clock, encoder_max_lag_s=0.025)
+    lag_waits = "mt_encoder_lag_waits_total"
+    registry = batcher.metrics.registry
+    engine.release_encoder.clear()
+    running, newcomer = await a_running_row_and_a_newcomer(
+        batcher, engine, sentence(40, first=1), sentence(5, first=100)
+    )
+    engine.allow(1)  # step 1; then the newcomer goes to the encoder thread, and step 2 waits
+    await wait_until(lambda: engine.encoded_on == ["encoder_0"], "newcomer encoding")
+    engine.allow(1)
+    await wait_until(lambda: engine.steps == 2 and engine.waiting.is_set(), "stepped on")
+    assert registry.get_sample_value(lag_waits) == 0  # within the bound: no wait
+    clock.now += 0.030  # the encoder call is now 30 ms old
+    engine.allow(5)
+    await wait_until(lambda: registry.get_sample_value(lag_waits) == 1, "engine waits")
+    assert engine.steps == 3  # step 3 was waiting for its permit already; then the wait
+    engine.release_encoder.set()
+    engine.allow(10**6)
+    assert (await newcomer)[0].tokens == FakeEngine.expected(sentence(5, first=100).src_ids)
+    assert (await running)[0].tokens == FakeEngine.expected(sentence(40, first=1).src_ids)
+    assert engine.admissions[1] == (3, [1])  # joined right after the step it waited at
 
 
 # --- the share of a core the encoder thread gets ----------------------------------------------
