@@ -87,6 +87,7 @@ METRICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("rows_per_step_mean", "mean rows per step", ("server", "batch_rows", "mean")),
     ("decoder_calls_per_step", "decoder calls / step", ("server", "decoder_calls_per_step")),
     ("engine_busy_share", "engine busy share", ("engine_busy_share",)),
+    ("encoder_lag_waits", "encoder lag waits", ("server", "encoder_lag_waits")),
     ("error_rate", "error rate", ("error_rate",)),
 )
 

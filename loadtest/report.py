@@ -28,6 +28,7 @@ CACHE_HITS_PATTERN = r"cache_hits(_total)?$"
 ENGINE_BUSY_PATTERN = r"engine_busy_seconds(_total)?$"
 DECODER_CALLS_PATTERN = r"decoder_calls(_total)?$"
 DECODE_STEPS_PATTERN = r"decode_steps(_total)?$"
+ENCODER_LAG_WAITS_PATTERN = r"encoder_lag_waits(_total)?$"
 QUEUE_DEPTH_PATTERN = r"queue_depth$"
 INFLIGHT_ROWS_PATTERN = r"inflight_rows$"
 ROW_LIMIT_PATTERN = r"admission_row_limit$"
@@ -189,6 +190,7 @@ def server_metrics_delta(
     busy = counter_delta(before, after, ENGINE_BUSY_PATTERN)
     calls = counter_delta(before, after, DECODER_CALLS_PATTERN)
     steps = counter_delta(before, after, DECODE_STEPS_PATTERN)
+    lag_waits = counter_delta(before, after, ENCODER_LAG_WAITS_PATTERN)
     return {
         "available": True,
         "queue_wait": queue_wait,
@@ -199,6 +201,8 @@ def server_metrics_delta(
             round(calls[1] / steps[1], 3) if calls is not None and steps and steps[1] else None
         ),
         "generated_tokens": None if tokens is None else {"metric": tokens[0], "delta": tokens[1]},
+        # times the engine thread stopped stepping for an encoder call past its lag bound
+        "encoder_lag_waits": None if lag_waits is None else lag_waits[1],
         "cache_hits": None
         if cache_hits is None
         else {"metric": cache_hits[0], "delta": cache_hits[1]},
@@ -332,6 +336,11 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             lines.append(f"decoder calls per step: {server['decoder_calls_per_step']:.2f}")
         if summary.get("engine_busy_share") is not None:
             lines.append(f"engine busy share of the run: {summary['engine_busy_share']:.1%}")
+        if server.get("encoder_lag_waits"):
+            lines.append(
+                f"encoder lag waits: {int(server['encoder_lag_waits'])} (steps held for an "
+                "encoder call past MT_ENCODER_MAX_LAG_MS)"
+            )
         hits = server.get("cache_hits")
         if hits and hits["delta"]:
             lines.append(f"warning: {int(hits['delta'])} sentences came from the translation cache")

@@ -187,6 +187,7 @@ mt_requests_total{route="/v1/translate",status="200"} 5.0
 mt_engine_busy_seconds_total 1.5
 mt_decode_steps_total 0.0
 mt_decoder_calls_total 0.0
+mt_encoder_lag_waits_total 1.0
 """
 
 METRICS_AFTER = """\
@@ -207,6 +208,7 @@ mt_requests_total{route="/v1/translate",status="200"} 25.0
 mt_engine_busy_seconds_total 7.5
 mt_decode_steps_total 10.0
 mt_decoder_calls_total 25.0
+mt_encoder_lag_waits_total 4.0
 mt_queue_depth{model="a"} 3.0
 mt_queue_depth{model="b"} 4.0
 """
@@ -228,6 +230,7 @@ def test_server_metrics_are_found_by_pattern_and_differenced():
     assert delta["cache_hits"] is None
     assert delta["engine_busy_s"] == pytest.approx(6.0)
     assert delta["decoder_calls_per_step"] == pytest.approx(2.5)  # 25 calls over 10 steps
+    assert delta["encoder_lag_waits"] == 3.0
 
     records = [ok_record(i, 0.1) for i in range(20)]
     summary = summarize(records, duration_s=10.0, metrics_before=before, metrics_after=after)
