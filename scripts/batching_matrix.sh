@@ -5,7 +5,7 @@
 #
 # Capacity is what the machine sustains open-loop, the load the comparison then offers: an
 # open-loop sweep (`python -m loadtest sweep`: Poisson arrivals, rate raised by 4 req/s per
-# 15 s step until p99 exceeds 2 s or more than 1 % of requests fail) against each policy;
+# 40 s step until p99 exceeds 2 s or more than 1 % of requests fail) against each policy;
 # capacity = the higher of the two sustained rates. (A closed loop of 32 clients reports a
 # higher figure, about 1.5x on the 2-core machine, that comes with half-second latencies:
 # 85 % of it overloaded both policies.) Then `python -m loadtest compare` (the same seeded
@@ -15,6 +15,8 @@
 #
 # LOCK: a command prefix for every measurement, e.g. LOCK="flock -x /tmp/cpu.lock" on a
 # shared machine (each sweep and each cell takes the lock on its own).
+# STEP_S: seconds per sweep step (default 40: with 15 s steps a sweep passed rates that 60 s
+# comparisons at 85 % of them could not carry; the queue needs longer than 15 s to show).
 # START_RATE, INCREMENT, MAX_RATE, MAX_STEPS: the sweep (default 32, +4, 128, 20 steps). On a
 # faster machine every rate may pass: the script then says so, and capacity is only a lower
 # bound (start higher: START_RATE=100 INCREMENT=8 MAX_RATE=240).
@@ -32,10 +34,11 @@ INCREMENT=${INCREMENT:-4}
 MAX_RATE=${MAX_RATE:-128}
 MAX_STEPS=${MAX_STEPS:-20}
 INTERLEAVE=${INTERLEAVE:-6}
+STEP_S=${STEP_S:-40}
 for policy in continuous static; do
   $LOCK "$PY" -m loadtest sweep --spawn-server "$MODEL" --server-env MT_BATCHING=$policy \
     --start-rate "$START_RATE" --increment "$INCREMENT" --max-rate "$MAX_RATE" \
-    --max-steps "$MAX_STEPS" --step-duration 15 \
+    --max-steps "$MAX_STEPS" --step-duration "$STEP_S" \
     --mix $MIX --name capacity-$policy --no-plot
 done
 CAPACITY=$("$PY" -c "

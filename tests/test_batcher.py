@@ -895,6 +895,28 @@ async def test_the_encoder_thread_runs_at_idle_priority_unless_told_not_to(make_
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the test's own thread is untouched
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+@pytest.mark.anyio
+async def test_a_refused_idle_priority_is_logged_and_the_encoder_thread_still_works(
+    make_batcher, monkeypatch, caplog
+):
+    def refuse(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    engine = PolicyRecordingEngine()
+    batcher = make_batcher(engine)
+    running, newcomer = await a_running_row_and_a_newcomer(
+        batcher, engine, sentence(30, first=1), sentence(5, first=100)
+    )
+    await step_until(engine, lambda: engine.encoded_on == ["encoder_0"], "overlapped encoding")
+    engine.allow(10**6)
+    assert (await newcomer)[0].tokens == FakeEngine.expected(sentence(5, first=100).src_ids)
+    await running
+    assert engine.encoder_policies == [os.SCHED_OTHER]
+    assert "SCHED_IDLE refused" in caplog.text
+
+
 @pytest.mark.anyio
 async def test_an_encoder_call_past_the_lag_bound_stops_the_steps_until_it_is_done(make_batcher):
     """The newcomer's encoder call is held; while it is younger than the bound the running row
