@@ -102,7 +102,7 @@ class BatchingConfig:
     # flight longer than that has the engine thread stop stepping and wait for it, which
     # frees the engine thread's core for it (0: never).
     encoder_idle_priority: bool = True
-    encoder_max_lag_s: float = 0.025
+    encoder_max_lag_s: float = 0.15
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BatchingConfig:
