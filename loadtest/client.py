@@ -79,9 +79,17 @@ def input_chars(payload: Mapping[str, Any]) -> int:
     return len(text) if isinstance(text, str) else sum(len(t) for t in text)
 
 
-def make_client(max_connections: int, timeout_s: float) -> httpx.AsyncClient:
+def make_client(max_connections: int, timeout_s: float) -> Any:
     """An async client whose pool can hold every in-flight request, so requests do not wait
-    for a connection inside the client (that wait would still count, but hide the reason)."""
+    for a connection inside the client (that wait would still count, but hide the reason).
+
+    Plain-HTTP targets get :class:`loadtest.raw_http.RawClients` (keep-alive HTTP/1.1 on
+    asyncio streams): the generator shares the machine with the service, and httpx's
+    per-request CPU is the service's loss (``MT_LOADTEST_HTTPX=1`` picks httpx anyway)."""
+    if not os.environ.get("MT_LOADTEST_HTTPX"):
+        from loadtest.raw_http import RawClients
+
+        return RawClients(max_connections, timeout_s)
     return httpx.AsyncClient(
         limits=httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
@@ -398,9 +406,14 @@ def target_url(args: argparse.Namespace) -> Iterator[str]:
 
 
 def run_async(coroutine: Any) -> Any:
-    """``asyncio.run`` that turns Ctrl+C into a clean exit code."""
+    """``asyncio.run`` (on uvloop when it is installed: every cycle the generator saves is
+    one the service on the same machine gets) that turns Ctrl+C into a clean exit code."""
     try:
-        return asyncio.run(coroutine)
+        try:
+            import uvloop
+        except ImportError:
+            return asyncio.run(coroutine)
+        return uvloop.run(coroutine)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None

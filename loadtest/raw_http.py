@@ -126,6 +126,48 @@ class RawClient:
         return _Connection(reader, writer)
 
 
+class RawClients:
+    """A :class:`RawClient` per host and port, behind one ``post``/``get``: for a generator
+    that talks to several services at once (``compare --interleave``). HTTPS targets (which
+    the raw client does not speak) go through one ``httpx.AsyncClient``."""
+
+    def __init__(self, max_connections: int, timeout_s: float) -> None:
+        self.max_connections = max_connections
+        self.timeout_s = timeout_s
+        self._clients: dict[tuple[str | None, int | None], RawClient | httpx.AsyncClient] = {}
+
+    async def __aenter__(self) -> RawClients:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+    def _for(self, url: str) -> RawClient | httpx.AsyncClient:
+        parts = urlsplit(url)
+        key = (parts.hostname, parts.port) if parts.scheme != "https" else ("https", None)
+        if key not in self._clients:
+            if parts.scheme == "https":
+                limits = httpx.Limits(max_connections=self.max_connections)
+                self._clients[key] = httpx.AsyncClient(
+                    limits=limits, timeout=httpx.Timeout(self.timeout_s), trust_env=False
+                )
+            else:
+                origin = f"http://{parts.netloc}"
+                self._clients[key] = RawClient(origin, self.max_connections, self.timeout_s)
+        return self._clients[key]
+
+    async def post(self, url: str, *, json: Mapping[str, Any], timeout: float | None = None):
+        return await self._for(url).post(url, json=json, timeout=timeout)
+
+    async def get(self, url: str, *, timeout: float | None = None) -> RawResponse:
+        return await self._for(url).get(url, timeout=timeout)
+
+
 async def _read_response(reader: asyncio.StreamReader) -> tuple[RawResponse, bool]:
     status_line = await reader.readuntil(b"\r\n")
     status = int(status_line.split(b" ", 2)[1])

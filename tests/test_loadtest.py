@@ -598,3 +598,17 @@ def test_interleaved_compare_sends_every_arrival_to_both_services_with_the_same_
         assert runs[policy]["summary"]["requests"] == len(schedule)
     inputs = [[r["input_chars"] for r in runs[policy]["records"]] for policy in runs]
     assert inputs[0] == inputs[1] and len(set(inputs[0])) > 1
+
+
+def test_the_generators_client_keeps_one_raw_client_per_service_and_httpx_for_https():
+    import httpx
+
+    from loadtest.raw_http import RawClient, RawClients
+
+    clients = RawClients(max_connections=4, timeout_s=1.0)
+    first = clients._for("http://127.0.0.1:8001/v1/translate")
+    assert isinstance(first, RawClient) and (first.host, first.port) == ("127.0.0.1", 8001)
+    assert clients._for("http://127.0.0.1:8001/metrics") is first
+    assert clients._for("http://127.0.0.1:8002/metrics") is not first
+    assert isinstance(clients._for("https://mt.example.com/v1/translate"), httpx.AsyncClient)
+    asyncio.run(clients.aclose())
