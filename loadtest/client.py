@@ -90,6 +90,11 @@ def make_client(max_connections: int, timeout_s: float) -> Any:
         from loadtest.raw_http import RawClients
 
         return RawClients(max_connections, timeout_s)
+    return httpx_client(max_connections, timeout_s)
+
+
+def httpx_client(max_connections: int, timeout_s: float) -> httpx.AsyncClient:
+    """httpx with a pool that holds ``max_connections`` (kept alive), one timeout."""
     return httpx.AsyncClient(
         limits=httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections

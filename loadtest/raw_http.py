@@ -152,10 +152,9 @@ class RawClients:
         key = (parts.hostname, parts.port) if parts.scheme != "https" else ("https", None)
         if key not in self._clients:
             if parts.scheme == "https":
-                limits = httpx.Limits(max_connections=self.max_connections)
-                self._clients[key] = httpx.AsyncClient(
-                    limits=limits, timeout=httpx.Timeout(self.timeout_s), trust_env=False
-                )
+                from loadtest.client import httpx_client
+
+                self._clients[key] = httpx_client(self.max_connections, self.timeout_s)
             else:
                 origin = f"http://{parts.netloc}"
                 self._clients[key] = RawClient(origin, self.max_connections, self.timeout_s)
