@@ -18,7 +18,7 @@ import uvicorn
 
 from service.api.request_id import install_request_id_logging
 from service.app import create_app
-from service.settings import get_settings
+from service.settings import Settings, get_settings
 
 
 class GracefulServer(uvicorn.Server):
@@ -32,6 +32,19 @@ class GracefulServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self._on_exit()  # sets flags only: safe inside a signal handler
         super().handle_exit(sig, frame)
+
+
+def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
+    """uvicorn's configuration from the service's settings."""
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=settings.access_log,
+        lifespan="on",
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,14 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        lifespan="on",
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
-    )
+    config = uvicorn_config(app, settings)
     install_request_id_logging()  # after uvicorn.Config, which configures its loggers
     server = GracefulServer(config, on_exit=app.state.service.begin_shutdown)
     server.run()

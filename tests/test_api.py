@@ -405,3 +405,16 @@ def test_cache_answers_repeated_sentences_without_the_model(model_dir):
 )
 def test_sentence_splitting(text, language, sentences):
     assert [text[a:b] for a, b in sentence_spans(text, language)] == sentences
+
+
+@pytest.mark.parametrize("value, expected", [("false", False), ("true", True)])
+def test_mt_access_log_switches_uvicorns_access_log(monkeypatch, value, expected):
+    from service.__main__ import uvicorn_config
+    from service.settings import Settings
+
+    monkeypatch.setenv("MT_ACCESS_LOG", value)
+    settings = Settings()
+    assert settings.access_log is expected
+    config = uvicorn_config(object(), settings)
+    assert config.access_log is expected
+    assert (config.host, config.port) == (settings.host, settings.port)
