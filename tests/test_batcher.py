@@ -878,19 +878,24 @@ class PolicyRecordingEngine(OverlapEngine):
         return super().encode(requests)
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
-@pytest.mark.parametrize("idle", [True, False])
-@pytest.mark.anyio
-async def test_the_encoder_thread_runs_at_idle_priority_unless_told_not_to(make_batcher, idle):
-    engine = PolicyRecordingEngine()
-    batcher = make_batcher(engine, encoder_idle_priority=idle)
+async def one_overlapped_encoding(batcher, engine: OverlapEngine) -> None:
+    """A newcomer encoded on the encoder thread while a row runs; both translated."""
     running, newcomer = await a_running_row_and_a_newcomer(
         batcher, engine, sentence(30, first=1), sentence(5, first=100)
     )
     await step_until(engine, lambda: engine.encoded_on == ["encoder_0"], "overlapped encoding")
     engine.allow(10**6)
     assert (await newcomer)[0].tokens == FakeEngine.expected(sentence(5, first=100).src_ids)
-    await running
+    assert (await running)[0].tokens == FakeEngine.expected(sentence(30, first=1).src_ids)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+@pytest.mark.parametrize("idle", [True, False])
+@pytest.mark.anyio
+async def test_the_encoder_thread_runs_at_idle_priority_unless_told_not_to(make_batcher, idle):
+    engine = PolicyRecordingEngine()
+    batcher = make_batcher(engine, encoder_idle_priority=idle)
+    await one_overlapped_encoding(batcher, engine)
     assert engine.encoder_policies == [os.SCHED_IDLE if idle else os.SCHED_OTHER]
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the test's own thread is untouched
 
@@ -906,13 +911,7 @@ async def test_a_refused_idle_priority_is_logged_and_the_encoder_thread_still_wo
     monkeypatch.setattr(os, "sched_setscheduler", refuse)
     engine = PolicyRecordingEngine()
     batcher = make_batcher(engine)
-    running, newcomer = await a_running_row_and_a_newcomer(
-        batcher, engine, sentence(30, first=1), sentence(5, first=100)
-    )
-    await step_until(engine, lambda: engine.encoded_on == ["encoder_0"], "overlapped encoding")
-    engine.allow(10**6)
-    assert (await newcomer)[0].tokens == FakeEngine.expected(sentence(5, first=100).src_ids)
-    await running
+    await one_overlapped_encoding(batcher, engine)
     assert engine.encoder_policies == [os.SCHED_OTHER]
     assert "SCHED_IDLE refused" in caplog.text
 
