@@ -30,7 +30,6 @@ from typing import Any
 from loadtest.client import RESULTS_DIR, RequestRecord, run_async, spawned_process
 from loadtest.inputs import DEFAULT_WEIGHTS, InputSampler
 from loadtest.open_loop import poisson_schedule, run_open_loop
-from loadtest.overload import fast_event_loop
 from loadtest.raw_http import RawClient
 from loadtest.report import write_json
 
@@ -169,7 +168,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="faults")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
-    fast_event_loop()
     results = {}
     for name in args.only or list(SCENARIOS):
         print(f"{name} ...", flush=True)

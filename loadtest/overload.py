@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,16 +50,6 @@ from loadtest.open_loop import poisson_schedule, run_open_loop
 from loadtest.process_stats import ProcessSampler, cpu_split, thread_cpu_seconds
 from loadtest.raw_http import RawClient
 from loadtest.report import latency_summary_ms, measurement_window, percentile, write_json
-
-
-def fast_event_loop() -> None:
-    """uvloop for the generator when it is installed: every cycle the generator saves is
-    one the service on the same machine gets."""
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        uvloop.install()
-
 
 PROBE_TEXTS = ("Save changes", "The file could not be opened because it is read-only.")
 PROBE_PATHS = ("/health", "/metrics")
@@ -272,7 +261,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    fast_event_loop()
     args.results_dir.mkdir(parents=True, exist_ok=True)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if args.spawn_server:

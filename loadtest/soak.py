@@ -33,7 +33,6 @@ from loadtest.client import (
 )
 from loadtest.inputs import DEFAULT_WEIGHTS, InputSampler
 from loadtest.open_loop import poisson_schedule, run_open_loop
-from loadtest.overload import fast_event_loop
 from loadtest.process_stats import ProcessSampler, open_fds
 from loadtest.raw_http import RawClient
 from loadtest.report import latency_summary_ms, write_json
@@ -144,7 +143,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    fast_event_loop()
     args.results_dir.mkdir(parents=True, exist_ok=True)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if args.spawn_server:
