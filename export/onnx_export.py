@@ -161,15 +161,24 @@ def example_decoder_inputs(model: Transformer, batch: int, new: int, past: int, 
 
 @contextmanager
 def written_out_attention(model: Transformer) -> Iterator[None]:
-    """Attention as explicit matmuls while tracing (see ``MultiHeadAttention.written_out``)."""
+    """Attention as explicit matmuls while tracing (see ``MultiHeadAttention.written_out``),
+    and the decoder's one-token constants (``MultiHeadAttention.fuse_for_export``)."""
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    decoder_modules = [
+        attention
+        for layer in model.decoder_layers
+        for attention in (layer.self_attn, layer.encoder_attn)
+    ]
     for module in modules:
         module.written_out = True
+    for module in decoder_modules:
+        module.fuse_for_export()
     try:
         yield
     finally:
         for module in modules:
             module.written_out = False
+            module.unfuse()
 
 
 def export_encoder(model: Transformer, path: Path, opset: int) -> None:
@@ -194,14 +203,15 @@ def export_encoder(model: Transformer, path: Path, opset: int) -> None:
 def export_decoder(model: Transformer, path: Path, opset: int) -> None:
     layers = model.config.decoder_layers
     batch, src = torch.export.Dim("batch"), torch.export.Dim("src_len")
-    new, past = torch.export.Dim("new_len"), torch.export.Dim("past_len", min=0)
-    total = torch.export.Dim.DYNAMIC  # = past_len + new_len; torch.export infers the relation
+    past = torch.export.Dim("past_len", min=0)
     cache = {0: batch, 2: past}
     cross = {0: batch, 2: src}
+    # One new token per row (T = 1, static): the engine decodes token by token, and a static T
+    # lets the graph drop the causal mask and every head split/merge Transpose.
     dynamic_shapes = {
-        "input_ids": {0: batch, 1: new},
-        "positions": {0: batch, 1: new},
-        "self_attention_mask": {0: batch, 1: total},
+        "input_ids": {0: batch},
+        "positions": {0: batch},
+        "self_attention_mask": {0: batch, 1: past + 1},
         "past_keys": tuple(cache for _ in range(layers)),
         "past_values": tuple(cache for _ in range(layers)),
         "cross_keys": tuple(cross for _ in range(layers)),
@@ -210,7 +220,7 @@ def export_decoder(model: Transformer, path: Path, opset: int) -> None:
     }
     torch.onnx.export(
         DecoderGraph(model).eval(),
-        example_decoder_inputs(model, batch=3, new=2, past=4, src=5),
+        example_decoder_inputs(model, batch=3, new=1, past=4, src=5),
         str(path),
         dynamo=True,
         opset_version=opset,

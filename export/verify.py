@@ -96,7 +96,7 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
     batch = src_ids.shape[0]
     out_names = [output.name for output in decoder.get_outputs()]
     for past_len in past_lengths:
-        for new_len in (1, 2):
+        for new_len in (1,):  # the exported step graph takes one new token per row
             shape = (batch, config.decoder_heads, past_len, config.decoder_head_dim)
             past_keys = tuple(torch.randn(shape, generator=generator) for _ in range(layers))
             past_values = tuple(torch.randn(shape, generator=generator) for _ in range(layers))

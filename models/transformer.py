@@ -68,8 +68,37 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
         self.written_out = False  # attention as explicit matmuls (export), else SDPA
 
+    @property
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim)  # the head size, not the sequence length
+
+    def fuse_for_export(self) -> None:
+        """Constants the one-token export path multiplies by (``attend_cached``, ``forward``):
+        the query projection pre-scaled by 1/sqrt(Dh), and Q, K, V stacked into one (3D, D)
+        projection. Buffers, so the ONNX export stores them as initializers (a quantizer sees
+        plain MatMul weights); ``unfuse`` drops them again."""
+        q_weight, q_bias = self.q_proj.weight * self.scale, self.q_proj.bias * self.scale
+        self.register_buffer("fused_q_weight", q_weight, persistent=False)  # (D, D)
+        self.register_buffer("fused_q_bias", q_bias, persistent=False)  # (D,)
+        qkv_weight = torch.cat([q_weight, self.k_proj.weight, self.v_proj.weight])  # (3D, D)
+        qkv_bias = torch.cat([q_bias, self.k_proj.bias, self.v_proj.bias])  # (3D,)
+        self.register_buffer("fused_qkv_weight", qkv_weight, persistent=False)
+        self.register_buffer("fused_qkv_bias", qkv_bias, persistent=False)
+
+    def unfuse(self) -> None:
+        for name in ("fused_q_weight", "fused_q_bias", "fused_qkv_weight", "fused_qkv_bias"):
+            self._buffers.pop(name, None)
+
+    def one_token_path(self, query_states: Tensor) -> bool:
+        """Export of a decoder step (T = 1, a constant when tracing) with fused constants."""
+        return (
+            self.written_out and query_states.shape[1] == 1 and "fused_q_weight" in self._buffers
+        )
+
     def split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
+        if length == 1:  # the same tensor; exported without a Transpose node
+            return x.view(batch, self.num_heads, 1, self.head_dim)  # (B, H, 1, Dh)
         return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
 
     def project_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -78,8 +107,14 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query_states: Tensor, keys: Tensor, values: Tensor, bias: Tensor) -> Tensor:
         """query_states (B, T, D); keys, values (B, H, L, Dh); bias (B, 1, T, L) additive."""
+        scale = self.scale
+        if self.one_token_path(query_states):  # pre-scaled query projection
+            queries = self.split_heads(
+                F.linear(query_states, self.fused_q_weight, self.fused_q_bias)
+            )  # (B, H, 1, Dh)
+            scores = queries @ keys.transpose(-2, -1) + bias  # (B, H, 1, L)
+            return self.merge_heads(scores.softmax(dim=-1) @ values)
         queries = self.split_heads(self.q_proj(query_states))  # (B, H, T, Dh)
-        scale = 1.0 / math.sqrt(self.head_dim)  # the head size, not the sequence length
         if self.written_out:
             # For export (export/onnx_export.py sets it): ONNX Runtime folds the keys'
             # transpose into the matmul (FusedMatMul, transB). Exported, SDPA transposes every
@@ -101,8 +136,40 @@ class MultiHeadAttention(nn.Module):
     def merge_heads(self, attended: Tensor) -> Tensor:
         """(B, H, T, Dh) -> (B, T, D), then the output projection."""
         batch, _, length, _ = attended.shape
-        merged = attended.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
+        if length == 1:  # the same tensor; exported without a Transpose node
+            merged = attended.reshape(batch, 1, self.num_heads * self.head_dim)
+        else:
+            merged = attended.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         return self.out_proj(merged)
+
+    def attend_cached(
+        self, query_states: Tensor, past_keys: Tensor, past_values: Tensor, bias: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention of T new tokens over a cache and themselves.
+
+        query_states (B, T, D); past (B, H, C, Dh); bias (B, 1, T, C+T). Returns the output
+        (B, T, D) and the new tokens' keys and values (B, H, T, Dh).
+        """
+        if not self.one_token_path(query_states):
+            new_keys, new_values = self.project_keys_values(query_states)
+            attended = self.forward_cached(
+                query_states, past_keys, past_values, new_keys, new_values, bias
+            )
+            return attended, new_keys, new_values
+        # One token, exported: one stacked projection, no Transpose nodes (T = 1 makes
+        # (B, 1, H, Dh) and (B, H, 1, Dh) the same memory), the new token's own score and
+        # value elementwise; the cache is read, never copied.
+        batch = query_states.shape[0]
+        qkv = F.linear(query_states, self.fused_qkv_weight, self.fused_qkv_bias)  # (B, 1, 3D)
+        queries, new_keys, new_values = qkv.view(
+            batch, 3 * self.num_heads, 1, self.head_dim
+        ).split(self.num_heads, dim=1)  # 3 x (B, H, 1, Dh), queries pre-scaled
+        past_scores = queries @ past_keys.transpose(-2, -1)  # (B, H, 1, C)
+        new_scores = (queries * new_keys).sum(-1, keepdim=True)  # (B, H, 1, 1)
+        weights = (torch.cat([past_scores, new_scores], dim=-1) + bias).softmax(dim=-1)
+        capacity = past_keys.shape[2]
+        attended = weights[..., :capacity] @ past_values + weights[..., capacity:] * new_values
+        return self.merge_heads(attended), new_keys, new_values  # (B, 1, D)
 
     def forward_cached(
         self,
@@ -123,7 +190,7 @@ class MultiHeadAttention(nn.Module):
         if not self.written_out:
             keys = torch.cat([past_keys, new_keys], dim=2)  # (B, H, C+T, Dh)
             return self(query_states, keys, torch.cat([past_values, new_values], dim=2), bias)
-        queries = self.split_heads(self.q_proj(query_states)) * (1.0 / math.sqrt(self.head_dim))
+        queries = self.split_heads(self.q_proj(query_states)) * self.scale
         capacity = past_keys.shape[2]
         past_scores = queries @ past_keys.transpose(-2, -1)  # (B, H, T, C)
         # The new tokens' scores elementwise: T is 1 when decoding, and a batched matmul of
@@ -223,10 +290,9 @@ class DecoderLayer(nn.Module):
         """x (B, T, D); self_bias (B, 1, T, C+T); past (B, H, C, Dh); cross (B, H, S, Dh);
         cross_bias (B, 1, T, S). Returns x and the T new tokens' keys and values (B, H, T, Dh)."""
         h = self.self_attn_sublayer.normalize_input(x)
-        new_keys, new_values = self.self_attn.project_keys_values(h)  # (B, H, T, Dh)
-        attended = self.self_attn.forward_cached(
-            h, past_keys, past_values, new_keys, new_values, self_bias
-        )
+        attended, new_keys, new_values = self.self_attn.attend_cached(
+            h, past_keys, past_values, self_bias
+        )  # (B, T, D), (B, H, T, Dh) x 2
         x = self.self_attn_sublayer.add_residual(x, attended)
         h = self.encoder_attn_sublayer.normalize_input(x)
         x = self.encoder_attn_sublayer.add_residual(
@@ -365,13 +431,15 @@ class Transformer(nn.Module):
         total_len = past_len + new_len
         if self_mask is None:
             self_mask = torch.ones(batch, total_len, dtype=torch.long, device=input_ids.device)
-        # Query t sits at cache index P + t and may see cache indices j <= P + t.
-        key_index = torch.arange(total_len, device=input_ids.device)  # (P+T,)
-        query_index = torch.arange(new_len, device=input_ids.device) + past_len  # (T,)
-        causal = key_index[None, :] <= query_index[:, None]  # (T, P+T)
-        self_keep = causal[None, None, :, :] & self_mask.bool()[:, None, None, :]  # (B, 1, T, P+T)
-        src_len = src_mask.shape[1]
-        cross_keep = src_mask.bool()[:, None, None, :].expand(batch, 1, new_len, src_len)
+        self_keep = self_mask.bool()[:, None, None, :]  # (B, 1, 1, P+T)
+        if new_len > 1:
+            # Query t sits at cache index P + t and may see cache indices j <= P + t (one new
+            # token sees them all: the exported step graph has no causal part).
+            key_index = torch.arange(total_len, device=input_ids.device)  # (P+T,)
+            query_index = torch.arange(new_len, device=input_ids.device) + past_len  # (T,)
+            causal = key_index[None, :] <= query_index[:, None]  # (T, P+T)
+            self_keep = causal[None, None, :, :] & self_keep  # (B, 1, T, P+T)
+        cross_keep = src_mask.bool()[:, None, None, :]  # (B, 1, 1, S), broadcast over T
 
         x = self.embed(self.tgt_embed, input_ids, positions)  # (B, T, D)
         self_bias = additive_mask(self_keep, x.dtype)
