@@ -91,9 +91,7 @@ class MultiHeadAttention(nn.Module):
 
     def one_token_path(self, query_states: Tensor) -> bool:
         """Export of a decoder step (T = 1, a constant when tracing) with fused constants."""
-        return (
-            self.written_out and query_states.shape[1] == 1 and "fused_q_weight" in self._buffers
-        )
+        return self.written_out and query_states.shape[1] == 1 and "fused_q_weight" in self._buffers
 
     def split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
@@ -161,9 +159,9 @@ class MultiHeadAttention(nn.Module):
         # value elementwise; the cache is read, never copied.
         batch = query_states.shape[0]
         qkv = F.linear(query_states, self.fused_qkv_weight, self.fused_qkv_bias)  # (B, 1, 3D)
-        queries, new_keys, new_values = qkv.view(
-            batch, 3 * self.num_heads, 1, self.head_dim
-        ).split(self.num_heads, dim=1)  # 3 x (B, H, 1, Dh), queries pre-scaled
+        queries, new_keys, new_values = qkv.view(batch, 3 * self.num_heads, 1, self.head_dim).split(
+            self.num_heads, dim=1
+        )  # 3 x (B, H, 1, Dh), queries pre-scaled
         past_scores = queries @ past_keys.transpose(-2, -1)  # (B, H, 1, C)
         new_scores = (queries * new_keys).sum(-1, keepdim=True)  # (B, H, 1, 1)
         weights = (torch.cat([past_scores, new_scores], dim=-1) + bias).softmax(dim=-1)
