@@ -44,7 +44,9 @@ def sinusoidal_positions(num_positions: int, dim: int) -> Tensor:
 
 def additive_mask(keep: Tensor, dtype: torch.dtype) -> Tensor:
     """Boolean keep-mask -> additive bias: 0 where attention is allowed, a large negative elsewhere."""
-    return torch.zeros_like(keep, dtype=dtype).masked_fill(~keep, torch.finfo(dtype).min)
+    allowed = torch.zeros((), dtype=dtype, device=keep.device)
+    hidden = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=keep.device)
+    return torch.where(keep, allowed, hidden)  # exported: one Where, no zeros tensor to fill
 
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
