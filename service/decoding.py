@@ -63,14 +63,20 @@ class CopyConstraint:
         self.remaining = np.tile(counts, (rows, 1))  # (rows, C)
         self.eos_id = eos_id
         self.pad_id = pad_id
+        # Asked for every step of every row, and most steps change nothing: ``bans`` is
+        # cached until ``advance`` changes ``remaining``; the watched ids never change.
+        self._bans: np.ndarray | None = None
+        self._watch_ids = np.append(self.ids, eos_id)
 
     def bans(self) -> np.ndarray:
         """(rows, C + 1): the symbols each row has used up, and eos while it owes symbols;
-        unused slots hold pad (banned anyway)."""
-        banned = np.where(self.remaining <= 0, self.ids, self.pad_id)
-        owed = self.remaining.sum(axis=1)
-        eos = np.where(owed > 0, self.eos_id, self.pad_id)
-        return np.concatenate([banned, eos[:, None]], axis=1)
+        unused slots hold pad (banned anyway). Read-only (cached)."""
+        if self._bans is None:
+            banned = np.where(self.remaining <= 0, self.ids, self.pad_id)
+            owed = self.remaining.sum(axis=1)
+            eos = np.where(owed > 0, self.eos_id, self.pad_id)
+            self._bans = np.concatenate([banned, eos[:, None]], axis=1)
+        return self._bans
 
     def candidates(
         self,
@@ -84,10 +90,14 @@ class CopyConstraint:
         generate (the one chosen now included), or the row would stop. A row that would stop
         emits the symbols it owes at once: otherwise a banned eos makes it ramble until the
         symbols are forced at the end."""
-        scores, ids = scores.copy(), ids.copy()
         owed = self.remaining.sum(axis=1)  # (rows,)
+        if not owed.any():  # nothing owed: no row is forced (the usual case)
+            return scores, ids
         wants_to_stop = self._unbanned_best(head, scores[:, 0], ids[:, 0]) == self.eos_id
         forced = np.flatnonzero((owed > 0) & ((owed >= steps_left) | wants_to_stop))
+        if not len(forced):
+            return scores, ids
+        scores, ids = scores.copy(), ids.copy()
         width = ids.shape[1]
         symbols = len(self.ids)
         for row in forced:
@@ -110,26 +120,32 @@ class CopyConstraint:
         """Each row's argmax before any ban (ties: lower id), (rows,). The best allowed id is
         the head's top 1; every banned id is watched (the engine watches its bans, the
         constraint its symbols and eos), with its log-prob before the bans."""
+        if len(top_id) == 1:  # one row (greedy): plain Python beats numpy's per-call cost
+            ids = [int(top_id[0]), *head.watch_ids[0].tolist()]
+            scores = [float(top_score[0]), *head.watch_log_probs[0].tolist()]
+            _, negated_id = max(zip(scores, [-token for token in ids], strict=True))
+            return np.array([-negated_id])
         candidate_ids = np.concatenate([top_id[:, None], head.watch_ids], axis=1)
         candidate_scores = np.concatenate([top_score[:, None], head.watch_log_probs], axis=1)
-        best = [
-            top_k_descending(row_scores, 1, row_ids)[0]
-            for row_scores, row_ids in zip(candidate_scores, candidate_ids, strict=True)
-        ]
-        return candidate_ids[np.arange(len(best)), best]
+        best_score = candidate_scores.max(axis=1, keepdims=True)  # (rows, 1)
+        tied_ids = np.where(candidate_scores == best_score, candidate_ids, np.iinfo(np.int64).max)
+        return tied_ids.min(axis=1)
 
     def watch_ids(self) -> np.ndarray:
         """The symbols (their renormalised log-probs when a row must pay what it owes), then
-        eos (would the row stop?)."""
-        return np.append(self.ids, self.eos_id)
+        eos (would the row stop?). Read-only."""
+        return self._watch_ids
 
     def advance(self, tokens: np.ndarray, parents: np.ndarray) -> None:
         """The rows continue ``parents`` with ``tokens``: reorder, count emitted symbols."""
-        self.remaining = self.remaining[parents]
-        for row, token in enumerate(tokens):
-            slot = self._slot.get(int(token))
+        if len(parents) != len(self.remaining) or (parents != np.arange(len(parents))).any():
+            self.remaining = self.remaining[parents]
+            self._bans = None
+        for row, token in enumerate(tokens.tolist()):
+            slot = self._slot.get(token)
             if slot is not None:
                 self.remaining[row, slot] -= 1
+                self._bans = None
 
 
 def make_constraint(

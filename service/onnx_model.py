@@ -317,6 +317,17 @@ class HostKV:
 
     def select(self, cache: KVCache, rows: np.ndarray, start: int, end: int) -> KVCache:
         count, length = cache.tensors[0].shape[0], cache.length
+        if start == 0 and end == length and len(rows) < count and _increasing(rows):
+            # Rows retire, the others keep their order (every finished request): close the
+            # gaps in place, moving only the rows after the first gap, and keep a view of the
+            # first rows. No new buffer, and the spare slots stay zero as they were.
+            kept = len(rows)
+            moved = np.flatnonzero(rows != np.arange(kept))
+            if len(moved):
+                first = int(moved[0])
+                for value in cache.tensors:
+                    value[first:kept] = value[rows[first:]]  # the gather copies first
+            return KVCache([value[:kept] for value in cache.consume()], length, cache.grows)
         if start == 0 and end == length and len(rows) == count:
             # A beam reorder: most rows keep their own cache, so copy only the rows that
             # continue another row's, in place (the right side is gathered first, so rows
@@ -581,6 +592,11 @@ def _session_options(intra_op_threads: int, spinning: bool) -> ort.SessionOption
     if not spinning:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
+
+
+def _increasing(rows: np.ndarray) -> bool:
+    """Strictly increasing row indices (a subsequence of the rows, order kept)."""
+    return len(rows) < 2 or bool((rows[1:] > rows[:-1]).all())
 
 
 def _host_merge(

@@ -12,8 +12,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from service.decoding import BeamSearch, GreedySearch
+from service.decoding import BeamSearch, CopyConstraint, GreedySearch
 from service.engine import Engine
+from service.onnx_model import StepOutput
 from service.placeholders import PLACEHOLDER_SYMBOLS
 from service.text_pipeline import copy_tokens_for, placeholder_token_ids
 from tests.head_reference import advance_on_logits
@@ -69,6 +70,39 @@ def test_beam_rows_keep_their_own_counts():
         counts = Counter(out)
         assert {token: counts[token] for token in copy} == copy, (trial, out)
         assert len(out) <= 12
+
+
+def test_argmax_before_bans_breaks_ties_by_the_lower_id():
+    """The vectorised argmax over the head's top 1 and the watched ids against a per-row sort
+    (highest log-prob, then lowest id), on rows full of ties and duplicated ids."""
+    rng = np.random.default_rng(0)
+    constraint = CopyConstraint({5: 1, 6: 2}, rows=64, eos_id=EOS, pad_id=PAD)
+    top_score = rng.choice([-1.0, -2.0, -np.inf], size=64).astype(np.float32)
+    top_id = rng.integers(0, V, size=64)
+    watch_ids = rng.integers(0, V, size=(64, 5))
+    watch_log_probs = rng.choice([-1.0, -2.0, -3.0], size=(64, 5)).astype(np.float32)
+    head = StepOutput(top_score[:, None], top_id[:, None], watch_log_probs, watch_ids)
+    got = constraint._unbanned_best(head, top_score, top_id)
+    for row in range(64):
+        ids = np.concatenate([[top_id[row]], watch_ids[row]])
+        scores = np.concatenate([[top_score[row]], watch_log_probs[row]])
+        expected = ids[np.lexsort((ids, -scores))[0]]
+        assert got[row] == expected
+        one_row = constraint._unbanned_best(
+            head.rows(row, row + 1), top_score[row : row + 1], top_id[row : row + 1]
+        )
+        assert one_row.tolist() == [expected]  # the one-row (greedy) path
+
+
+def test_bans_follow_the_rows_through_reorders_and_emissions():
+    constraint = CopyConstraint({5: 1, 6: 2}, rows=2, eos_id=EOS, pad_id=PAD)
+    assert constraint.bans().tolist() == [[PAD, PAD, EOS], [PAD, PAD, EOS]]
+    constraint.advance(np.array([5, 7]), np.array([0, 1]))  # row 0 pays its 5
+    assert constraint.bans().tolist() == [[5, PAD, EOS], [PAD, PAD, EOS]]
+    constraint.advance(np.array([7, 6]), np.array([1, 0]))  # rows swap, then row 1 emits a 6
+    assert constraint.bans().tolist() == [[PAD, PAD, EOS], [5, PAD, EOS]]
+    constraint.advance(np.array([6, 6]), np.array([1, 1]))  # both continue row 1
+    assert constraint.bans().tolist() == [[5, 6, PAD], [5, 6, PAD]]
 
 
 def test_no_constraint_is_unchanged():

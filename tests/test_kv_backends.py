@@ -164,6 +164,24 @@ def test_host_beam_reorder_moves_rows_in_place(exported):
     assert np.array_equal(host.kv.to_numpy(reordered)[0], arrays[0][rows])
 
 
+def test_host_retiring_rows_closes_the_gaps_in_place(exported):
+    """Rows leaving with the others in order: the kept rows move down in their own buffers
+    (a view of the first rows, no new buffer) and the spare slots stay zero."""
+    host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
+    arrays = random_cache(host, rows=6, length=3, seed=14)
+    cache = host.kv.from_numpy(arrays)
+    buffers = list(cache.tensors)
+    allocated = host.kv.pool.allocated
+    rows = np.array([0, 2, 3, 5])  # rows 1 and 4 finished
+    kept = host.kv.select(cache, rows, 0, 3)
+    assert host.kv.pool.allocated == allocated
+    for value, buffer, expected in zip(kept.tensors, buffers, arrays, strict=True):
+        assert np.shares_memory(value, buffer) and value.flags.c_contiguous
+        assert value.shape[0] == 4 and np.array_equal(value[:, :, :3], expected[rows])
+        assert not value[:, :, 3:].any()  # the spare slots
+    assert kept.length == 3 and kept.grows
+
+
 def test_a_consumed_cache_cannot_be_read(model):
     """select, merge and decode consume their input caches (the host reuses their buffers):
     touching one afterwards raises instead of reading whatever the buffer holds now."""
@@ -203,6 +221,6 @@ def test_host_reuses_the_buffers_of_consumed_caches_without_mixing_them(exported
     assert not fresh.tensors[0][:, :, 6:].any()  # the spare slots of a reused buffer are zeroed
 
     kept_tensors = kept.tensors
-    host.kv.select(kept, np.array([0, 1]), 0, 6)
+    host.kv.select(kept, np.array([1, 0]), 0, 6)  # a gather into new buffers
     assert not any(np.shares_memory(buffer, held_view) for buffer in pool._free)
     assert any(np.shares_memory(buffer, kept_tensors[1]) for buffer in pool._free)
