@@ -10,6 +10,8 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from loadtest.client import exit_on_sigterm
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "open": (
         "loadtest.open_loop",
@@ -56,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage(), file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout)
         return 0 if not args or args[0] in ("-h", "--help") else 2
     module_name = COMMANDS[args[0]][0]
+    exit_on_sigterm()  # spawned servers are stopped however the run ends
     module = importlib.import_module(module_name)
     entry: Callable[[Sequence[str]], int] = module.main
     return entry(args[1:])

@@ -303,6 +303,18 @@ def _wait_ready(
     raise TimeoutError(f"the server at {url} was not ready after {timeout_s:.0f} s")
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (``kill``, a CI timeout) end a run the way Ctrl-C does: as an exception,
+    so every ``spawned_server`` block stops its server on the way out. Python's default action
+    ends the process at once and leaves spawned servers running, taking the CPU from whatever
+    is timed next."""
+    signal.signal(signal.SIGTERM, _exit_for_signal)
+
+
+def _exit_for_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _stop(process: subprocess.Popen, timeout_s: float) -> None:
     if process.poll() is not None:
         return

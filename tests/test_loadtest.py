@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import time
 
@@ -19,6 +22,7 @@ import numpy as np
 import pytest
 
 from loadtest.client import (
+    REPO_ROOT,
     STATUS_DROPPED,
     RequestRecord,
     check_target,
@@ -517,6 +521,31 @@ def test_spawned_stub_server_serves_a_short_closed_loop_and_stops(tmp_path):
     assert [r.status for r in records] == [200] * 6
     with pytest.raises(httpx.ConnectError):
         httpx.get(url + "/ready", timeout=2, trust_env=False)
+
+
+def test_a_run_ended_by_sigterm_stops_the_server_it_spawned():
+    """``kill`` of a load run (what ``python -m loadtest`` sets up): the spawned server is
+    stopped, not left running beside the next measurement."""
+    stub = [sys.executable, "-m", "loadtest.stub_server", "--port", "{port}", "--base-ms", "1"]
+    script = (
+        "import sys, time\n"
+        "from loadtest.client import exit_on_sigterm, spawned_process\n"
+        "exit_on_sigterm()\n"
+        f"with spawned_process(None, command={stub!r}, ready_timeout_s=60) as (url, server):\n"
+        "    print(server.pid, flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        server_pid = int(run.stdout.readline())
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=30) == 128 + signal.SIGTERM
+        with pytest.raises(ProcessLookupError):  # stopped and reaped, not orphaned
+            os.kill(server_pid, 0)
+    finally:
+        run.kill()
 
 
 def test_raw_client_runs_the_same_loops_and_survives_closed_keep_alive_connections(tmp_path):
