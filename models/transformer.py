@@ -79,11 +79,12 @@ class MultiHeadAttention(nn.Module):
         the query projection pre-scaled by 1/sqrt(Dh), and Q, K, V stacked into one (3D, D)
         projection. Buffers, so the ONNX export stores them as initializers (a quantizer sees
         plain MatMul weights); ``unfuse`` drops them again."""
-        q_weight, q_bias = self.q_proj.weight * self.scale, self.q_proj.bias * self.scale
+        with torch.no_grad():
+            q_weight, q_bias = self.q_proj.weight * self.scale, self.q_proj.bias * self.scale
+            qkv_weight = torch.cat([q_weight, self.k_proj.weight, self.v_proj.weight])  # (3D, D)
+            qkv_bias = torch.cat([q_bias, self.k_proj.bias, self.v_proj.bias])  # (3D,)
         self.register_buffer("fused_q_weight", q_weight, persistent=False)  # (D, D)
         self.register_buffer("fused_q_bias", q_bias, persistent=False)  # (D,)
-        qkv_weight = torch.cat([q_weight, self.k_proj.weight, self.v_proj.weight])  # (3D, D)
-        qkv_bias = torch.cat([q_bias, self.k_proj.bias, self.v_proj.bias])  # (3D,)
         self.register_buffer("fused_qkv_weight", qkv_weight, persistent=False)
         self.register_buffer("fused_qkv_bias", qkv_bias, persistent=False)
 
@@ -107,13 +108,13 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query_states: Tensor, keys: Tensor, values: Tensor, bias: Tensor) -> Tensor:
         """query_states (B, T, D); keys, values (B, H, L, Dh); bias (B, 1, T, L) additive."""
-        scale = self.scale
         if self.one_token_path(query_states):  # pre-scaled query projection
             queries = self.split_heads(
                 F.linear(query_states, self.fused_q_weight, self.fused_q_bias)
             )  # (B, H, 1, Dh)
             scores = queries @ keys.transpose(-2, -1) + bias  # (B, H, 1, L)
             return self.merge_heads(scores.softmax(dim=-1) @ values)
+        scale = self.scale
         queries = self.split_heads(self.q_proj(query_states))  # (B, H, T, Dh)
         if self.written_out:
             # For export (export/onnx_export.py sets it): ONNX Runtime folds the keys'
@@ -150,15 +151,17 @@ class MultiHeadAttention(nn.Module):
         query_states (B, T, D); past (B, H, C, Dh); bias (B, 1, T, C+T). Returns the output
         (B, T, D) and the new tokens' keys and values (B, H, T, Dh).
         """
-        if not self.one_token_path(query_states):
-            new_keys, new_values = self.project_keys_values(query_states)
-            attended = self.forward_cached(
-                query_states, past_keys, past_values, new_keys, new_values, bias
-            )
-            return attended, new_keys, new_values
-        # One token, exported: one stacked projection, no Transpose nodes (T = 1 makes
-        # (B, 1, H, Dh) and (B, H, 1, Dh) the same memory), the new token's own score and
-        # value elementwise; the cache is read, never copied.
+        if not self.one_token_path(query_states):  # eager: attention over the concatenation
+            new_keys, new_values = self.project_keys_values(query_states)  # (B, H, T, Dh)
+            keys = torch.cat([past_keys, new_keys], dim=2)  # (B, H, C+T, Dh)
+            values = torch.cat([past_values, new_values], dim=2)
+            return self(query_states, keys, values, bias), new_keys, new_values
+        # One token, exported: the cache is never concatenated with the new key (the graph
+        # would copy the whole cache every step): the scores against each are computed apart
+        # and only they, (B, H, 1, C+1), are joined; the new token's own score and value are
+        # elementwise (a batched matmul of B*H products of 1 x Dh by Dh x 1 costs more in ONNX
+        # Runtime). One stacked Q/K/V projection, and no Transpose nodes: T = 1 makes
+        # (B, 1, H, Dh) and (B, H, 1, Dh) the same memory.
         batch = query_states.shape[0]
         qkv = F.linear(query_states, self.fused_qkv_weight, self.fused_qkv_bias)  # (B, 1, 3D)
         queries, new_keys, new_values = qkv.view(batch, 3 * self.num_heads, 1, self.head_dim).split(
@@ -170,37 +173,6 @@ class MultiHeadAttention(nn.Module):
         capacity = past_keys.shape[2]
         attended = weights[..., :capacity] @ past_values + weights[..., capacity:] * new_values
         return self.merge_heads(attended), new_keys, new_values  # (B, 1, D)
-
-    def forward_cached(
-        self,
-        query_states: Tensor,
-        past_keys: Tensor,
-        past_values: Tensor,
-        new_keys: Tensor,
-        new_values: Tensor,
-        bias: Tensor,
-    ) -> Tensor:
-        """Attention over a cache and the new tokens' own keys, as if over their concatenation.
-
-        query_states (B, T, D); past (B, H, C, Dh); new (B, H, T, Dh); bias (B, 1, T, C+T).
-        Written out (export), the cache is never concatenated with the new keys: the scores
-        against each are computed apart and only they, (B, H, T, C+T), are joined. The exported
-        graph then reads the cache once per step instead of copying it into a grown one.
-        """
-        if not self.written_out:
-            keys = torch.cat([past_keys, new_keys], dim=2)  # (B, H, C+T, Dh)
-            return self(query_states, keys, torch.cat([past_values, new_values], dim=2), bias)
-        queries = self.split_heads(self.q_proj(query_states)) * self.scale
-        capacity = past_keys.shape[2]
-        past_scores = queries @ past_keys.transpose(-2, -1)  # (B, H, T, C)
-        # The new tokens' scores elementwise: T is 1 when decoding, and a batched matmul of
-        # B*H products of 1 x Dh by Dh x 1 costs more in ONNX Runtime than the product itself.
-        new_scores = (queries[:, :, :, None, :] * new_keys[:, :, None, :, :]).sum(-1)  # (B,H,T,T)
-        weights = (torch.cat([past_scores, new_scores], dim=-1) + bias).softmax(dim=-1)
-        attended = weights[..., :capacity] @ past_values  # (B, H, T, Dh)
-        new_weights = weights[..., capacity:, None]  # (B, H, T, T, 1)
-        attended = attended + (new_weights * new_values[:, :, None, :, :]).sum(-2)
-        return self.merge_heads(attended)
 
 
 class FeedForward(nn.Module):
