@@ -316,28 +316,24 @@ class HostKV:
         return head, KVCache(tensors, grown, grows=True)
 
     def select(self, cache: KVCache, rows: np.ndarray, start: int, end: int) -> KVCache:
-        count, length = cache.tensors[0].shape[0], cache.length
-        if start == 0 and end == length and len(rows) < count and _increasing(rows):
-            # Rows retire, the others keep their order (every finished request): close the
-            # gaps in place, moving only the rows after the first gap, and keep a view of the
-            # first rows. No new buffer, and the spare slots stay zero as they were.
-            kept = len(rows)
+        count, length, kept = cache.tensors[0].shape[0], cache.length, len(rows)
+        if start == 0 and end == length and kept <= count:
+            # In place, copying only the rows that continue another row's (the right side is
+            # gathered first, so rows that swap read the old values); the caches are this
+            # batch's own arrays. A beam reorder (most rows keep their own cache), or rows
+            # retiring with the others in order (every finished request: the rows after the
+            # first gap move down, and the cache becomes a view of its first rows, no new
+            # buffer; the spare slots stay zero as they were).
             moved = np.flatnonzero(rows != np.arange(kept))
-            if len(moved):
-                first = int(moved[0])
-                for value in cache.tensors:
-                    value[first:kept] = value[rows[first:]]  # the gather copies first
-            return KVCache([value[:kept] for value in cache.consume()], length, cache.grows)
-        if start == 0 and end == length and len(rows) == count:
-            # A beam reorder: most rows keep their own cache, so copy only the rows that
-            # continue another row's, in place (the right side is gathered first, so rows
-            # that swap read the old values). The caches are this batch's own arrays.
-            moved = np.flatnonzero(rows != np.arange(count))
-            if len(moved) <= count // 2:
+            reorder = kept == count and len(moved) <= count // 2
+            if reorder or (kept < count and _increasing(rows)):
                 sources = rows[moved]
                 for value in cache.tensors:
                     value[moved, :, :length] = value[sources, :, :length]
-                return KVCache(cache.consume(), length, cache.grows)
+                tensors = cache.consume()
+                if kept < count:
+                    tensors = [value[:kept] for value in tensors]
+                return KVCache(tensors, length, cache.grows)
         tensors = self._gathered(cache.tensors, rows, start, end, self._spare(cache.grows))
         self.pool.recycle(cache.consume())
         return KVCache(tensors, end - start, cache.grows)
