@@ -5,8 +5,9 @@ Standard library only: it runs in the main venv and in the Optimum venv (bench/o
 A worker is a process started as ``PYTHON WORKER REQUEST.json``. The request names the system,
 the phase, the model and artifact directories, the threads, the source ids and the cells
 (beam x batch). Phase "build" exports / converts the model into ``artifact_dir``; phase "time"
-loads the system, runs every cell and writes the result JSON to ``request["result_path"]``. One process per system keeps thread pools,
-OpenMP runtimes and allocators of one system from disturbing the next.
+loads the system, runs every cell it was given (bench/peers.py gives one cell per process by
+default) and writes the result JSON to ``request["result_path"]``. Processes of their own keep
+the thread pools, OpenMP runtimes and allocators of one system from disturbing the next.
 
 A ``run(sources, beam_size, new_tokens)`` function returns the generated ids of every source
 (no start token, no eos); tokens/s counts those ids, so systems that stop early are not
