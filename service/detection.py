@@ -71,5 +71,7 @@ class LanguageDetector:
         joined = texts if isinstance(texts, str) else "\n".join(texts)
         if self._identifier is None or not any(char.isalpha() for char in joined):
             return [Detection(self.languages[0] if self.languages else "en", 0.0)]
+        if len(self.languages) == 1:  # one class: its normalised probability is 1, unscored
+            return [Detection(self.languages[0], 100.0)]
         ranked = self._identifier.rank(joined)[:TOP_CANDIDATES]
         return [Detection(code, round(100.0 * score, 1)) for code, score in ranked]

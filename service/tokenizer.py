@@ -128,6 +128,9 @@ class Tokenizer:
         """``(start, end)`` character spans of ``text`` that encode to the unknown id in
         context (a piece that SentencePiece forms from neighbouring characters may be
         missing from ``vocab.json`` although each character alone is known)."""
+        pieces = self._source_spm.encode(text, out_type=str)
+        if all(self._source_vocab.get(piece, self.unk_id) != self.unk_id for piece in pieces):
+            return []  # the common case, without the offsets (a proto costs several times more)
         proto = self._source_spm.encode(text, out_type="proto")
         unknown = [
             (piece.begin, piece.end)

@@ -206,6 +206,21 @@ def test_auto_source_is_detected_and_routed(client, solo, text, language, target
     assert detected[0]["language"] == language and set(detected[0]) == {"language", "confidence"}
 
 
+@pytest.mark.parametrize("text", [ENGLISH, GERMAN, "Bonjour à tous", "42 !"])
+def test_one_served_language_is_answered_as_the_scored_ranking_would(text):
+    """With one served source language the detector answers without scoring: the same as the
+    restricted model's normalised ranking (probability 1), or confidence 0 without letters."""
+    from service.detection import Detection, LanguageDetector, _restricted_identifier
+
+    scored = [
+        Detection(code, round(100.0 * score, 1))
+        for code, score in _restricted_identifier(("de",)).rank(text)
+    ]
+    if not any(char.isalpha() for char in text):
+        scored = [Detection("de", 0.0)]
+    assert LanguageDetector(["de"]).detect(text) == scored
+
+
 def test_detect_ranks_the_served_source_languages(client):
     response = client.post("/detect", data={"q": GERMAN})
     assert response.status_code == 200

@@ -131,3 +131,30 @@ def test_a_model_with_symbols_keeps_its_sentences_whole(default):
     text = "Open 😀 the file."
     spans = sentence_spans(text)
     assert default.cut_around_runs(text, spans) == spans
+
+
+def proto_unknown_spans(tokenizer: Tokenizer, text: str) -> list[tuple[int, int]]:
+    """Reference: every piece of SentencePiece's proto whose vocab.json id is unknown, as
+    character spans (the implementation skips the proto when no piece is unknown)."""
+    proto = tokenizer._source_spm.encode(text, out_type="proto")
+    encoded = text.encode("utf-8")
+    return [
+        (len(encoded[: p.begin].decode("utf-8", "ignore")), len(encoded[: p.end].decode()))
+        for p in proto.pieces
+        if tokenizer._source_vocab.get(p.piece, tokenizer.unk_id) == tokenizer.unk_id
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Save the document before closing the window.",
+        "smile 😀 ok",
+        "Open the file from 東京 and 서울",
+        "Item № 5… done",
+        "<unk> is a piece too",
+        "",
+    ],
+)
+def test_unknown_spans_match_the_proto_reference(default, text):
+    assert default.tokenizer.unknown_spans(text) == proto_unknown_spans(default.tokenizer, text)
