@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -30,24 +29,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from export.onnx_export import export_model  # noqa: E402
+from loadtest.machine import machine_facts  # noqa: E402
 from models.training.train import ARCHITECTURES, DEFAULT_ARCHITECTURE, model_config  # noqa: E402
 from models.transformer import Transformer  # noqa: E402
 from service.engine import Engine  # noqa: E402
 
 VOCAB_SIZE = 8000
 CASES = ((1, 1), (1, 8), (1, 32), (4, 1), (4, 8))  # (beam, batch)
-
-
-def cpu_flags() -> list[str]:
-    """The SIMD flags that decide ORT's kernels (AVX2 / AVX-512 / VNNI)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next(
-        (line.split(":")[1].split() for line in text.splitlines() if line.startswith("flags")), []
-    )
-    return sorted(flag for flag in flags if flag.startswith(("avx", "fma", "amx")))
 
 
 def best_seconds(function, repeats: int) -> float:
@@ -118,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "new_tokens": args.new_tokens,
         "src_len": args.src_len,
-        "machine": platform.processor() or platform.machine(),
-        "cpu_flags": cpu_flags(),
+        "machine": machine_facts(),
         "tokens_per_second": results,
     }
     (args.output / "arch_speed.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import random
 import sys
 import time
@@ -182,13 +181,10 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(args.code.resolve()))
     sys.path.append(str(ROOT))  # loadtest/ (the same inputs whatever --code is)
+    from loadtest.machine import machine_facts
+
     result = asyncio.run(measure(args))
-    result["machine"] = {
-        "python": platform.python_version(),
-        "cpu_flags": sorted(
-            {flag for flag in Path("/proc/cpuinfo").read_text().split() if flag in CPU_FLAGS}
-        ),
-    }
+    result["machine"] = machine_facts()
     if args.compare is not None:
         result["compare"] = compare(result, json.loads(args.compare.read_text()))
     output = args.output or ROOT / "bench" / "results" / f"fidelity-{args.label}.json"
@@ -210,8 +206,6 @@ def main() -> None:
         )
     print(f"wrote {output}")
 
-
-CPU_FLAGS = frozenset({"avx2", "avx512f", "avx512_vnni", "avx512vnni", "avx_vnni", "fma"})
 
 if __name__ == "__main__":
     main()

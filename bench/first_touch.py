@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loadtest.machine import machine_facts  # noqa: E402
 from service.buffer_pool import BufferPool  # noqa: E402
 
 VARIANTS = ("fresh", "mmap", "pooled")
@@ -95,11 +95,6 @@ def main(argv: list[str] | None = None) -> None:
             work()
         print(json.dumps(result[0]))
         return
-    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
-    flags = sorted(
-        {flag for line in cpuinfo if line.startswith("flags") for flag in line.split()}
-        & {"avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"}
-    )
     results = {}
     for variant in VARIANTS:
         child = [sys.executable, __file__, "--variant", variant, "--rows", str(args.rows)]
@@ -117,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     out.parent.mkdir(exist_ok=True)
     summary = {variant: statistics.median(ms[4:]) for variant, ms in results.items()}
     record = {"args": vars(args), "ms_per_copy": results, "median_ms": summary}
-    record["machine"] = {"processor": platform.processor(), "flags": flags}
+    record["machine"] = machine_facts()
     out.write_text(json.dumps(record, indent=2))
     print(f"wrote {out}")
 

@@ -32,7 +32,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -45,8 +44,11 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(REPO_ROOT))
 
 from peer_timing import COMPLETE_MARKER  # noqa: E402
+
+from loadtest.machine import machine_facts  # noqa: E402
 
 MAIN_PYTHON = sys.executable
 OPTIMUM_PYTHON = BENCH_DIR / ".venv-optimum" / "bin" / "python"
@@ -430,29 +432,6 @@ def format_tables(
     return "\n".join(lines)
 
 
-def machine_description() -> dict[str, Any]:
-    cpu = platform.processor()
-    flags: set[str] = set()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name") and not cpu.strip():
-                cpu = line.split(":", 1)[1].strip()
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    simd = [flag for flag in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni") if flag in flags]
-    return {
-        "cpu": cpu,
-        "logical_cpus": os.cpu_count(),
-        "simd": simd,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "load_average_at_start": os.getloadavg(),
-    }
-
-
 def round_ratio_lines(report: dict[str, Any]) -> list[str]:
     """Per cell and ratio pair, the ratio within every round (empty for one round)."""
     systems = report["systems"]
@@ -650,7 +629,7 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "command": " ".join(["python", "bench/peers.py", *(argv or sys.argv[1:])]),
-        "machine": machine_description(),
+        "machine": machine_facts(),
         "model": {
             "name": name,
             "marian_dir": str(marian_dir),

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import re
 import statistics
 import sys
 import time
@@ -26,6 +24,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from loadtest.machine import machine_facts  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from tests.live_server import live_server  # noqa: E402
 
@@ -43,14 +42,6 @@ SENTENCES = [
     "This account has been locked after too many failed attempts.",
     "Open the folder that contains the downloaded files.",
 ]
-
-
-def cpu_flags() -> list[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    return sorted(set(re.findall(r"\b(avx512[a-z_]*|avx2|vnni)\b", text)))
 
 
 def once(base: str, body: dict) -> tuple[float, float, float]:
@@ -100,8 +91,7 @@ def main() -> None:
         "whole_response_ms": round(whole, 1),
         "stream_first_sentence_ms": round(first, 1),
         "stream_done_ms": round(done, 1),
-        "cpu_flags": cpu_flags(),
-        "machine": platform.processor() or platform.machine(),
+        "machine": machine_facts(),
     }
     print(json.dumps(result))
     args.output.mkdir(parents=True, exist_ok=True)

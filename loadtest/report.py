@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.client import STATUS_DROPPED, STATUS_TRANSPORT_ERROR, MetricSamples, RequestRecord
+from loadtest.machine import machine_facts
 
 PERCENTILES = (50, 90, 99)
 
@@ -355,6 +356,9 @@ def _fmt(value: float | None) -> str:
 
 
 def write_json(path: Path, document: Mapping[str, Any]) -> Path:
+    """Write a result document, with the machine it was measured on (``machine``: CPU, SIMD
+    flags, load) unless the document names one itself."""
+    document = {"machine": machine_facts(), **document}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, default=_json_default) + "\n")
     return path

@@ -641,3 +641,42 @@ def test_the_generators_client_keeps_one_raw_client_per_service_and_httpx_for_ht
     assert clients._for("http://127.0.0.1:8002/metrics") is not first
     assert isinstance(clients._for("https://mt.example.com/v1/translate"), httpx.AsyncClient)
     asyncio.run(clients.aclose())
+
+
+# --- the machine a result was measured on ------------------------------------------------
+
+AVX2_ONLY_CPUINFO = """processor\t: 0
+model name\t: AMD EPYC 7B13
+flags\t\t: fpu sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c avx2 bmi2 sha_ni
+processor\t: 1
+flags\t\t: fpu sse sse2 avx512f
+"""
+
+
+def test_simd_flags_are_the_kernel_deciding_ones_of_the_first_processor():
+    from loadtest.machine import cpu_model, simd_flags
+
+    assert simd_flags(AVX2_ONLY_CPUINFO) == ["avx", "avx2", "fma"]
+    assert cpu_model(AVX2_ONLY_CPUINFO) == "AMD EPYC 7B13"
+    assert simd_flags("processor\t: 0\n") == []
+
+
+def test_every_result_json_records_the_machine(tmp_path):
+    import re
+    from pathlib import Path
+
+    from loadtest.report import write_json
+
+    path = write_json(tmp_path / "run.json", {"kind": "open_loop", "summary": {"ok": 3}})
+    document = json.loads(path.read_text())
+    assert document["kind"] == "open_loop" and document["summary"] == {"ok": 3}
+    machine = document["machine"]
+    assert machine["logical_cpus"] >= 1 and machine["cpu"]
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():  # the flags as grep would find them on this machine
+        first = re.search(r"^flags\s*:(.*)$", cpuinfo.read_text(), re.MULTILINE)
+        expected = sorted({f for f in first.group(1).split() if re.match(r"(avx|fma|amx)", f)})
+        assert machine["simd"] == expected
+    # a document that names its machine keeps it
+    kept = write_json(tmp_path / "own.json", {"machine": {"cpu": "given"}})
+    assert json.loads(kept.read_text())["machine"] == {"cpu": "given"}
