@@ -571,6 +571,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
+    load_at_start = list(os.getloadavg())  # was something else running before this run?
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     sys.path.insert(0, str(REPO_ROOT))
@@ -629,7 +630,7 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "command": " ".join(["python", "bench/peers.py", *(argv or sys.argv[1:])]),
-        "machine": machine_facts(),
+        "machine": {**machine_facts(), "load_average_at_start": load_at_start},
         "model": {
             "name": name,
             "marian_dir": str(marian_dir),

@@ -34,7 +34,8 @@ def cpu_model(cpuinfo: str) -> str:
 
 
 def machine_facts() -> dict[str, Any]:
-    """CPU model, logical CPUs this process may use, SIMD flags, Python, OS, load average."""
+    """CPU model, logical CPUs this process may use, SIMD flags, Python, OS, and the load
+    average when it is called (results write it at the end of a run)."""
     try:
         cpuinfo = CPUINFO.read_text()
     except OSError:
@@ -46,5 +47,5 @@ def machine_facts() -> dict[str, Any]:
         "simd": simd_flags(cpuinfo),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
