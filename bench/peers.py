@@ -574,7 +574,6 @@ def main(argv: list[str] | None = None) -> None:
     load_at_start = list(os.getloadavg())  # was something else running before this run?
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    sys.path.insert(0, str(REPO_ROOT))
     name = args.size if args.model is None else Path(args.model).resolve().name
     work_dir = (args.work_dir / name).resolve()
     systems = [system for system in ALL_SYSTEMS if system in args.systems.split(",")]

@@ -129,22 +129,20 @@ class Tokenizer:
         context (a piece that SentencePiece forms from neighbouring characters may be
         missing from ``vocab.json`` although each character alone is known)."""
         pieces = self._source_spm.encode(text, out_type=str)
-        if all(self._source_vocab.get(piece, self.unk_id) != self.unk_id for piece in pieces):
+        if not any(map(self._is_unknown, pieces)):
             return []  # the common case, without the offsets (a proto costs several times more)
         proto = self._source_spm.encode(text, out_type="proto")
-        unknown = [
-            (piece.begin, piece.end)
-            for piece in proto.pieces
-            if self._source_vocab.get(piece.piece, self.unk_id) == self.unk_id
-        ]
-        if not unknown:
-            return []
+        unknown = [(p.begin, p.end) for p in proto.pieces if self._is_unknown(p.piece)]
         encoded = text.encode("utf-8")  # SentencePiece reports byte offsets
 
         def char_offset(byte_offset: int) -> int:
             return len(encoded[:byte_offset].decode("utf-8", errors="ignore"))
 
         return [(char_offset(begin), char_offset(end)) for begin, end in unknown]
+
+    def _is_unknown(self, piece: str) -> bool:
+        """A source piece without an id of its own in ``vocab.json``."""
+        return self._source_vocab.get(piece, self.unk_id) == self.unk_id
 
     def decode_batch(self, batch_ids: Sequence[Sequence[int]]) -> list[str]:
         """Text of each id sequence."""
