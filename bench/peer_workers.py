@@ -4,7 +4,8 @@
 
 System names (``request["system"]``):
 
-- ``ours``, ``ours-int8``: ``service.engine.Engine`` on our ONNX export of the Marian dir
+- ``ours``, ``ours-plain``, ``ours-int8``: ``service.engine.Engine`` on our ONNX export of the
+  Marian dir (``ours-plain``: the fp32 export without the int8 screen of greedy steps)
   (``export.onnx_export.export_from_dir``; int8 = the exporter's int8 variant);
 - ``ct2``, ``ct2-int8``: ``ctranslate2.Translator`` on ``TransformersConverter`` output;
 - ``transformers``: ``MarianMTModel.generate`` in eager PyTorch.
@@ -35,8 +36,11 @@ def build_ours(request: dict[str, Any]) -> dict[str, Any]:
     from export.onnx_export import export_from_dir
 
     artifact_dir = Path(request["artifact_dir"])
-    if request["system"] == "ours":
-        export_from_dir(request["marian_dir"], artifact_dir)
+    if request["system"] in ("ours", "ours-plain"):
+        # ours-plain: the fp32 decoder without the int8 screen of greedy steps
+        # (export/vocab_screen.py), to show what the screen is worth
+        screen = request["system"] == "ours"
+        export_from_dir(request["marian_dir"], artifact_dir, vocab_screen=screen)
         return {}
     fp32_dir = Path(request["fp32_dir"])
     if not (fp32_dir / "decoder.onnx").exists():

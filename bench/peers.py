@@ -5,7 +5,8 @@
     .venv/bin/python bench/peers.py --size tiny            # smoke test, seconds
 
 Systems (``--systems``): ``ours`` and ``ours-int8`` (our ONNX export run by
-``service.engine.Engine``), ``ct2`` and ``ct2-int8`` (CTranslate2), ``optimum`` (Optimum's
+``service.engine.Engine``; ``ours-plain``: the fp32 export without the exact int8 screen of
+greedy steps, export/vocab_screen.py, which large vocabularies get), ``ct2`` and ``ct2-int8`` (CTranslate2), ``optimum`` (Optimum's
 ``ORTModelForSeq2SeqLM``, from bench/.venv-optimum: ``bash bench/setup_optimum.sh``) and
 ``transformers`` (``MarianMTModel.generate``, eager PyTorch). All of them read one Hugging Face
 Marian directory: the random model built here, the ``--model`` dir itself, or, for a checkpoint
@@ -52,13 +53,14 @@ from loadtest.machine import machine_facts  # noqa: E402
 
 MAIN_PYTHON = sys.executable
 OPTIMUM_PYTHON = BENCH_DIR / ".venv-optimum" / "bin" / "python"
-ALL_SYSTEMS = ("ours", "ours-int8", "ct2", "ct2-int8", "optimum", "transformers")
+ALL_SYSTEMS = ("ours", "ours-plain", "ours-int8", "ct2", "ct2-int8", "optimum", "transformers")
 REFERENCE_SYSTEM = "transformers"  # outputs of the others are compared with its outputs
 # (ours, peer) pairs whose speed ratio is reported: fp32 against everything, int8 against int8
 RATIO_PAIRS = (
     ("ours", "transformers"),
     ("ours", "optimum"),
     ("ours", "ct2"),
+    ("ours-plain", "ct2"),
     ("ours-int8", "ct2-int8"),
 )
 EOS_SUPPRESSION = -1.0e4  # added to eos's logits bias in random models: fixed-length outputs

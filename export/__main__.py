@@ -27,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--int8-mode", choices=sorted(INT8_MODES), default=DEFAULT_INT8_MODE)
     parser.add_argument("--fp16", action="store_true", help="also write OUTPUT-fp16 (CUDA)")
     parser.add_argument(
+        "--no-vocab-screen",
+        action="store_true",
+        help="no int8 screen of greedy steps in the fp32 decoder (export/vocab_screen.py)",
+    )
+    parser.add_argument(
         "--verify", action="store_true", help="run export.verify on the fp32 export"
     )
     parser.add_argument(
@@ -50,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer_dir=args.model,
         model_name=args.model.name,
         languages=tuple(args.languages) if args.languages else None,
+        vocab_screen=not args.no_vocab_screen,
     )
     print(f"wrote {args.output} (opset {args.opset}) in {time.perf_counter() - started:.1f} s")
     if args.int8:

@@ -1,5 +1,7 @@
 """PyTorch -> ONNX: an encoder graph that also returns every decoder layer's cross-attention K/V,
-and ONE decoder graph (no control flow) with a self-attention KV cache of any length P >= 0.
+and ONE decoder graph with a self-attention KV cache of any length P >= 0. The traced decoder
+has no control flow; a large vocabulary's export adds one ``If`` after it, around the output
+projection (the exact int8 screen of greedy steps, export/vocab_screen.py).
 
 Why the encoder returns cross K/V: they depend only on the source, so computing them once per
 request (instead of in the first decoder step, as Optimum does) keeps the decoder graph
@@ -15,6 +17,7 @@ decoder.onnx
             past_key_{i}, past_value_{i} (B, H, C, Dh), cross_key_{i}, cross_value_{i} (B, H, S, Dh),
             encoder_attention_mask (B, S) int64
             top_k (1,), banned_ids (B*T, nb), watch_ids (B*T, nw) int64 (the search head)
+            vocab_screen () bool (only with a vocabulary screen: screen greedy steps)
     outputs logits (B, T, V), new_key_{i}, new_value_{i} (B, H, T, Dh),
             top_log_probs, top_ids (B*T, k), watch_log_probs (B*T, nw)
 
@@ -50,6 +53,7 @@ from onnx import TensorProto, helper
 from torch import Tensor, nn
 
 from export.search_head import SEARCH_INPUTS, SEARCH_OUTPUTS, add_search_head
+from export.vocab_screen import MIN_VOCAB, add_vocab_screen
 from models.checkpoint import copy_tokenizer_files, language_pair, load_pretrained
 from models.transformer import MultiHeadAttention, Transformer
 
@@ -364,11 +368,14 @@ def export_model(
     tokenizer_dir: str | Path | None = None,
     model_name: str = "",
     languages: tuple[str, str] | None = None,
+    vocab_screen: bool = True,
 ) -> Path:
     """Write the fp32 export (encoder, decoder, KV helpers, config.json, tokenizer files).
 
     config.json declares the model's ``source_lang`` / ``target_lang`` (the service routes by
-    them): ``languages`` if given, else what the tokenizer config says."""
+    them): ``languages`` if given, else what the tokenizer config says. ``vocab_screen``: give
+    the decoder the exact int8 screen of greedy steps (export/vocab_screen.py) when the target
+    vocabulary has at least ``MIN_VOCAB`` ids."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model = model.eval()
@@ -380,9 +387,14 @@ def export_model(
     if found := control_flow_ops(decoder):
         raise RuntimeError(f"decoder graph has control flow {sorted(found)}")
     add_search_head(decoder)
+    screen_candidates = 0
+    if vocab_screen and model.config.tgt_vocab_size >= MIN_VOCAB:
+        screen_candidates = add_vocab_screen(decoder)
     onnx.save(decoder, output_dir / DECODER_FILE)
     write_kv_helpers(output_dir, 2 * model.config.decoder_layers, TensorProto.FLOAT, opset)
     config = export_config(model, opset, "fp32")
+    if screen_candidates:
+        config["vocab_screen"] = {"candidates": screen_candidates}
     config["model_name"] = model_name or output_dir.name
     config["export_seconds"] = round(time.perf_counter() - started, 2)
     if tokenizer_dir is not None:
@@ -396,9 +408,17 @@ def export_model(
 
 
 def export_from_dir(
-    model_dir: str | Path, output_dir: str | Path, opset: int = DEFAULT_OPSET
+    model_dir: str | Path,
+    output_dir: str | Path,
+    opset: int = DEFAULT_OPSET,
+    vocab_screen: bool = True,
 ) -> Path:
     model = load_pretrained(model_dir)
     return export_model(
-        model, output_dir, opset, tokenizer_dir=model_dir, model_name=Path(model_dir).name
+        model,
+        output_dir,
+        opset,
+        tokenizer_dir=model_dir,
+        model_name=Path(model_dir).name,
+        vocab_screen=vocab_screen,
     )

@@ -57,13 +57,6 @@ def add_search_head(model: onnx.ModelProto, logits_name: str = "logits") -> list
         return [node.name for node in model.graph.node if node.name.startswith(HEAD_PREFIX)]
     graph = model.graph
     name = lambda suffix: f"{HEAD_PREFIX}{suffix}"  # noqa: E731
-    graph.initializer.extend(
-        [
-            helper.make_tensor(name("minus_inf"), TensorProto.FLOAT, [], [float("-inf")]),
-            helper.make_tensor(name("one"), TensorProto.INT64, [1], [1]),
-            helper.make_tensor(name("axis_bans"), TensorProto.INT64, [1], [2]),
-        ]
-    )
     nodes = [
         # logits (N, T, V) -> (N*T, V), float32: Flatten is free where a Gather of the last
         # position copied 30 MB per step at 128 rows of a 58k vocabulary.
@@ -72,54 +65,7 @@ def add_search_head(model: onnx.ModelProto, logits_name: str = "logits") -> list
             "Cast", [name("flat_logits_any")], [name("last_logits")], to=TensorProto.FLOAT
         ),
         helper.make_node("LogSoftmax", [name("last_logits")], [name("all_log_probs")], axis=-1),
-        # Bans without touching the (N, V) log-probs: the best k + B ids of a row hold its
-        # best k unbanned ones (at most B are banned), so rank k + B, set the banned among
-        # them to -inf and rank those (N, k + B) again. Scattering -inf into a copy of the
-        # log-probs cost a pass over N x V floats per step (3 % of a beam-4 step at 128 rows
-        # of a 58k vocabulary). Same values and order: TopK breaks ties by the lower index,
-        # and positions in the wide ranking follow (log-prob descending, id ascending).
-        helper.make_node("Shape", ["banned_ids"], [name("banned_shape")]),
-        helper.make_node("Gather", [name("banned_shape"), name("one")], [name("ban_count")]),
-        helper.make_node("Add", ["top_k", name("ban_count")], [name("wide_k")]),
-        helper.make_node(
-            "TopK",
-            [name("all_log_probs"), name("wide_k")],
-            [name("wide_log_probs"), name("wide_ids")],
-            axis=-1,
-            largest=1,
-            sorted=1,
-        ),
-        helper.make_node(
-            "Unsqueeze", [name("wide_ids"), name("axis_bans")], [name("wide_ids_column")]
-        ),  # (N, k+B, 1)
-        helper.make_node("Unsqueeze", ["banned_ids", name("one")], [name("banned_row")]),
-        helper.make_node(
-            "Equal", [name("wide_ids_column"), name("banned_row")], [name("is_ban")]
-        ),  # (N, k+B, B)
-        helper.make_node("Cast", [name("is_ban")], [name("is_ban_int")], to=TensorProto.INT32),
-        helper.make_node(
-            "ReduceMax",
-            [name("is_ban_int"), name("axis_bans")],
-            [name("banned_int")],
-            keepdims=0,
-        ),  # (N, k+B)
-        helper.make_node("Cast", [name("banned_int")], [name("banned")], to=TensorProto.BOOL),
-        helper.make_node(
-            "Where",
-            [name("banned"), name("minus_inf"), name("wide_log_probs")],
-            [name("wide_allowed")],
-        ),
-        helper.make_node(
-            "TopK",
-            [name("wide_allowed"), "top_k"],
-            ["top_log_probs", name("top_positions")],
-            axis=-1,
-            largest=1,
-            sorted=1,
-        ),
-        helper.make_node(
-            "GatherElements", [name("wide_ids"), name("top_positions")], ["top_ids"], axis=1
-        ),
+        *ban_and_rank_nodes(HEAD_PREFIX, name("all_log_probs"), None, "top_log_probs", "top_ids"),
         helper.make_node(
             "GatherElements", [name("all_log_probs"), "watch_ids"], ["watch_log_probs"], axis=1
         ),
@@ -144,3 +90,82 @@ def add_search_head(model: onnx.ModelProto, logits_name: str = "logits") -> list
         ]
     )
     return [node.name for node in nodes]
+
+
+def ban_and_rank_nodes(
+    prefix: str, log_probs: str, ids: str | None, top_log_probs: str, top_ids: str
+) -> list[onnx.NodeProto]:
+    """Nodes that rank ``log_probs`` (N, M) with the bans applied: the best ``top_k`` per row
+    into ``top_log_probs`` / ``top_ids``. ``ids`` (N, M) names the vocabulary id of each
+    column; None: the columns are the ids (the whole vocabulary). Columns must be in id
+    order, so that TopK's ties (lower position first) are lower ids first.
+
+    Bans without touching the (N, M) log-probs: the best k + B ids of a row hold its best k
+    unbanned ones (at most B are banned), so rank k + B, set the banned among them to -inf and
+    rank those (N, k + B) again. Scattering -inf into a copy of the log-probs cost a pass over
+    N x V floats per step (3 % of a beam-4 step at 128 rows of a 58k vocabulary). Same values
+    and order: positions in the wide ranking follow (log-prob descending, id ascending)."""
+    name = lambda suffix: f"{prefix}{suffix}"  # noqa: E731
+    constant = lambda suffix, tensor_type, values: helper.make_node(  # noqa: E731
+        "Constant",
+        [],
+        [name(suffix)],
+        value=helper.make_tensor(
+            name(suffix), tensor_type, [len(values)] if values else [], values or [float("-inf")]
+        ),
+    )
+    wide_positions = name("wide_positions") if ids is not None else name("wide_ids")
+    nodes = [
+        constant("minus_inf", TensorProto.FLOAT, []),
+        constant("one", TensorProto.INT64, [1]),
+        constant("axis_bans", TensorProto.INT64, [2]),
+        helper.make_node("Shape", ["banned_ids"], [name("banned_shape")]),
+        helper.make_node("Gather", [name("banned_shape"), name("one")], [name("ban_count")]),
+        helper.make_node("Add", ["top_k", name("ban_count")], [name("wide_k")]),
+        helper.make_node(
+            "TopK",
+            [log_probs, name("wide_k")],
+            [name("wide_log_probs"), wide_positions],
+            axis=-1,
+            largest=1,
+            sorted=1,
+        ),
+    ]
+    if ids is not None:
+        nodes.append(
+            helper.make_node("GatherElements", [ids, wide_positions], [name("wide_ids")], axis=1)
+        )
+    nodes += [
+        helper.make_node(
+            "Unsqueeze", [name("wide_ids"), name("axis_bans")], [name("wide_ids_column")]
+        ),  # (N, k+B, 1)
+        helper.make_node("Unsqueeze", ["banned_ids", name("one")], [name("banned_row")]),
+        helper.make_node(
+            "Equal", [name("wide_ids_column"), name("banned_row")], [name("is_ban")]
+        ),  # (N, k+B, B)
+        helper.make_node("Cast", [name("is_ban")], [name("is_ban_int")], to=TensorProto.INT32),
+        helper.make_node(
+            "ReduceMax",
+            [name("is_ban_int"), name("axis_bans")],
+            [name("banned_int")],
+            keepdims=0,
+        ),  # (N, k+B)
+        helper.make_node("Cast", [name("banned_int")], [name("banned")], to=TensorProto.BOOL),
+        helper.make_node(
+            "Where",
+            [name("banned"), name("minus_inf"), name("wide_log_probs")],
+            [name("wide_allowed")],
+        ),
+        helper.make_node(
+            "TopK",
+            [name("wide_allowed"), "top_k"],
+            [top_log_probs, name("top_positions")],
+            axis=-1,
+            largest=1,
+            sorted=1,
+        ),
+        helper.make_node(
+            "GatherElements", [name("wide_ids"), name("top_positions")], [top_ids], axis=1
+        ),
+    ]
+    return nodes

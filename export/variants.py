@@ -36,6 +36,7 @@ from export.onnx_export import (
     write_kv_helpers,
 )
 from export.search_head import HEAD_PREFIX
+from export.vocab_screen import strip_vocab_screen
 
 INT8_MODES = {
     # name: (weight type, reduce_range)
@@ -98,9 +99,11 @@ def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_
 
     source, target = Path(fp32_dir), Path(output_dir)
     config = _copy_side_files(source, target)
+    config.pop("vocab_screen", None)
     weight_type, reduce_range = INT8_MODES[mode]
     for name in (ENCODER_FILE, DECODER_FILE):
         model = onnx.load(source / name)
+        strip_vocab_screen(model)  # an int8 projection needs no int8 screen
         fold_transposed_weights(model)
         prepared = target / f"{name}.prepared"
         onnx.save(model, prepared)
@@ -126,6 +129,7 @@ def make_fp16(fp32_dir: str | Path, output_dir: str | Path) -> Path:
     config = _copy_side_files(source, target)
     for name in (ENCODER_FILE, DECODER_FILE):
         model = onnx.load(source / name)
+        strip_vocab_screen(model)  # fp16 is for CUDA, where the screen is off
         # The search head stays float32 (beam scores), and so do the float outputs it feeds.
         head_nodes = [node.name for node in model.graph.node if node.name.startswith(HEAD_PREFIX)]
         keep_fp32 = ["logits", "top_log_probs", "watch_log_probs"] if name == DECODER_FILE else []
@@ -134,6 +138,7 @@ def make_fp16(fp32_dir: str | Path, output_dir: str | Path) -> Path:
         )
         onnx.save(converted, target / name)
     write_kv_helpers(target, 2 * config["num_layers"], onnx.TensorProto.FLOAT16, config["opset"])
+    config.pop("vocab_screen", None)
     config.update(variant="fp16", kv_dtype="float16")
     _write_config(target, config)
     return target

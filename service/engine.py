@@ -189,16 +189,18 @@ class Engine:
         intra_op_threads: int = 0,
         kv_backend: KVBackendName | None = None,
         kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES,
+        vocab_screen: bool = True,
         **options: Any,
     ) -> Engine:
-        """``kv_backend``, ``kv_pool_bytes``: see ``OnnxSeq2Seq`` (default: host caches exactly
-        on CPU); ``options``: the dataclass's scheduling fields (max_groups, merge_past, ...)."""
+        """``kv_backend``, ``kv_pool_bytes``, ``vocab_screen``: see ``OnnxSeq2Seq`` (default:
+        host caches exactly on CPU, the export's int8 screen of greedy steps); ``options``: the dataclass's scheduling fields (max_groups, merge_past, ...)."""
         model = OnnxSeq2Seq(
             model_dir,
             provider=provider,
             intra_op_threads=intra_op_threads,
             kv_backend=kv_backend,
             kv_pool_bytes=kv_pool_bytes,
+            vocab_screen=vocab_screen,
         )
         return cls(
             model=model, model_dir=Path(model_dir), model_name=model.info.model_name, **options

@@ -52,6 +52,10 @@ KVBackendName = Literal["host", "device"]
 
 _NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16}
 SEARCH_OUTPUTS = ["top_log_probs", "top_ids", "watch_log_probs"]
+# The decoder's switch for the exact int8 vocabulary screen of greedy steps (export/vocab_screen.py),
+# present in fp32 exports of large vocabularies only.
+SCREEN_INPUT = "vocab_screen"
+SCREEN_ON, SCREEN_OFF = np.array(True), np.array(False)
 # Spare slots a host self-attention cache keeps for the next steps' keys. More means fewer
 # copies as it grows (one per SPARE_SLOTS steps) but more masked slots that every step's
 # attention reads (SPARE_SLOTS / 2 on average): docs/engine.md, "Caches with spare slots".
@@ -302,6 +306,8 @@ class HostKV:
             feeds["self_attention_mask"] = full  # (N, C+T)
         feeds.update(zip(model.past_names, past.tensors, strict=True))
         feeds.update(zip(model.cross_names, cross.tensors, strict=True))
+        if model.vocab_screen_feed is not None:
+            feeds[SCREEN_INPUT] = model.vocab_screen_feed
         outputs = model.decoder.run(SEARCH_OUTPUTS + model.new_names, feeds)
         del feeds  # it refers to the caches: a full one's buffers go back to the pool below
         head = StepOutput(*outputs[:3], inputs.watch_ids)
@@ -424,6 +430,8 @@ class DeviceKV:
         binding = model.decoder.io_binding()
         for name, value in inputs.feeds().items():
             binding.bind_cpu_input(name, value)
+        if model.vocab_screen_feed is not None:
+            binding.bind_cpu_input(SCREEN_INPUT, model.vocab_screen_feed)
         for name, value in zip(model.past_names, past.tensors, strict=True):
             binding.bind_ortvalue_input(name, value)
         for name, value in zip(model.cross_names, cross.tensors, strict=True):
@@ -498,10 +506,12 @@ class OnnxSeq2Seq:
         intra_op_threads: int = 0,
         kv_backend: KVBackendName | None = None,
         kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES,
+        vocab_screen: bool = True,
     ):
         """``kv_backend``: "host" (numpy caches; CPU provider only) or "device" (OrtValues and
         helper graphs); None: host on the CPU provider, device otherwise. ``kv_pool_bytes``:
-        the most free memory the host backend keeps for reuse (service/buffer_pool.py)."""
+        the most free memory the host backend keeps for reuse (service/buffer_pool.py).
+        ``vocab_screen``: use the export's int8 screen for greedy steps (CPU; same outputs)."""
         self.model_dir = Path(model_dir)
         config = json.loads((self.model_dir / "config.json").read_text())
         self.info = ModelInfo.from_config(config, self.model_dir.name)
@@ -531,6 +541,13 @@ class OnnxSeq2Seq:
             str(self.model_dir / "decoder.onnx"), options, providers=self.session_providers
         )
         outputs = {output.name for output in self.decoder.get_outputs()}
+        # The exact int8 screen of greedy steps (export/vocab_screen.py), where the export has
+        # one: on the CPU provider only (on CUDA the projection is compute, not a stream of
+        # weights, and the screen's int8 ops have no CUDA kernels). None: no such input.
+        self.vocab_screen_feed: np.ndarray | None = None
+        if any(value.name == SCREEN_INPUT for value in self.decoder.get_inputs()):
+            wanted = vocab_screen and self.provider == "cpu"
+            self.vocab_screen_feed = SCREEN_ON if wanted else SCREEN_OFF
         if (
             not set(SEARCH_OUTPUTS + self.new_names) <= outputs
             or not (self.model_dir / "kv_append.onnx").exists()
