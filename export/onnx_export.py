@@ -53,7 +53,7 @@ from onnx import TensorProto, helper
 from torch import Tensor, nn
 
 from export.search_head import SEARCH_INPUTS, SEARCH_OUTPUTS, add_search_head
-from export.vocab_screen import MIN_VOCAB, add_vocab_screen
+from export.vocab_screen import DEFAULT_MAX_ROWS, MIN_VOCAB, add_vocab_screen
 from models.checkpoint import copy_tokenizer_files, language_pair, load_pretrained
 from models.transformer import MultiHeadAttention, Transformer
 
@@ -394,7 +394,7 @@ def export_model(
     write_kv_helpers(output_dir, 2 * model.config.decoder_layers, TensorProto.FLOAT, opset)
     config = export_config(model, opset, "fp32")
     if screen_candidates:
-        config["vocab_screen"] = {"candidates": screen_candidates}
+        config["vocab_screen"] = {"candidates": screen_candidates, "max_rows": DEFAULT_MAX_ROWS}
     config["model_name"] = model_name or output_dir.name
     config["export_seconds"] = round(time.perf_counter() - started, 2)
     if tokenizer_dir is not None:

@@ -3,6 +3,7 @@ screened decoder against the same decoder without it (and against PyTorch's gree
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -65,12 +66,12 @@ def test_the_bound_holds_for_rows_and_hidden_states_with_outliers():
 
 
 def screened_copy(exported, directory, candidates: int):
-    """The tiny export with a screen of ``candidates`` ids (its vocabulary is below the size
-    the exporter screens by default)."""
+    """The tiny export with a screen of ``candidates`` ids for steps of up to 16 rows (its
+    vocabulary is below the size the exporter screens by default)."""
     shutil.copytree(exported.onnx_dir, directory)
     decoder = onnx.load(directory / DECODER_FILE)
     assert not has_vocab_screen(decoder)
-    assert add_vocab_screen(decoder, candidates=candidates) == candidates
+    assert add_vocab_screen(decoder, candidates=candidates, max_rows=16) == candidates
     onnx.save(decoder, directory / DECODER_FILE)
     return directory
 
@@ -154,14 +155,16 @@ def test_steps_the_screen_cannot_cover_or_must_not_touch_give_the_full_heads_out
     exported, screened_dirs
 ):
     config = exported.model.config
-    for candidates, top_k, bans_per_row in ((2, 1, 2), (24, 2, 1), (24, 8, 1)):
+    cases = ((2, 1, 2, 3), (24, 2, 1, 3), (24, 8, 1, 3), (24, 1, 1, 20))
+    for candidates, top_k, bans_per_row, rows in cases:
         session = ort.InferenceSession(str(screened_dirs[candidates] / DECODER_FILE))
-        feeds = step_feeds(config, 3, seed=candidates + top_k)
-        bans = np.full((3, bans_per_row), config.pad_id)
-        watch = np.tile([0, 5], (3, 1))
+        feeds = step_feeds(config, rows, seed=candidates + top_k)
+        bans = np.full((rows, bans_per_row), config.pad_id)
+        watch = np.tile([0, 5], (rows, 1))
         full = run(session, feeds, top_k, bans, watch, screen=False)
         screened = run(session, feeds, top_k, bans, watch, screen=True)
-        # top_k + bans > K (falls back), or beam search's top k (never screened): identical
+        # top_k + bans > K (falls back), beam search's top k (never screened), or more rows
+        # than the screen takes: identical
         for got, expected in zip(screened, full, strict=True):
             assert np.array_equal(got, expected)
 
@@ -199,11 +202,13 @@ def test_greedy_decoding_is_pytorchs_with_the_screen_and_the_same_without(export
     sources = [[5 + (3 * i + j) % 80 for j in range(4 + i % 9)] + [0] for i in range(12)]
     copy_tokens = [{7: 1, 9: 2} if i % 3 == 0 else None for i in range(12)]
     outputs = []
-    for screen in (True, False):
-        engine = Engine.from_dir(screened_dirs[24], provider="cpu", vocab_screen=screen)
+    for screen, backend in ((True, "host"), (False, "host"), (True, "device")):
+        engine = Engine.from_dir(
+            screened_dirs[24], provider="cpu", kv_backend=backend, vocab_screen=screen
+        )
         assert engine.model.vocab_screen_feed == np.array(screen)
         outputs.append(engine.translate_ids(sources, max_new_tokens=20, copy_tokens=copy_tokens))
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2]
     assert sum(map(len, outputs[0])) > 0
 
 
@@ -270,3 +275,18 @@ def test_ids_that_int8_cannot_tell_apart_are_decided_exactly():
         assert np.array_equal(got[2], full[2]), trial
         covered += answered_by_screen(got, full)
     assert covered == 0  # 40 int8-equal candidates never fit in 16: always the full head
+
+
+def test_the_exporter_screens_large_vocabularies_only(exported, tmp_path, monkeypatch):
+    """MIN_VOCAB lowered to the tiny model's 96 ids: the export gets the screen and says so."""
+    import export.onnx_export as onnx_export
+
+    monkeypatch.setattr(onnx_export, "MIN_VOCAB", 96)
+    for screen in (True, False):
+        target = tmp_path / f"screen-{screen}"
+        onnx_export.export_model(exported.model, target, vocab_screen=screen)
+        config = json.loads((target / "config.json").read_text())
+        assert has_vocab_screen(onnx.load(target / DECODER_FILE)) == screen
+        assert ("vocab_screen" in config) == screen
+    screened = json.loads((tmp_path / "screen-True" / "config.json").read_text())
+    assert screened["vocab_screen"] == {"candidates": 95, "max_rows": 16}  # K = min(128, V - 1)
