@@ -55,6 +55,9 @@ MAIN_PYTHON = sys.executable
 OPTIMUM_PYTHON = BENCH_DIR / ".venv-optimum" / "bin" / "python"
 ALL_SYSTEMS = ("ours", "ours-plain", "ours-int8", "ct2", "ct2-int8", "optimum", "transformers")
 REFERENCE_SYSTEM = "transformers"  # outputs of the others are compared with its outputs
+# ours (fp32 with the int8 screen of greedy steps) against ours-plain (without): same outputs
+SCREEN_CHECK = ("ours", "ours-plain")
+SCREEN_CHECK_KEY = "same_output_ours_as_ours_plain"
 # (ours, peer) pairs whose speed ratio is reported: fp32 against everything, int8 against int8
 RATIO_PAIRS = (
     ("ours", "transformers"),
@@ -358,6 +361,10 @@ def summarise(results: dict[str, dict[str, Any]], new_tokens: int) -> dict[str, 
                     same = sum(a == b for a, b in zip(outputs, reference, strict=True))
                     agreement[system] = round(same / len(reference), 3)
             entry[f"same_output_as_{REFERENCE_SYSTEM}"] = agreement
+        screened, plain = (_cell_outputs(results.get(name, {}), entry) for name in SCREEN_CHECK)
+        if screened is not None and plain is not None:  # the screen must change no output
+            same = sum(a == b for a, b in zip(screened, plain, strict=True))
+            entry[SCREEN_CHECK_KEY] = round(same / len(plain), 3)
         cells[key] = entry
     return cells
 
@@ -506,7 +513,21 @@ def markdown_fragment(report: dict[str, Any], systems: list[str]) -> str:
     if agreement_lines:
         lines += ["", f"Outputs identical to {REFERENCE_SYSTEM}'s (share of sentences):", ""]
         lines += agreement_lines
+    if screen_line := screen_check_line(report["cells"]):
+        lines += ["", screen_line]
     return "\n".join(lines) + "\n"
+
+
+def screen_check_line(cells: dict[str, dict[str, Any]]) -> str:
+    """ours' outputs against ours-plain's, per cell (empty when either was not run)."""
+    shares = [
+        f"{key} {entry[SCREEN_CHECK_KEY]:.0%}"
+        for key, entry in sorted(
+            cells.items(), key=lambda item: (item[1]["beam"], item[1]["batch"])
+        )
+        if SCREEN_CHECK_KEY in entry
+    ]
+    return f"Outputs of ours identical to ours-plain's: {', '.join(shares)}" if shares else ""
 
 
 # --- main ----------------------------------------------------------------------------------
@@ -670,6 +691,8 @@ def main(argv: list[str] | None = None) -> None:
         if same:
             text = ", ".join(f"{system} {share:.0%}" for system, share in same.items())
             print(f"same output as {REFERENCE_SYSTEM}, {key}: {text}")
+    if screen_line := screen_check_line(summary):
+        print(screen_line)
     failed = [system for system in systems if "error" in results[system]]
     print(
         f"\nwrote {json_path} and {markdown_path} in {report['total_s']:.0f} s"
