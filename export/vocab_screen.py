@@ -49,6 +49,8 @@ Measured: BENCHMARKS.md, "Exact int8 screen".
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -70,9 +72,19 @@ def has_vocab_screen(model: onnx.ModelProto) -> bool:
     return any(value.name == SCREEN_INPUT for value in model.graph.input)
 
 
-def _projection(graph: onnx.GraphProto, logits_name: str):
-    """The nodes that make ``logits`` from the last hidden state: (matmul, bias add or None),
-    and the (V, D) initializer holding the projection's rows, the bias (V,) or None."""
+@dataclass
+class Projection:
+    """How a decoder graph makes ``logits`` from its last hidden state."""
+
+    matmul: onnx.NodeProto  # hidden (N, T, D) @ weight (D, V)
+    bias_add: onnx.NodeProto | None  # + bias (V,), if the graph has one
+    hidden_name: str
+    rows: np.ndarray  # (V, D) fp32: the weight's rows, one per vocabulary id
+    rows_name: str | None  # the (V, D) initializer to gather rows from; None: none exists
+    bias: np.ndarray | None  # (V,)
+
+
+def find_projection(graph: onnx.GraphProto, logits_name: str) -> Projection:
     producer = {output: node for node in graph.node for output in node.output}
     initializers = {init.name: init for init in graph.initializer}
     last = producer[logits_name]
@@ -89,21 +101,15 @@ def _projection(graph: onnx.GraphProto, logits_name: str):
     if weight_name in initializers:  # (D, V): the rows are its transpose
         rows = numpy_helper.to_array(initializers[weight_name]).T
         rows_name = None
-    else:
+    else:  # Transpose of a (V, D) initializer: tied embeddings, or nn.Linear's weight
         transpose = producer[weight_name]
         perm = [attr.ints for attr in transpose.attribute if attr.name == "perm"]
         if transpose.op_type != "Transpose" or list(perm[0]) != [1, 0]:
             raise ValueError(f"projection weight {weight_name} is not a transposed initializer")
         rows_name = transpose.input[0]
         rows = numpy_helper.to_array(initializers[rows_name])
-    return (
-        matmul,
-        bias_add,
-        hidden_name,
-        np.ascontiguousarray(rows, dtype=np.float32),
-        rows_name,
-        bias,
-    )
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    return Projection(matmul, bias_add, hidden_name, rows, rows_name, bias)
 
 
 def quantized_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -111,7 +117,8 @@ def quantized_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     ``||E_i|| + c ||W_i||`` (times ||h||) and ``||W^_i||`` (times ||f||), rounded up."""
     exact = rows.astype(np.float64)
     peak = np.abs(exact).max(axis=1)
-    scales = np.where(peak > 0, peak / 127.0, 1.0)
+    # float32 scales, as the graph holds them: the error below is that of the graph's rows
+    scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32).astype(np.float64)
     quantized = np.clip(np.rint(exact / scales[:, None]), -127, 127)
     approximated = quantized * scales[:, None]
     dim = rows.shape[1]
@@ -167,11 +174,16 @@ def add_vocab_screen(
     if has_vocab_screen(model):
         raise ValueError("the decoder already has a vocabulary screen")
     graph = model.graph
-    matmul, bias_add, hidden_name, rows, rows_name, bias = _projection(graph, logits_name)
-    vocab, dim = rows.shape
+    projection = find_projection(graph, logits_name)
+    hidden_name, rows, rows_name = projection.hidden_name, projection.rows, projection.rows_name
+    vocab = rows.shape[0]
     candidates = min(candidates, vocab - 1)
     head_nodes = [node for node in graph.node if node.name.startswith(HEAD_PREFIX)]
-    moved = [matmul, *([bias_add] if bias_add is not None else []), *head_nodes]
+    moved = [
+        projection.matmul,
+        *([projection.bias_add] if projection.bias_add is not None else []),
+        *head_nodes,
+    ]
     outputs = [logits_name, *SEARCH_OUTPUTS]
     like = {value.name: value for value in graph.output}
     like = {name: like[name] for name in outputs}
@@ -185,7 +197,8 @@ def add_vocab_screen(
             np.stack([hidden_coefficient, quantized_coefficient]), S("bound_coefficients")
         ),
         numpy_helper.from_array(
-            bias if bias is not None else np.zeros(vocab, np.float32), S("bias")
+            projection.bias if projection.bias is not None else np.zeros(vocab, np.float32),
+            S("bias"),
         ),
         numpy_helper.from_array(np.array([1], np.int64), S("one")),
         numpy_helper.from_array(np.array([0], np.int64), S("zero")),
