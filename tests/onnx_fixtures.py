@@ -7,6 +7,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from models.checkpoint import load_pretrained
@@ -30,3 +31,21 @@ def exported(marian_dir, tmp_path_factory) -> Exported:
         warnings.simplefilter("ignore")
         export_model(model, onnx_dir, tokenizer_dir=marian_dir, model_name="tiny-marian")
     return Exported(model, Path(marian_dir), onnx_dir)
+
+
+def random_step_feeds(config, rows: int, past: int, src: int, rng) -> dict[str, np.ndarray]:
+    """A decoder step's model inputs (no search head inputs): ``rows`` rows at position
+    ``past`` with random caches of ``past`` self-attention and ``src`` cross-attention slots."""
+    shape = (rows, config.decoder_heads, past, config.decoder_head_dim)
+    cross = (rows, config.decoder_heads, src, config.decoder_head_dim)
+    feeds = {
+        "input_ids": rng.integers(2, 90, (rows, 1)),
+        "positions": np.full((rows, 1), past),
+        "self_attention_mask": np.ones((rows, past + 1), dtype=np.int64),
+        "encoder_attention_mask": np.ones((rows, src), dtype=np.int64),
+    }
+    for i in range(config.decoder_layers):
+        for kind in ("key", "value"):
+            feeds[f"past_{kind}_{i}"] = rng.standard_normal(shape).astype(np.float32)
+            feeds[f"cross_{kind}_{i}"] = rng.standard_normal(cross).astype(np.float32)
+    return feeds

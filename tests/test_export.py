@@ -13,6 +13,7 @@ import torch
 
 from export.onnx_export import control_flow_ops, export_model
 from export.verify import logits_errors, padded_source, verify
+from tests.onnx_fixtures import random_step_feeds
 
 TOLERANCE = 1e-4
 
@@ -180,20 +181,8 @@ def test_search_head_bans_watches_and_ranks_like_the_numpy_mirror(exported):
 
     config = exported.model.config
     decoder = session(exported.onnx_dir / "decoder.onnx")
-    rng = np.random.default_rng(5)
-    rows, past, src, layers = 3, 2, 4, config.decoder_layers
-    shape = (rows, config.decoder_heads, past, config.decoder_head_dim)
-    cross_shape = (rows, config.decoder_heads, src, config.decoder_head_dim)
-    feeds = {
-        "input_ids": rng.integers(2, 90, (rows, 1)),
-        "positions": np.full((rows, 1), past),
-        "self_attention_mask": np.ones((rows, past + 1), dtype=np.int64),
-        "encoder_attention_mask": np.ones((rows, src), dtype=np.int64),
-    }
-    for i in range(layers):
-        for kind in ("key", "value"):
-            feeds[f"past_{kind}_{i}"] = rng.standard_normal(shape).astype(np.float32)
-            feeds[f"cross_{kind}_{i}"] = rng.standard_normal(cross_shape).astype(np.float32)
+    rows = 3
+    feeds = random_step_feeds(config, rows, past=2, src=4, rng=np.random.default_rng(5))
     logits = decoder.run(["logits"], {**feeds, **_head_feeds(rows, config.pad_id, 1)})[0][:, -1]
     favourite = logits.argmax(axis=1)
     # Row 0 bans its favourite, row 1 two other ids, row 2 nothing but pad (repeated).

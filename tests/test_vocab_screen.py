@@ -22,6 +22,7 @@ from export.vocab_screen import (
     strip_vocab_screen,
 )
 from service.engine import Engine
+from tests.onnx_fixtures import random_step_feeds
 
 pytest_plugins = ["tests.onnx_fixtures"]  # the session-scoped `exported` fixture
 
@@ -84,21 +85,7 @@ def screened_dirs(exported, tmp_path_factory):
 
 
 def step_feeds(config, rows: int, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    past, src = 3, 5
-    shape = (rows, config.decoder_heads, past, config.decoder_head_dim)
-    cross = (rows, config.decoder_heads, src, config.decoder_head_dim)
-    feeds = {
-        "input_ids": rng.integers(2, 90, (rows, 1)),
-        "positions": np.full((rows, 1), past),
-        "self_attention_mask": np.ones((rows, past + 1), dtype=np.int64),
-        "encoder_attention_mask": np.ones((rows, src), dtype=np.int64),
-    }
-    for i in range(config.decoder_layers):
-        for kind in ("key", "value"):
-            feeds[f"past_{kind}_{i}"] = rng.standard_normal(shape).astype(np.float32)
-            feeds[f"cross_{kind}_{i}"] = rng.standard_normal(cross).astype(np.float32)
-    return feeds
+    return random_step_feeds(config, rows, past=3, src=5, rng=np.random.default_rng(seed))
 
 
 def run(session, feeds, top_k, bans, watch, screen):
