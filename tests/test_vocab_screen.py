@@ -276,4 +276,4 @@ def test_the_exporter_screens_large_vocabularies_only(exported, tmp_path, monkey
         assert has_vocab_screen(onnx.load(target / DECODER_FILE)) == screen
         assert ("vocab_screen" in config) == screen
     screened = json.loads((tmp_path / "screen-True" / "config.json").read_text())
-    assert screened["vocab_screen"] == {"candidates": 95, "max_rows": 16}  # K = min(128, V - 1)
+    assert screened["vocab_screen"] == {"candidates": 95, "max_rows": 128}  # K = min(128, V - 1)
