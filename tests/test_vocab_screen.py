@@ -277,3 +277,14 @@ def test_the_exporter_screens_large_vocabularies_only(exported, tmp_path, monkey
         assert ("vocab_screen" in config) == screen
     screened = json.loads((tmp_path / "screen-True" / "config.json").read_text())
     assert screened["vocab_screen"] == {"candidates": 95, "max_rows": 128}  # K = min(128, V - 1)
+
+
+def test_the_service_setting_turns_the_screen_off(screened_dirs):
+    from service.api.lifecycle import engine_loader
+    from service.registry import ModelSpec
+    from service.settings import Settings
+
+    spec = ModelSpec("tiny", screened_dirs[24], "en", "de")
+    for enabled in (True, False):
+        engine = engine_loader(Settings(vocab_screen=enabled, provider="cpu"))(spec)
+        assert engine.model.vocab_screen_feed == np.array(enabled)

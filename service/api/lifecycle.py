@@ -43,6 +43,7 @@ def engine_loader(settings: Settings) -> EngineLoader:
             provider=settings.provider,
             intra_op_threads=settings.engine_threads(),
             kv_pool_bytes=settings.kv_pool_mb << 20,
+            vocab_screen=settings.vocab_screen,
         )
 
     return load
