@@ -162,36 +162,15 @@ def _branch(name: str, nodes: list, outputs: list[str], like: dict) -> onnx.Grap
     return helper.make_graph(nodes, name, [], values)
 
 
-def add_vocab_screen(
-    model: onnx.ModelProto,
-    candidates: int = DEFAULT_CANDIDATES,
-    max_rows: int = DEFAULT_MAX_ROWS,
-    logits_name: str = "logits",
-) -> int:
-    """Put the screen in a decoder that has a search head, in place; returns K (the
-    candidates per row, at most V - 1). Steps of more than ``max_rows`` rows run the full
-    projection: the more rows, the more the matmul is compute rather than a stream of weights,
-    and the smaller the screen's gain (0.94 of the full step at 128 rows)."""
-    if has_vocab_screen(model):
-        raise ValueError("the decoder already has a vocabulary screen")
-    graph = model.graph
-    projection = find_projection(graph, logits_name)
-    hidden_name, rows, rows_name = projection.hidden_name, projection.rows, projection.rows_name
-    vocab = rows.shape[0]
-    candidates = min(candidates, vocab - 1)
-    head_nodes = [node for node in graph.node if node.name.startswith(HEAD_PREFIX)]
-    moved = [
-        projection.matmul,
-        *([projection.bias_add] if projection.bias_add is not None else []),
-        *head_nodes,
-    ]
-    outputs = [logits_name, *SEARCH_OUTPUTS]
-    like = {value.name: value for value in graph.output}
-    like = {name: like[name] for name in outputs}
+def _s(suffix: str) -> str:
+    """The screen's own names: initializers, tensors and nodes all carry SCREEN_PREFIX."""
+    return f"{SCREEN_PREFIX}{suffix}"
 
-    S = lambda suffix: f"{SCREEN_PREFIX}{suffix}"  # noqa: E731
-    quantized, scales, hidden_coefficient, quantized_coefficient = quantized_rows(rows)
-    initializers = [
+
+def _constants(projection: Projection, candidates: int, max_rows: int) -> list[onnx.TensorProto]:
+    S, vocab = _s, projection.rows.shape[0]
+    quantized, scales, hidden_coefficient, quantized_coefficient = quantized_rows(projection.rows)
+    return [
         numpy_helper.from_array(np.ascontiguousarray(quantized.T), S("weight_int8")),  # (D, V)
         numpy_helper.from_array(scales, S("row_scales")),  # (V,)
         numpy_helper.from_array(  # (2, V): B = [||h||, ||f||] @ this
@@ -211,43 +190,13 @@ def add_vocab_screen(
         numpy_helper.from_array(np.array([vocab], np.int64), S("vocab")),
         numpy_helper.from_array(np.array([max_rows], np.int64), S("max_rows")),
     ]
-    if rows_name is None:  # untransposed (D, V) weight: keep a row-major copy to gather from
-        initializers.append(numpy_helper.from_array(rows, S("rows")))
-        rows_name = S("rows")
-    node = helper.make_node
 
-    # The exact path's candidate head: log-probs over the candidates, bans, top k.
-    candidate_head = [
-        node("Sub", [S("candidate_logits"), S("log_normaliser")], [S("candidate_log_probs")]),
-        node("Sub", [S("watch_logits"), S("log_normaliser")], [S("c/watch_log_probs")]),
-        *ban_and_rank_nodes(
-            S("c/"),
-            S("candidate_log_probs"),
-            S("candidate_ids"),
-            S("c/top_log_probs"),
-            S("c/top_ids"),
-        ),
-        node("Reshape", [S("approx_logits"), S("logits_shape")], [S("c/logits")]),
-    ]
-    full_inner = _renamed(moved, f"{FULL_PREFIX}inner/")
-    covered_if = node(
-        "If",
-        [S("covered")],
-        [S(f"screened/{name}") for name in outputs],
-        then_branch=_branch(
-            "vocab_screen_candidates",
-            candidate_head,
-            [S("c/logits"), S("c/top_log_probs"), S("c/top_ids"), S("c/watch_log_probs")],
-            like,
-        ),
-        else_branch=_branch(
-            "vocab_screen_fallback",
-            full_inner,
-            [f"{FULL_PREFIX}inner/{name}" for name in outputs],
-            like,
-        ),
-    )
-    screen = [
+
+def _screen_nodes(hidden_name: str, rows_name: str) -> list[onnx.NodeProto]:
+    """Steps 1 and 2: approximate logits and their bounds, the candidates, their exact logits
+    (and the watched ids'), the normaliser."""
+    S, node = _s, helper.make_node
+    return [
         # h (N, T, D) -> (N*T, D): every position is ranked, as in the search head.
         node("Flatten", [hidden_name], [S("hidden")], axis=2),
         node("Shape", [hidden_name], [S("hidden_shape")]),
@@ -324,6 +273,13 @@ def add_vocab_screen(
             [S("log_normaliser")],
             keepdims=1,
         ),
+    ]
+
+
+def _coverage_nodes() -> list[onnx.NodeProto]:
+    """Step 3: ``covered`` (a bool) when the candidates provably hold every row's best."""
+    S, node = _s, helper.make_node
+    return [
         # Covered: the (k + bans)-th best candidate beats every outside upper bound, in every
         # row, and k + bans <= K.
         node("Shape", ["banned_ids"], [S("banned_shape")]),
@@ -346,23 +302,30 @@ def add_vocab_screen(
         node("ReduceMin", [S("row_covered_int")], [S("all_covered_int")], keepdims=0),
         node("Cast", [S("all_covered_int")], [S("all_covered")], to=TensorProto.BOOL),
         node("And", [S("all_covered"), S("fits")], [S("covered")]),
-        covered_if,
     ]
-    full_outer = _renamed(moved, FULL_PREFIX)
-    screen_if = node(
-        "If",
-        [S("screen_step")],
-        outputs,
-        name=S("if"),
-        then_branch=_branch(
-            "vocab_screen", screen, [S(f"screened/{name}") for name in outputs], like
+
+
+def _candidate_head_nodes() -> list[onnx.NodeProto]:
+    """The search head over the candidates: log-probs, bans, top k."""
+    S, node = _s, helper.make_node
+    return [
+        node("Sub", [S("candidate_logits"), S("log_normaliser")], [S("candidate_log_probs")]),
+        node("Sub", [S("watch_logits"), S("log_normaliser")], [S("c/watch_log_probs")]),
+        *ban_and_rank_nodes(
+            S("c/"),
+            S("candidate_log_probs"),
+            S("candidate_ids"),
+            S("c/top_log_probs"),
+            S("c/top_ids"),
         ),
-        else_branch=_branch(
-            "vocab_screen_off", full_outer, [f"{FULL_PREFIX}{name}" for name in outputs], like
-        ),
-    )
-    covered_if.name = S("if_covered")
-    decide = [
+        node("Reshape", [S("approx_logits"), S("logits_shape")], [S("c/logits")]),
+    ]
+
+
+def _decision_nodes() -> list[onnx.NodeProto]:
+    """``screen_step``: the input says yes, a greedy step (top_k 1), at most max_rows rows."""
+    S, node = _s, helper.make_node
+    return [
         node("Equal", ["top_k", S("one")], [S("greedy_step")]),
         node("Shape", ["banned_ids"], [S("step_shape")]),
         node("Gather", [S("step_shape"), S("zero")], [S("step_rows")]),
@@ -370,19 +333,86 @@ def add_vocab_screen(
         node("And", [S("greedy_step"), S("few_rows")], [S("greedy_few")]),
         node("And", [SCREEN_INPUT, S("greedy_few")], [S("screen_step")]),
     ]
-    for index, made in enumerate(decide):
-        made.name = S(f"{index}_{made.op_type}")
-    for index, made in enumerate(screen):
-        if not made.name:
-            made.name = S(f"screen_{index}_{made.op_type}")
-    for index, made in enumerate(candidate_head):
-        if not made.name:
-            made.name = S(f"candidates_{index}_{made.op_type}")
 
-    moved_names = {id(node_) for node_ in moved}
-    kept = [node_ for node_ in graph.node if id(node_) not in moved_names]
+
+def _named(nodes: list[onnx.NodeProto], stem: str) -> list[onnx.NodeProto]:
+    for index, made in enumerate(nodes):
+        if not made.name:
+            made.name = _s(f"{stem}{index}_{made.op_type}")
+    return nodes
+
+
+def add_vocab_screen(
+    model: onnx.ModelProto,
+    candidates: int = DEFAULT_CANDIDATES,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    logits_name: str = "logits",
+) -> int:
+    """Put the screen in a decoder that has a search head, in place; returns K (the
+    candidates per row, at most V - 1). Steps of more than ``max_rows`` rows run the full
+    projection: the more rows, the more the matmul is compute rather than a stream of weights,
+    and the smaller the screen's gain (0.94 of the full step at 128 rows)."""
+    if has_vocab_screen(model):
+        raise ValueError("the decoder already has a vocabulary screen")
+    graph = model.graph
+    projection = find_projection(graph, logits_name)
+    candidates = min(candidates, projection.rows.shape[0] - 1)
+    initializers = _constants(projection, candidates, max_rows)
+    rows_name = projection.rows_name
+    if rows_name is None:  # untransposed (D, V) weight: keep a row-major copy to gather from
+        initializers.append(numpy_helper.from_array(projection.rows, _s("rows")))
+        rows_name = _s("rows")
+
+    # The nodes the screen replaces: the projection and the search head. Copies of them are
+    # both fallbacks: when the screen is off, and when it cannot prove a step.
+    head_nodes = [node for node in graph.node if node.name.startswith(HEAD_PREFIX)]
+    moved = [
+        projection.matmul,
+        *([projection.bias_add] if projection.bias_add is not None else []),
+        *head_nodes,
+    ]
+    outputs = [logits_name, *SEARCH_OUTPUTS]
+    like = {value.name: value for value in graph.output}
+    like = {name: like[name] for name in outputs}
+    screened_outputs = [_s(f"screened/{name}") for name in outputs]
+    covered_if = helper.make_node(
+        "If",
+        [_s("covered")],
+        screened_outputs,
+        name=_s("if_covered"),
+        then_branch=_branch(
+            "vocab_screen_candidates",
+            _named(_candidate_head_nodes(), "candidates_"),
+            [_s(f"c/{name}") for name in outputs],
+            like,
+        ),
+        else_branch=_branch(
+            "vocab_screen_fallback",
+            _renamed(moved, f"{FULL_PREFIX}inner/"),
+            [f"{FULL_PREFIX}inner/{name}" for name in outputs],
+            like,
+        ),
+    )
+    screen = _named(
+        [*_screen_nodes(projection.hidden_name, rows_name), *_coverage_nodes()], "screen_"
+    )
+    screen_if = helper.make_node(
+        "If",
+        [_s("screen_step")],
+        outputs,
+        name=_s("if"),
+        then_branch=_branch("vocab_screen", [*screen, covered_if], screened_outputs, like),
+        else_branch=_branch(
+            "vocab_screen_off",
+            _renamed(moved, FULL_PREFIX),
+            [f"{FULL_PREFIX}{name}" for name in outputs],
+            like,
+        ),
+    )
+    moved_ids = {id(node) for node in moved}
+    kept = [node for node in graph.node if id(node) not in moved_ids]
     del graph.node[:]
-    graph.node.extend([*kept, *decide, screen_if])
+    graph.node.extend([*kept, *_named(_decision_nodes(), "decide_"), screen_if])
     graph.initializer.extend(initializers)
     graph.input.append(helper.make_tensor_value_info(SCREEN_INPUT, TensorProto.BOOL, []))
     return candidates
