@@ -193,7 +193,8 @@ class Engine:
         **options: Any,
     ) -> Engine:
         """``kv_backend``, ``kv_pool_bytes``, ``vocab_screen``: see ``OnnxSeq2Seq`` (default:
-        host caches exactly on CPU, the export's int8 screen of greedy steps); ``options``: the dataclass's scheduling fields (max_groups, merge_past, ...)."""
+        host caches exactly on CPU, the export's int8 screen of greedy steps); ``options``: the
+        dataclass's scheduling fields (max_groups, merge_past, ...)."""
         model = OnnxSeq2Seq(
             model_dir,
             provider=provider,
