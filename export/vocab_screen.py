@@ -62,8 +62,9 @@ SCREEN_PREFIX = "vocab_screen/"
 SCREEN_INPUT = "vocab_screen"
 FULL_PREFIX = f"{SCREEN_PREFIX}full/"
 DEFAULT_CANDIDATES = 128
-# Marian-base, 2 threads, AVX-512, step time screened / full: 0.70-0.74 at 1 row, 0.78 at 8,
-# 0.82 at 16, 0.87 at 32, 0.90 at 64, 0.94 at 128 (beyond: not measured).
+# Marian-base, 2 threads, AVX-512, step time screened / full: 0.70-0.74 at 1 row, 0.78-0.84 at 8,
+# 0.82-0.85 at 16, 0.87 at 32, 0.90-0.93 at 64, 0.91-0.94 at 128 (beyond: not measured;
+# bench/vocab_screen.py).
 DEFAULT_MAX_ROWS = 128
 # Below this vocabulary size the projection is a small part of a step: not worth a screen.
 MIN_VOCAB = 16384
