@@ -6,11 +6,12 @@
 
 Systems (``--systems``): ``ours`` and ``ours-int8`` (our ONNX export run by
 ``service.engine.Engine``; ``ours-plain``: the fp32 export without the exact int8 screen of
-greedy steps, export/vocab_screen.py, which large vocabularies get), ``ct2`` and ``ct2-int8`` (CTranslate2), ``optimum`` (Optimum's
-``ORTModelForSeq2SeqLM``, from bench/.venv-optimum: ``bash bench/setup_optimum.sh``) and
-``transformers`` (``MarianMTModel.generate``, eager PyTorch). All of them read one Hugging Face
-Marian directory: the random model built here, the ``--model`` dir itself, or, for a checkpoint
-in our format, its conversion by bench/to_marian.py (logits checked against ours).
+greedy steps, export/vocab_screen.py, which large vocabularies get), ``ct2`` and ``ct2-int8``
+(CTranslate2), ``optimum`` (Optimum's ``ORTModelForSeq2SeqLM``, from bench/.venv-optimum:
+``bash bench/setup_optimum.sh``) and ``transformers`` (``MarianMTModel.generate``, eager
+PyTorch). All of them read one Hugging Face Marian directory: the random model built here, the
+``--model`` dir itself, or, for a checkpoint in our format, its conversion by
+bench/to_marian.py (logits checked against ours).
 
 Method (BENCHMARKS.md): greedy and beam 4 at each batch size; every system forced to produce
 exactly ``--new-tokens`` ids where it can (``min_new_tokens = max_new_tokens``,
@@ -331,6 +332,12 @@ def cell_key(beam: int, batch: int) -> str:
     return f"{'greedy' if beam == 1 else f'beam {beam}'} / {batch}"
 
 
+def identical_share(outputs: list, reference: list) -> float:
+    """The share of sentences whose output equals the reference's."""
+    same = sum(a == b for a, b in zip(outputs, reference, strict=True))
+    return round(same / len(reference), 3)
+
+
 def summarise(results: dict[str, dict[str, Any]], new_tokens: int) -> dict[str, Any]:
     """Per cell: tokens/s of every system, ours/peer ratios, output agreement, lengths."""
     cells: dict[str, dict[str, Any]] = {}
@@ -358,13 +365,11 @@ def summarise(results: dict[str, dict[str, Any]], new_tokens: int) -> dict[str, 
             for system, result in results.items():
                 outputs = _cell_outputs(result, entry)
                 if outputs is not None and system != REFERENCE_SYSTEM:
-                    same = sum(a == b for a, b in zip(outputs, reference, strict=True))
-                    agreement[system] = round(same / len(reference), 3)
+                    agreement[system] = identical_share(outputs, reference)
             entry[f"same_output_as_{REFERENCE_SYSTEM}"] = agreement
         screened, plain = (_cell_outputs(results.get(name, {}), entry) for name in SCREEN_CHECK)
         if screened is not None and plain is not None:  # the screen must change no output
-            same = sum(a == b for a, b in zip(screened, plain, strict=True))
-            entry[SCREEN_CHECK_KEY] = round(same / len(plain), 3)
+            entry[SCREEN_CHECK_KEY] = identical_share(screened, plain)
         cells[key] = entry
     return cells
 

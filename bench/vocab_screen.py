@@ -11,7 +11,7 @@ Two measurements on one export:
    random caches (``--past`` self-attention slots, ``--source`` cross-attention slots). The
    ids of the two must be equal.
 2. **Fallbacks on real text** (``--texts``, needs the export's tokenizer): the load test's UI
-   strings and help paragraphs, split into sentences, translated greedily in batches of
+   strings and help paragraphs, split into sentences as the service splits them, translated greedily in batches of
    ``--batch`` by ``service.engine.Engine``. Every decoder call is made twice, screen on and
    off: the ids must be equal, and the call counts as answered by the screen when its
    ``logits`` output (the screen's int8 approximations when it answered, the full projection's
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import statistics
 import sys
@@ -43,8 +42,8 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtest.report import write_json  # noqa: E402
+from service.onnx_model import SCREEN_INPUT  # noqa: E402
 
-SCREEN_INPUT = "vocab_screen"
 STEP_OUTPUTS = ["logits", "top_log_probs", "top_ids", "watch_log_probs"]
 
 
@@ -146,13 +145,13 @@ class CheckedDecoder:
 def text_fallbacks(export_dir: Path, args) -> dict[str, Any]:
     from loadtest.inputs import HELP_PARAGRAPHS, UI_STRINGS
     from service.engine import Engine
+    from service.segmenter import sentence_spans
     from service.tokenizer import Tokenizer
 
     sentences = [
-        sentence
+        text[start:end]
         for text in (*UI_STRINGS, *HELP_PARAGRAPHS)
-        for sentence in re.split(r"(?<=[.!?])\s+", text)
-        if sentence
+        for start, end in sentence_spans(text, "en")
     ]
     tokenizer = Tokenizer.from_dir(export_dir)
     sources = [tokenizer.encode_one(sentence) for sentence in sentences]
