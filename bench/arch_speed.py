@@ -5,7 +5,7 @@
 The speed half of choosing the default models' shape (the quality half is validation chrF
 from training, ``models/training/train.py --arch``): every candidate in
 ``models.training.train.ARCHITECTURES`` gets random weights with the default models' vocabulary
-(8,000), is exported with the service's exporter and decoded by ``service.engine.Engine``, so
+(8,000), is exported with the service's exporter and decoded by ``service.runtime.engine.Engine``, so
 what is timed is what would be served. The eos logit is pushed to -1e4 so every run generates
 exactly ``--new-tokens`` tokens. Source length 12 tokens is a typical UI string. Prints a table
 with each candidate's speed relative to v1 (``4x3-256``) and writes JSON (with the CPU flags)
@@ -32,7 +32,7 @@ from export.onnx_export import export_model  # noqa: E402
 from loadtest.machine import machine_facts  # noqa: E402
 from models.training.train import ARCHITECTURES, DEFAULT_ARCHITECTURE, model_config  # noqa: E402
 from models.transformer import Transformer  # noqa: E402
-from service.engine import Engine  # noqa: E402
+from service.runtime.engine import Engine  # noqa: E402
 
 VOCAB_SIZE = 8000
 CASES = ((1, 1), (1, 8), (1, 32), (4, 1), (4, 8))  # (beam, batch)

@@ -1,4 +1,4 @@
-"""Language detection (service/detection.py, py3langid): load time, memory, latency, accuracy.
+"""Language detection (service/translation/detection.py, py3langid): load time, memory, latency, accuracy.
 
     .venv/bin/python bench/detection_bench.py [--languages en,de,fr] [--corpus build/corpus]
         [--repeats 2000]
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.detection import LanguageDetector  # noqa: E402
+from service.translation.detection import LanguageDetector  # noqa: E402
 
 TEXTS = {
     "short (2 words)": "Save changes",
@@ -49,7 +49,7 @@ def rss():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 sys.path.insert(0, {root!r})
 before, started = rss(), time.perf_counter()
-from service.detection import LanguageDetector
+from service.translation.detection import LanguageDetector
 detector = LanguageDetector({languages!r})
 seconds = time.perf_counter() - started
 detector.detect("warm up")

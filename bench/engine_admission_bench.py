@@ -15,7 +15,7 @@ in ``add`` (and the encoder inside it), in the decoder graph, in cache select/tr
 ``Engine.timings``), the rest of ``step`` (host overhead); per-request latency (from its
 ``add`` to the step that finished it) mixed vs alone.
 
-``--ref`` loads ``service/engine.py`` and ``service/onnx_model.py`` of a git revision into a
+``--ref`` loads ``service/runtime/engine.py`` and ``service/runtime/onnx_model.py`` of a git revision into a
 private package and replays them interleaved with the working tree's (A/B in one process, so
 a background load affects both alike); ratios are new / ref. Tokens must be identical.
 """
@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LONG_TEXT_CHARS = 100
 sys.path.insert(0, str(ROOT))
 
-from service.engine import DecodeRequest, Engine  # noqa: E402
+from service.runtime.engine import DecodeRequest, Engine  # noqa: E402
+from service.text.tokenizer import Tokenizer  # noqa: E402
 
 LONG_TEXT = (
     "To change your password, open the settings of your account, enter the old password, then "
@@ -227,7 +228,7 @@ async def _load_run(
 ) -> dict:
     """Open-loop Poisson arrivals (``loadtest`` input mix) into a real ``ContinuousBatcher``
     over a real ``Engine`` in this process, built as the service builds them (calibrated step
-    cost, ``BatchingConfig.from_settings``); per-request latency from the scheduled arrival.
+    cost, ``service.wiring.batching_config``); per-request latency from the scheduled arrival.
     Reported beside latency: rows and decoder calls per step, the share of wall time spent
     in ``engine.step`` (the rest: admissions, i.e. encoder calls and cache merges, and
     waiting), mean queue wait, and time per engine operation."""
@@ -235,21 +236,26 @@ async def _load_run(
     import random
 
     from loadtest.inputs import InputSampler
-    from service.batcher import BatchingConfig, ContinuousBatcher
-    from service.settings import Settings
-    from service.translator import Translator
+    from service.config import Settings
+    from service.scheduling.batcher import ContinuousBatcher
+    from service.text.tokenizer import Tokenizer
+    from service.translation.translator import Translator
+    from service.wiring import batching_config, translator_config
 
     settings = Settings(model_dir=Path(model), batching=policy)
     engine = Engine.from_dir(model, provider="cpu", intra_op_threads=threads)
     engine.warmup()
-    # As the service builds it (service/registry.py): calibrate the step cost, then the
+    # As the service builds it (service/wiring.py): calibrate the step cost, then the
     # batcher from the settings.
     if settings.admission_cost_aware and policy == "continuous":
         engine.calibrate()
     timers = instrument(engine)
-    batcher = ContinuousBatcher(engine, BatchingConfig.from_settings(settings))
+    batcher = ContinuousBatcher(engine, batching_config(settings))
     translator = Translator(
-        engine.tokenizer, batcher, settings, model_positions=engine.model.info.max_positions
+        Tokenizer.from_dir(model),
+        batcher,
+        translator_config(settings),
+        model_positions=engine.model.info.max_positions,
     )
     if profile:  # the engine thread, where the work is
         import cProfile
@@ -275,7 +281,7 @@ async def _load_run(
         if t >= duration:
             break
         arrivals.append((t, sampler.next_payload()["text"]))
-    options = translator.options(None, None)
+    options = translator.limits.options(None, None)
     latencies: list[float] = []
     by_kind: dict[str, list[float]] = {"short": [], "long": []}  # UI strings, paragraphs
     failures = 0
@@ -421,7 +427,7 @@ def main() -> None:
         )
     variants["new"] = Engine.from_dir(args.model, provider="cpu", intra_op_threads=args.threads)
     timers = {name: instrument(engine) for name, engine in variants.items()}
-    tokenizer = variants["new"].tokenizer
+    tokenizer = Tokenizer.from_dir(variants["new"].model_dir)
     for engine in variants.values():
         engine.warmup()
 

@@ -32,7 +32,7 @@ from export.variants import make_int8, top1_agreement  # noqa: E402
 from models.config import TransformerConfig  # noqa: E402
 from models.search import beam_search, greedy_search  # noqa: E402
 from models.transformer import Transformer  # noqa: E402
-from service.engine import Engine  # noqa: E402
+from service.runtime.engine import Engine  # noqa: E402
 
 SIZES = {
     "base": dict(d_model=512, layers=6, heads=8, ffn=2048, vocab=58101),

@@ -67,8 +67,8 @@ async def measure(args: argparse.Namespace) -> dict:
     import sacrebleu
 
     from loadtest.inputs import UI_STRINGS
-    from service.app import create_app
-    from service.settings import Settings
+    from service.config import Settings
+    from service.wiring import create_app
 
     settings = Settings(
         model_dir=args.model,

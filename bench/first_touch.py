@@ -1,4 +1,4 @@
-"""What a grown KV cache's copy costs in fresh memory against reused memory (service/buffer_pool.py).
+"""What a grown KV cache's copy costs in fresh memory against reused memory (service/runtime/buffer_pool.py).
 
     .venv/bin/python bench/first_touch.py                     # beam 4 x 32 at Marian-base size
     .venv/bin/python bench/first_touch.py --rows 32 --thread  # on a thread, as the engine runs
@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtest.machine import machine_facts  # noqa: E402
-from service.buffer_pool import BufferPool  # noqa: E402
+from service.runtime.buffer_pool import BufferPool  # noqa: E402
 
 VARIANTS = ("fresh", "mmap", "pooled")
 

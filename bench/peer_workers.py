@@ -4,7 +4,7 @@
 
 System names (``request["system"]``):
 
-- ``ours``, ``ours-plain``, ``ours-int8``: ``service.engine.Engine`` on our ONNX export of the
+- ``ours``, ``ours-plain``, ``ours-int8``: ``service.runtime.engine.Engine`` on our ONNX export of the
   Marian dir (``ours-plain``: the fp32 export without the int8 screen of greedy steps)
   (``export.onnx_export.export_from_dir``; int8 = the exporter's int8 variant);
 - ``ct2``, ``ct2-int8``: ``ctranslate2.Translator`` on ``TransformersConverter`` output;
@@ -84,7 +84,7 @@ def make_int8(fp32_dir: Path, output_dir: Path) -> str:
 def load_ours(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
     import onnxruntime as ort
 
-    from service.engine import Engine
+    from service.runtime.engine import Engine
 
     engine = Engine.from_dir(
         request["artifact_dir"], provider="cpu", intra_op_threads=request["threads"]

@@ -5,7 +5,7 @@
     .venv/bin/python bench/peers.py --size tiny            # smoke test, seconds
 
 Systems (``--systems``): ``ours`` and ``ours-int8`` (our ONNX export run by
-``service.engine.Engine``; ``ours-plain``: the fp32 export without the exact int8 screen of
+``service.runtime.engine.Engine``; ``ours-plain``: the fp32 export without the exact int8 screen of
 greedy steps, export/vocab_screen.py, which large vocabularies get), ``ct2`` and ``ct2-int8``
 (CTranslate2), ``optimum`` (Optimum's ``ORTModelForSeq2SeqLM``, from bench/.venv-optimum:
 ``bash bench/setup_optimum.sh``) and ``transformers`` (``MarianMTModel.generate``, eager

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.engine import Engine  # noqa: E402
+from service.runtime.engine import Engine  # noqa: E402
 
 
 class TimedSession:

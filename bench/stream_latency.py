@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtest.machine import machine_facts  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from service.config import Settings  # noqa: E402
 from tests.live_server import live_server  # noqa: E402
 
 SENTENCES = [

@@ -12,7 +12,7 @@ Two measurements on one export:
    ids of the two must be equal.
 2. **Fallbacks on real text** (``--texts``, needs the export's tokenizer): the load test's UI
    strings and help paragraphs, split into sentences as the service splits them, translated greedily in batches of
-   ``--batch`` by ``service.engine.Engine``. Every decoder call is made twice, screen on and
+   ``--batch`` by ``service.runtime.engine.Engine``. Every decoder call is made twice, screen on and
    off: the ids must be equal, and the call counts as answered by the screen when its
    ``logits`` output (the screen's int8 approximations when it answered, the full projection's
    when it fell back) differs from the full one.
@@ -42,7 +42,7 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtest.report import write_json  # noqa: E402
-from service.onnx_model import SCREEN_INPUT  # noqa: E402
+from service.runtime.contract import SCREEN_INPUT  # noqa: E402
 
 STEP_OUTPUTS = ["logits", "top_log_probs", "top_ids", "watch_log_probs"]
 
@@ -144,9 +144,9 @@ class CheckedDecoder:
 
 def text_fallbacks(export_dir: Path, args) -> dict[str, Any]:
     from loadtest.inputs import HELP_PARAGRAPHS, UI_STRINGS
-    from service.engine import Engine
-    from service.segmenter import sentence_spans
-    from service.tokenizer import Tokenizer
+    from service.runtime.engine import Engine
+    from service.text.segmenter import sentence_spans
+    from service.text.tokenizer import Tokenizer
 
     sentences = [
         text[start:end]

@@ -7,7 +7,7 @@ Why the encoder returns cross K/V: they depend only on the source, so computing 
 request (instead of in the first decoder step, as Optimum does) keeps the decoder graph
 identical for every step and never recomputes them.
 
-Names (the contract with ``service/onnx_model.py``), L = decoder layers:
+Names (the contract with ``service/runtime/onnx_model.py``), L = decoder layers:
 
 encoder.onnx
     inputs  input_ids (B, S) int64, attention_mask (B, S) int64
@@ -24,8 +24,8 @@ decoder.onnx
 The self-attention cache is C slots of which the mask's first C columns say which hold a token:
 the caller may pass a buffer with spare capacity (invalid slots at the right end) and the graph
 returns only the new tokens' keys and values, which the caller writes into the next free slots.
-No step copies the cache (format 2 returned ``present`` = past + new: a ``Concat`` of every
-layer's cache at every step, 8-10 % of a Marian-base step at 128 rows; docs/engine.md).
+No step copies the cache: returning ``present`` = past + new would cost a ``Concat`` of every
+layer's cache at every step (docs/engine.md).
 
 The search head (export/search_head.py) is appended to the traced decoder: log-softmax and
 top-k of the last position run in the graph, so the runtime never fetches the full logits.
@@ -52,51 +52,31 @@ import torch
 from onnx import TensorProto, helper
 from torch import Tensor, nn
 
-from export.search_head import SEARCH_INPUTS, SEARCH_OUTPUTS, add_search_head
+from export.search_head import add_search_head
 from export.vocab_screen import DEFAULT_MAX_ROWS, MIN_VOCAB, add_vocab_screen
 from models.checkpoint import copy_tokenizer_files, language_pair, load_pretrained
 from models.transformer import MultiHeadAttention, Transformer
+from service.runtime.contract import (
+    CONFIG_FILE,
+    DECODER_FILE,
+    ENCODER_FILE,
+    ENCODER_INPUTS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    KV_APPEND_FILE,
+    KV_MERGE_FILE,
+    KV_SELECT_FILE,
+    SEARCH_INPUTS,
+    SEARCH_OUTPUTS,
+    decoder_input_names,
+    decoder_output_names,
+    encoder_output_names,
+)
 
 log = logging.getLogger(__name__)
 
-ENCODER_FILE = "encoder.onnx"
-DECODER_FILE = "decoder.onnx"
-KV_SELECT_FILE = "kv_select.onnx"
-KV_MERGE_FILE = "kv_merge.onnx"
-KV_APPEND_FILE = "kv_append.onnx"
-KV_HELPER_FILES = (KV_SELECT_FILE, KV_MERGE_FILE, KV_APPEND_FILE)
-# 2: search head in the decoder (export/search_head.py), kv_merge
-# 3: the decoder returns the new keys/values only (caches with spare capacity), kv_append
-FORMAT_VERSION = 3
-DEFAULT_OPSET = 20  # 23 (ONNX Attention) measured no faster on CPU here: bench/engine_bench.py
+DEFAULT_OPSET = 20  # 23 (ONNX Attention) measures no faster on CPU: bench/engine_bench.py
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
-
-
-def encoder_output_names(num_layers: int) -> list[str]:
-    names = ["encoder_hidden_states"]
-    for i in range(num_layers):
-        names += [f"cross_key_{i}", f"cross_value_{i}"]
-    return names
-
-
-def decoder_input_names(num_layers: int) -> list[str]:
-    # The order torch.export flattens DecoderGraph.forward's arguments in.
-    return (
-        ["input_ids", "positions", "self_attention_mask"]
-        + [f"past_key_{i}" for i in range(num_layers)]
-        + [f"past_value_{i}" for i in range(num_layers)]
-        + [f"cross_key_{i}" for i in range(num_layers)]
-        + [f"cross_value_{i}" for i in range(num_layers)]
-        + ["encoder_attention_mask"]
-    )
-
-
-def decoder_output_names(num_layers: int) -> list[str]:
-    return (
-        ["logits"]
-        + [f"new_key_{i}" for i in range(num_layers)]
-        + [f"new_value_{i}" for i in range(num_layers)]
-    )
 
 
 class EncoderGraph(nn.Module):
@@ -197,7 +177,7 @@ def export_encoder(model: Transformer, path: Path, opset: int) -> None:
         dynamo=True,
         opset_version=opset,
         external_data=False,
-        input_names=["input_ids", "attention_mask"],
+        input_names=list(ENCODER_INPUTS),
         output_names=encoder_output_names(model.config.decoder_layers),
         dynamic_shapes={"input_ids": {0: batch, 1: src}, "attention_mask": {0: batch, 1: src}},
         verbose=False,
@@ -333,7 +313,7 @@ def export_config(model: Transformer, opset: int, variant: str, kv_dtype: str = 
     config = model.config
     layers = config.decoder_layers
     return {
-        "format": "mtserve-onnx",
+        "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "model": config.to_dict(),
         "special_ids": {
@@ -351,7 +331,7 @@ def export_config(model: Transformer, opset: int, variant: str, kv_dtype: str = 
         "variant": variant,
         "kv_dtype": kv_dtype,
         "encoder": {
-            "inputs": ["input_ids", "attention_mask"],
+            "inputs": list(ENCODER_INPUTS),
             "outputs": encoder_output_names(layers),
         },
         "decoder": {
@@ -402,7 +382,7 @@ def export_model(
         config.update(language_pair(tokenizer_dir))
     if languages is not None:
         config["source_lang"], config["target_lang"] = languages
-    (output_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (output_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     log.info("exported %s in %.1f s", output_dir, config["export_seconds"])
     return output_dir
 

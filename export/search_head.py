@@ -20,13 +20,13 @@ Inputs added to the decoder (all int64):
     ids whose log-probabilities *before the bans* the host also needs: for a constrained row
     the placeholder symbols (a row forced to emit what it owes chooses among them,
     renormalised), eos and every id the row bans (with the top 1 they tell whether the row,
-    unbanned, would stop). See ``service/decoding.py``. Rows without a constraint watch pad.
+    unbanned, would stop). See ``service/runtime/search.py``. Rows without a constraint watch pad.
 
 Outputs added:
 
 ``top_log_probs`` (N, k) float32, ``top_ids`` (N, k) int64
     log-softmax with the bans applied, best first (TopK is sorted; ties: lower id first, the
-    order ``service/decoding.py``'s reference search uses).
+    order ``service/runtime/search.py``'s reference search uses).
 ``watch_log_probs`` (N, W) float32
     log-probabilities (before the bans) at ``watch_ids``.
 
@@ -41,8 +41,10 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-SEARCH_INPUTS = ("top_k", "banned_ids", "watch_ids")
-SEARCH_OUTPUTS = ("top_log_probs", "top_ids", "watch_log_probs")
+from service.runtime.contract import SEARCH_INPUTS, SEARCH_OUTPUTS
+
+__all__ = ["SEARCH_INPUTS", "SEARCH_OUTPUTS", "add_search_head", "ban_and_rank_nodes"]
+
 HEAD_PREFIX = "search_head/"
 
 

@@ -29,14 +29,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from export.onnx_export import (
-    DECODER_FILE,
-    ENCODER_FILE,
-    KV_HELPER_FILES,
-    write_kv_helpers,
-)
+from export.onnx_export import write_kv_helpers
 from export.search_head import HEAD_PREFIX
 from export.vocab_screen import strip_vocab_screen
+from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES
 
 INT8_MODES = {
     # name: (weight type, reduce_range)
@@ -187,7 +183,7 @@ def top1_agreement(
     """Teacher-forced next-token agreement: both decoders see fp32's greedy prefix; the fraction
     of (sentence, step) positions where their argmax (pad banned) is the same. Unlike comparing
     whole outputs, one early disagreement does not count every later token as different."""
-    from service.onnx_model import OnnxSeq2Seq, StepInputs
+    from service.runtime.onnx_model import OnnxSeq2Seq, StepInputs
 
     models = [OnnxSeq2Seq(fp32_dir, "cpu"), OnnxSeq2Seq(other_dir, "cpu")]
     info = models[0].info
@@ -219,7 +215,7 @@ def compare(
     intra_op_threads: int = 0,
 ) -> dict:
     """Every variant against fp32 on ``count`` random sentences, greedy and beam 4, one batch."""
-    from service.engine import Engine
+    from service.runtime.engine import Engine
 
     engines = {"fp32": Engine.from_dir(fp32_dir, provider="cpu", intra_op_threads=intra_op_threads)}
     for name, path in variant_dirs.items():

@@ -3,7 +3,7 @@
 ``python -m export.verify --model DIR --onnx DIR`` checks: ``onnx.checker`` on every graph; no
 control flow in the decoder; the encoder's cross K/V and the decoder's logits and new keys/values
 against PyTorch at past length 0, 1 and > 1 on a padded batch of 3 (fp32 tolerance 1e-4);
-full greedy and beam-4 decodes through ``service.engine.Engine`` token-identical to
+full greedy and beam-4 decodes through ``service.runtime.engine.Engine`` token-identical to
 ``models.search``. Exits non-zero on failure.
 """
 
@@ -20,16 +20,12 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from export.onnx_export import (
-    DECODER_FILE,
-    ENCODER_FILE,
-    KV_HELPER_FILES,
-    control_flow_ops,
-)
-from export.vocab_screen import SCREEN_INPUT, strip_vocab_screen
+from export.onnx_export import control_flow_ops
+from export.vocab_screen import strip_vocab_screen
 from models.checkpoint import load_pretrained
 from models.search import beam_search, greedy_search
 from models.transformer import Transformer
+from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES, SCREEN_INPUT
 
 
 @dataclass
@@ -181,7 +177,7 @@ def decode_agreement(
     provider: str = "cpu",
 ) -> dict[str, float]:
     """Fraction of sentences whose engine output equals models.search's (greedy, beam)."""
-    from service.engine import Engine
+    from service.runtime.engine import Engine
 
     engine = Engine.from_dir(onnx_dir, provider=provider)
     never = (model.config.unk_id,)  # the engine never generates the unknown token

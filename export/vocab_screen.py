@@ -45,7 +45,7 @@ Graph (the original projection and search head move into the branches of an ``If
       else: full projection + search head (the original nodes)
 
 ``strip_vocab_screen`` restores the plain graph (the int8 and fp16 variants start from it).
-Measured: BENCHMARKS.md, "Exact int8 screen".
+Measurements: BENCHMARKS.md and docs/engine.md.
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from export.search_head import HEAD_PREFIX, SEARCH_OUTPUTS, ban_and_rank_nodes
+from export.search_head import HEAD_PREFIX, ban_and_rank_nodes
+from service.runtime.contract import SCREEN_INPUT, SEARCH_OUTPUTS
 
 SCREEN_PREFIX = "vocab_screen/"
-SCREEN_INPUT = "vocab_screen"
 FULL_PREFIX = f"{SCREEN_PREFIX}full/"
 DEFAULT_CANDIDATES = 128
 # Marian-base, 2 threads, AVX-512, step time screened / full: 0.70-0.74 at 1 row, 0.78-0.84 at 8,

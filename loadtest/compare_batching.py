@@ -3,7 +3,7 @@
 The service is started on a free loopback port with ``MT_BATCHING=continuous``, loaded with
 an open-loop Poisson schedule, stopped; then started again with ``MT_BATCHING=static`` (wait
 up to ``--static-max-wait-ms`` for a full batch, run it to the end, like Triton's dynamic
-batcher; see service/batcher.py) and loaded with the *same* schedule and inputs (same seed,
+batcher; see service/scheduling/batcher.py) and loaded with the *same* schedule and inputs (same seed,
 rate, duration and mix of short UI strings and multi-sentence help paragraphs). Both runs
 use the same model directory and ``--server-env`` settings; only the policy differs.
 

@@ -19,9 +19,9 @@ from types import FrameType
 import uvicorn
 
 from service.__main__ import GracefulServer
-from service.app import create_app
-from service.engine import Engine, FinishedRequest
-from service.settings import get_settings
+from service.config import get_settings
+from service.runtime.engine import Engine, FinishedRequest
+from service.wiring import create_app
 
 
 class InjectedThreadDeath(BaseException):

@@ -1,6 +1,6 @@
 """``python -m service [--host HOST] [--port PORT] [--model-dir DIR]``: serve the app with uvicorn.
 
-Settings come from ``MT_*`` environment variables (service/settings.py); the flags override
+Settings come from ``MT_*`` environment variables (service/config.py); the flags override
 the matching ones. On SIGTERM (or Ctrl-C) new translation requests get 503 at once, requests
 in flight finish for up to ``MT_SHUTDOWN_GRACE_S`` seconds, then the process exits.
 """
@@ -16,9 +16,9 @@ from types import FrameType
 
 import uvicorn
 
-from service.api.request_id import install_request_id_logging
-from service.app import create_app
-from service.settings import Settings, get_settings
+from service.config import Settings, get_settings
+from service.web.request_id import install_request_id_logging
+from service.wiring import create_app
 
 
 class GracefulServer(uvicorn.Server):

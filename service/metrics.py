@@ -120,6 +120,13 @@ class ServiceMetrics:
             ["model"],
             registry=r,
         )
+        self.cpus = Gauge(
+            "mt_cpus",
+            "CPUs this process may use: the affinity mask capped by the cgroup CPU quota "
+            "(source: affinity, cgroup v1 or cgroup v2).",
+            ["source"],
+            registry=r,
+        )
         self.inflight_requests = Gauge(
             "mt_inflight_requests",
             "Translation requests admitted and not yet answered (MT_MAX_INFLIGHT_REQUESTS).",

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import httpx
 import uvicorn
 
-from service.app import create_app
-from service.settings import Settings
+from service.config import Settings
+from service.wiring import create_app
 
 
 def free_port() -> int:

@@ -56,7 +56,7 @@ def train_tiny_tokenizer(
     ``placeholder_symbols=False``: no ``｟k｠`` pieces, as in an imported OPUS-MT vocabulary."""
     import sentencepiece as spm
 
-    from service.placeholders import PLACEHOLDER_SYMBOLS
+    from service.text.protection import PLACEHOLDER_SYMBOLS
 
     model_bytes = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -146,12 +146,13 @@ def solo_translator(model_dir: Path):
     sentence alone, placeholders and what the model cannot spell masked, constrained and
     restored as the service does: the reference that API and concurrency tests compare the
     service against."""
-    from service.engine import Engine
-    from service.text_pipeline import copy_tokens_for, has_words, placeholder_token_ids
-    from service.unrepresentable import RunProtector, restore_every_run
+    from service.runtime.engine import Engine
+    from service.text.pipeline import copy_tokens_for, has_words
+    from service.text.protection import RunProtector, placeholder_token_ids, restore_every_run
+    from service.text.tokenizer import Tokenizer
 
     engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
-    tokenizer = engine.tokenizer
+    tokenizer = Tokenizer.from_dir(model_dir)
     symbol_ids = placeholder_token_ids(tokenizer)
     protector = RunProtector(tokenizer)
 
@@ -172,9 +173,9 @@ def solo_translator(model_dir: Path):
 
 
 def only_model(app):
-    """The registry slot of an app that serves one model (its batcher, translator, engine)."""
+    """The loaded model of an app that serves one model (its engine, batcher, translator)."""
     [slot] = app.state.service.registry.slots.values()
-    return slot
+    return slot.model
 
 
 # The three language pairs of the multi-model tests. One export serves as all three (an

@@ -12,9 +12,9 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.segmenter import sentence_spans
-from service.settings import Settings
+from service.config import Settings
+from service.text.segmenter import sentence_spans
+from service.wiring import create_app
 from tests.service_fixtures import only_model, solo_translator, tiny_model
 
 LIMITS = dict(
@@ -155,7 +155,7 @@ def test_libretranslate_json(client, solo):
         client, "/translate", json={"q": sentence, "source": "en", "target": "de", "format": "text"}
     )
     assert response.status_code == 200
-    options = only_model(client.app).translator.options(None, None)
+    options = only_model(client.app).translator.limits.options(None, None)
     assert response.json() == {"translatedText": solo(sentence, default_tokens(src_len, options))}
 
 
@@ -410,7 +410,7 @@ def test_sentence_splitting(text, language, sentences):
 @pytest.mark.parametrize("value, expected", [("false", False), ("true", True)])
 def test_mt_access_log_switches_uvicorns_access_log(monkeypatch, value, expected):
     from service.__main__ import uvicorn_config
-    from service.settings import Settings
+    from service.config import Settings
 
     monkeypatch.setenv("MT_ACCESS_LOG", value)
     settings = Settings()

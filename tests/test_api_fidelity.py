@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.app import create_app
-from service.placeholders import SYMBOL_CLOSE, SYMBOL_OPEN
-from service.settings import Settings
+from service.config import Settings
+from service.text.protection import SYMBOL_CLOSE, SYMBOL_OPEN
+from service.wiring import create_app
 from tests.service_fixtures import _WORDS, tiny_model
 
 # Every character the tiny model's tokenizer was trained on (service_fixtures): anything

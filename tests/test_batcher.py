@@ -17,23 +17,21 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from service.batcher import (
-    BatchingConfig,
+from service.runtime.engine import BatchEstimate, DecodeRequest, FinishedRequest, RejectedRequest
+from service.scheduling.batcher import (
     ContinuousBatcher,
     EncoderCpuShare,
     EngineFailure,
     InvalidRow,
     NotAccepting,
     QueueFull,
-    RowRequest,
 )
-from service.engine import BatchEstimate, DecodeRequest, FinishedRequest, RejectedRequest
 
 EOS = 0
 
 
 class FakeEngine:
-    """Same interface as ``service.engine.Engine``; records what the batcher asked of it."""
+    """Same interface as ``service.runtime.engine.Engine``; records what the batcher asked of it."""
 
     def __init__(self) -> None:
         self.steps = 0
@@ -80,12 +78,10 @@ class FakeEngine:
             default=0,
         )
         if self.throughput is None:
-            return BatchEstimate(rows, rows * (width + self.past_len), None)
+            return BatchEstimate(rows, rows * (width + self.past_len))
         rates = [self.throughput(count) for count in range(1, max_rows + 1)]
         limit = max(c for c, rate in enumerate(rates, 1) if rate >= max(rates) * (1 - tolerance))
-        return BatchEstimate(
-            rows, rows * (width + self.past_len), self.throughput(rows), row_limit=limit
-        )
+        return BatchEstimate(rows, rows * (width + self.past_len), row_limit=limit)
 
     def step(self) -> list[FinishedRequest]:
         if self.fail_next_step:
@@ -136,9 +132,9 @@ class SlowEngine(FakeEngine):
         return super().step()
 
 
-def sentence(length: int, first: int = 1, **options) -> RowRequest:
+def sentence(length: int, first: int = 1, **options) -> DecodeRequest:
     """A source of ``length`` ids ending in eos."""
-    return RowRequest(src_ids=tuple(range(first, first + length - 1)) + (EOS,), **options)
+    return DecodeRequest(src_ids=tuple(range(first, first + length - 1)) + (EOS,), **options)
 
 
 async def wait_until(predicate, what: str) -> None:
@@ -685,10 +681,11 @@ async def test_a_row_the_engine_refuses_fails_alone(make_batcher):
 
 
 def test_batching_config_comes_from_settings_in_one_place():
-    from service.settings import Settings
+    from service.config import Settings
+    from service.wiring import batching_config
 
     settings = Settings(admission_ratio=0.0, max_batch_rows=7, admission_cost_aware=False)
-    config = BatchingConfig.from_settings(settings)
+    config = batching_config(settings)
     batcher = ContinuousBatcher(FakeEngine(), config)
     assert batcher.config == config
     assert (batcher.admission_ratio, batcher.max_batch_rows, config.cost_aware) == (0.0, 7, False)
@@ -697,7 +694,7 @@ def test_batching_config_comes_from_settings_in_one_place():
 def test_engine_threads_leave_the_event_loop_a_core_unless_set(monkeypatch):
     import os
 
-    from service.settings import Settings
+    from service.config import Settings
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     assert Settings().engine_threads() == 3

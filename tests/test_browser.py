@@ -16,7 +16,7 @@ import httpx
 import polib
 import pytest
 
-from service.settings import Settings
+from service.config import Settings
 from tests.live_server import live_server
 from tests.service_fixtures import language_models
 

@@ -1,4 +1,4 @@
-"""BufferPool (service/buffer_pool.py): reuse of host cache buffers, and never of one that is
+"""BufferPool (service/runtime/buffer_pool.py): reuse of host cache buffers, and never of one that is
 still referred to."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from service.buffer_pool import HEADROOM, MAX_WASTE, BufferPool
+from service.runtime.buffer_pool import HEADROOM, MAX_WASTE, BufferPool
 
 
 def test_buffers_come_back_for_arrays_that_fit():

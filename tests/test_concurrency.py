@@ -14,18 +14,19 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from service.api.deps import run_for_client
-from service.api.errors import ApiError
-from service.app import create_app
-from service.engine import (
+from service.config import Settings
+from service.runtime.engine import (
     DecodeRequest,
     EncodedRequests,
     Engine,
     FinishedRequest,
     RejectedRequest,
 )
-from service.settings import Settings
-from service.step_cost import StepShape
+from service.runtime.step_cost import StepShape
+from service.text.tokenizer import Tokenizer
+from service.web.deps import run_for_client
+from service.web.errors import ApiError
+from service.wiring import create_app
 from tests.service_fixtures import only_model, solo_translator, tiny_model
 
 BASE_TEXTS = [
@@ -173,7 +174,7 @@ def solo(model_dir):
 
 def id_of(gate: GatedEngine, text: str) -> Hashable:
     """The request id under which the engine saw ``text``."""
-    src = tuple(gate.tokenizer.encode_one(text))
+    src = tuple(Tokenizer.from_dir(gate.model_dir).encode_one(text))
     [request_id] = [i for i, ids in gate.src_ids.items() if ids == src]
     return request_id
 
@@ -367,13 +368,13 @@ async def test_client_that_hangs_up_has_its_rows_dropped(model_dir, gated_engine
     async with serving(app):
         service = app.state.service
         gated_engine.close()
-        options = only_model(app).translator.options(None, None)
+        options = only_model(app).translator.limits.options(None, None)
         # Two sentences that decode for many steps (they run to their max_new_tokens).
         text = "Print this folder with your account. Open the file in a new window."
         work = only_model(app).translator.translate([text], options)
         with pytest.raises(ApiError) as refusal:
             await run_for_client(HungUpRequest(gated_engine), service, work)
-        assert refusal.value.status_code == 499
+        assert refusal.value.status == 499
         gated_engine.open()
         await wait_until(lambda: len(gated_engine.dropped) == 2, "both sentences dropped")
         assert gated_engine.active_rows == 0 and only_model(app).batcher.queue_depth == 0

@@ -12,11 +12,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from service.decoding import BeamSearch, CopyConstraint, GreedySearch
-from service.engine import Engine
-from service.onnx_model import StepOutput
-from service.placeholders import PLACEHOLDER_SYMBOLS
-from service.text_pipeline import copy_tokens_for, placeholder_token_ids
+from service.runtime.engine import Engine
+from service.runtime.onnx_model import StepOutput
+from service.runtime.search import BeamSearch, CopyConstraint, GreedySearch
+from service.text.pipeline import copy_tokens_for
+from service.text.protection import PLACEHOLDER_SYMBOLS, placeholder_token_ids
+from service.text.tokenizer import Tokenizer
 from tests.head_reference import advance_on_logits
 from tests.service_fixtures import VOCAB_SIZE, tiny_model
 
@@ -123,7 +124,7 @@ def engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def symbol_ids(engine):
-    return placeholder_token_ids(engine.tokenizer)
+    return placeholder_token_ids(Tokenizer.from_dir(engine.model_dir))
 
 
 def sources_with_symbols(symbol_ids, count=6, seed=0):
@@ -143,7 +144,7 @@ def sources_with_symbols(symbol_ids, count=6, seed=0):
 
 def test_tokenizer_symbol_ids(engine, symbol_ids):
     assert symbol_ids == frozenset(range(2, 2 + len(PLACEHOLDER_SYMBOLS)))
-    src = engine.tokenizer.encode_one(f"Save {PLACEHOLDER_SYMBOLS[0]} to {PLACEHOLDER_SYMBOLS[1]}")
+    src = Tokenizer.from_dir(engine.model_dir).encode_one(f"Save {PLACEHOLDER_SYMBOLS[0]} to {PLACEHOLDER_SYMBOLS[1]}")
     copy = copy_tokens_for(src, symbol_ids)
     assert copy[2] == 1 and copy[3] == 1 and sum(copy.values()) == 2
 

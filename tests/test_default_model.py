@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.settings import Settings
+from service.config import Settings
+from service.wiring import create_app
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 SHIPPED = {("en", "de"): MODELS / "default", ("de", "en"): MODELS / "de-en"}

@@ -17,7 +17,7 @@ from export.variants import make_int8, random_sources, top1_agreement
 from models.config import TransformerConfig
 from models.search import beam_search, greedy_search
 from models.transformer import Transformer
-from service.engine import DecodeRequest, Engine
+from service.runtime.engine import DecodeRequest, Engine
 from tests.onnx_helpers import padded_sources, reference
 
 MAX_NEW = 12
@@ -145,7 +145,7 @@ def test_requests_joining_at_different_steps_get_the_same_tokens_as_alone(engine
 
 
 def test_reused_cache_buffers_never_mix_requests(exported):
-    """The host backend builds caches in buffers of consumed ones (service/buffer_pool.py):
+    """The host backend builds caches in buffers of consumed ones (service/runtime/buffer_pool.py):
     with staggered joins, beam reorders, retirements and finished groups handing buffers back,
     every request still gets its reference tokens, and buffers were really reused."""
     engine = Engine.from_dir(
@@ -216,14 +216,14 @@ def test_columns_no_row_needs_are_trimmed(one_group, exported):
     engine.step()
     engine.step()
     engine.add([DecodeRequest("short", short_source, 2, MAX_NEW)])
-    batch = engine._batch
+    batch = engine._groups[-1].batch
     assert batch.encoder_mask.shape == (3, 12) and batch.self_mask.shape == (3, 2)
     finished = []
     while not any(done.request_id == "long" for done in finished):
         finished += engine.step()
     # "short" still runs (beam 2 cannot finish after 1 step): its 2 beams only, no padding
     assert engine.active_requests == 1
-    batch = engine._batch
+    batch = engine._groups[-1].batch
     assert batch.encoder_mask.shape == (2, 3)
     assert batch.self_mask.shape == (2, 1)  # the slots only "long" used are gone
     self_cache = engine.kv.to_numpy(batch.self_cache)[0]
@@ -259,7 +259,7 @@ def test_host_and_device_cache_paths_give_identical_tokens_and_caches(exported):
             if step == 5:
                 engine.drop([4])
             finished.update({done.request_id: done.tokens for done in engine.step()})
-            batch = engine._batch
+            batch = engine._groups[-1].batch if engine._groups else None
             if batch is not None:
                 snapshots.append(
                     [v.copy() for v in engine.kv.to_numpy(batch.self_cache)]
@@ -279,7 +279,7 @@ def test_host_and_device_cache_paths_give_identical_tokens_and_caches(exported):
     for host_step, device_step in zip(host_snaps, device_snaps, strict=True):
         for a, b in zip(host_step, device_step, strict=True):
             # equal up to float summation order: the host's attention also reads masked spare
-            # slots (service/onnx_model.py, SPARE_SLOTS), the device's caches have none
+            # slots (service/runtime/onnx_model.py, SPARE_SLOTS), the device's caches have none
             assert a.shape == b.shape
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     for i in (0, 1, 2, 3, 5, 6):
@@ -313,7 +313,7 @@ def test_warmup_leaves_the_batch_empty(engine):
 
 
 def test_service_runtime_does_not_import_torch():
-    code = "import sys, service.engine, service.onnx_model, service.decoding; print('torch' in sys.modules)"
+    code = "import sys, service.runtime.engine, service.runtime.onnx_model, service.runtime.search; print('torch' in sys.modules)"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
@@ -412,7 +412,7 @@ def test_admission_plan_foresees_the_groups_that_add_makes(exported, fitted):
     """``Engine.plan`` (what the batcher asks before admitting) places newcomers one unit at
     a time; each estimate must equal ``estimate`` with the whole list so far, with the
     step-cost model fitted (cheapest placement) or not yet."""
-    from service.step_cost import StepShape
+    from service.runtime.step_cost import StepShape
 
     engine = Engine.from_dir(exported.onnx_dir, provider="cpu", intra_op_threads=1)
     if fitted:  # a known cost: 2 ms per call, 0.1 ms per row, attention over sources

@@ -6,8 +6,8 @@ from __future__ import annotations
 import onnxruntime as ort
 import pytest
 
-from service.engine import DecodeRequest, Engine
-from service.onnx_model import cuda_is_usable
+from service.runtime.engine import DecodeRequest, Engine
+from service.runtime.onnx_model import cuda_is_usable
 from tests.onnx_helpers import padded_sources, reference
 
 pytestmark = [

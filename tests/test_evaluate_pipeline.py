@@ -9,9 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from models.training.evaluate import engine_decoder, translate_with
-from service.app import create_app
-from service.engine import Engine
-from service.settings import Settings
+from service.config import Settings
+from service.runtime.engine import Engine
+from service.text.tokenizer import Tokenizer
+from service.wiring import create_app
 from tests.service_fixtures import tiny_model
 
 TEXTS = [
@@ -39,7 +40,7 @@ def test_evaluation_gives_the_translations_the_service_serves(model_dir):
     engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
     evaluated, refused = translate_with(
         engine_decoder(engine, beam_size=1, constrain_placeholders=True),
-        engine.tokenizer,
+        Tokenizer.from_dir(model_dir),
         [*TEXTS, "save " * 300],
         model_positions=engine.model.info.max_positions,
     )

@@ -16,8 +16,8 @@ import asyncio
 
 import pytest
 
-from service.app import create_app
-from service.engine import Engine, FinishedRequest
+from service.runtime.engine import Engine, FinishedRequest
+from service.wiring import create_app
 from tests.service_fixtures import tiny_model
 from tests.test_concurrency import GatedEngine, serving, settings_for, wait_until
 
@@ -73,7 +73,7 @@ async def test_an_engine_error_fails_only_the_requests_in_that_step(model_dir, e
     app = create_app(settings_for(model_dir), engine=engine)
     async with serving(app) as client:
         [slot] = app.state.service.registry.slots.values()
-        batcher = slot.batcher
+        batcher = slot.model.batcher
         engine.close()
         in_step = translate(client, "Save changes")
         await wait_until(engine.waiting.is_set, "the first request's step waits at the gate")
@@ -101,7 +101,7 @@ async def test_a_dead_engine_thread_fails_its_work_and_turns_health_and_ready_un
     app = create_app(settings_for(model_dir), engine=engine)
     async with serving(app) as client:
         [slot] = app.state.service.registry.slots.values()
-        batcher = slot.batcher
+        batcher = slot.model.batcher
         engine.close()
         in_step = translate(client, "Save changes")
         await wait_until(engine.waiting.is_set, "the request's step waits at the gate")

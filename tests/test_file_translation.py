@@ -1,4 +1,4 @@
-"""File translation (service/file_translation.py), each format read and written by its library,
+"""File translation (service/text/files.py), each format read and written by its library,
 with the same upper-casing stand-in translator as tests/test_html_text.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import polib
 import pytest
 import srt
 
-from service.file_translation import UnsupportedFile, translate_file
+from service.text.files import UnsupportedFile, translate_file
 from tests.test_html_text import shout
 
 POT = r"""# Template.

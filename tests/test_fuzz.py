@@ -30,8 +30,8 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 
-from service.app import create_app
-from service.settings import Settings
+from service.config import Settings
+from service.wiring import create_app
 from tests.live_server import live_server
 from tests.service_fixtures import tiny_model
 

@@ -1,4 +1,4 @@
-"""HTML translation (service/html_text.py) with a stand-in translator that upper-cases the words
+"""HTML translation (service/text/html.py) with a stand-in translator that upper-cases the words
 and, like the service, masks markup and entities as placeholders first; so what is upper-case
 in the output went to the translator, and what is not, did not."""
 
@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from service.html_text import parse_html, translate_html
-from service.placeholders import protect, restore
+from service.text.html import parse_html, translate_html
+from service.text.protection import protect, restore
 
 
 async def shout(texts: list[str]) -> list[str]:

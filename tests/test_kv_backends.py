@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.onnx_model import SPARE_SLOTS, OnnxSeq2Seq, StepInputs, cuda_is_usable
+from service.runtime.onnx_model import SPARE_SLOTS, OnnxSeq2Seq, StepInputs, cuda_is_usable
 
 pytest_plugins = ["tests.onnx_fixtures"]  # the session-scoped `exported` fixture
 

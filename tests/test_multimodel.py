@@ -18,13 +18,13 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.batcher import ContinuousBatcher, RowRequest
-from service.engine import BatchEstimate, DecodeRequest, FinishedRequest
+from service.config import Settings
 from service.metrics import ServiceMetrics
-from service.routing import UnsupportedLanguage, plan_route, targets_by_source
-from service.scheduler import RoundRobinTurns
-from service.settings import Settings
+from service.runtime.engine import BatchEstimate, DecodeRequest, FinishedRequest
+from service.scheduling.batcher import ContinuousBatcher
+from service.scheduling.turns import RoundRobinTurns
+from service.translation.routing import UnsupportedLanguage, plan_route, targets_by_source
+from service.wiring import create_app
 from tests.service_fixtures import language_models, solo_translator
 
 MAX_NEW = 12  # every request here fixes max_new_tokens, so solo references can match it
@@ -133,7 +133,7 @@ def test_pivot_de_fr_runs_de_en_then_en_fr_sentence_by_sentence(client, solo):
     assert body["translations"][0]["text"] == "  ".join(french)
     # Two sentences, two legs each, except that the tiny de→en model's first English leg,
     # "(((((((((((Öffnen", has nothing left to translate once the word it cannot spell is
-    # protected (service/unrepresentable.py): it passes through the second leg unchanged.
+    # protected (service/text/protection.py): it passes through the second leg unchanged.
     assert english[0].startswith("(") and "Öffnen" in english[0]
     assert body["usage"]["sentences"] == 3
 
@@ -210,7 +210,7 @@ def test_auto_source_is_detected_and_routed(client, solo, text, language, target
 def test_one_served_language_is_answered_as_the_scored_ranking_would(text):
     """With one served source language the detector answers without scoring: the same as the
     restricted model's normalised ranking (probability 1), or confidence 0 without letters."""
-    from service.detection import Detection, LanguageDetector, _restricted_identifier
+    from service.translation.detection import Detection, LanguageDetector, _restricted_identifier
 
     scored = [
         Detection(code, round(100.0 * score, 1))
@@ -360,7 +360,7 @@ class LoggedEngine:
 
     def estimate(self, newcomers=(), max_rows: int = 64, tolerance: float = 0.0) -> BatchEstimate:
         rows = self.active_rows + sum(new_rows for new_rows, _ in newcomers)
-        return BatchEstimate(rows, 0, None)  # no token budget, no cost model
+        return BatchEstimate(rows, 0)  # no token budget, no cost model
 
     def step(self) -> list[FinishedRequest]:
         if self.quiet_done is not None:
@@ -399,11 +399,11 @@ async def test_a_flood_on_one_model_does_not_starve_another_by_step_counts():
     flood, quiet = batchers
     try:
         # 32 sentences of 400 tokens: 400 steps of the flood model.
-        rows = [RowRequest(src_ids=tuple(range(1, 401)), max_new_tokens=400)] * 32
+        rows = [DecodeRequest(src_ids=tuple(range(1, 401)), max_new_tokens=400)] * 32
         flooding = asyncio.ensure_future(flood.submit(rows))
         while flood_engine.steps < 3:
             await asyncio.sleep(0.001)
-        [result] = await quiet.submit([RowRequest(src_ids=(5, 4, 3, 2, 1, 0), max_new_tokens=8)])
+        [result] = await quiet.submit([DecodeRequest(src_ids=(5, 4, 3, 2, 1, 0), max_new_tokens=8)])
         quiet_done.set()
         assert result.tokens == [0, 1, 2, 3, 4, 5]
         first, last = log.index("quiet"), len(log) - 1 - log[::-1].index("quiet")

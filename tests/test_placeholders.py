@@ -2,7 +2,7 @@
 
 import pytest
 
-from service.placeholders import (
+from service.text.protection import (
     MAX_PLACEHOLDERS,
     PLACEHOLDER_SYMBOLS,
     mask_pair,

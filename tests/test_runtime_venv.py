@@ -200,10 +200,10 @@ def test_runtime_venv_holds_exactly_the_pinned_set_and_one_onnxruntime(runtime_p
 def test_service_imports_without_torch(runtime_python):
     result = _run_python(
         runtime_python,
-        "import sys, service.app, service.engine, service.__main__; "
-        "assert 'torch' not in sys.modules, 'service.app pulled in torch'; "
-        "assert 'onnx' not in sys.modules, 'service.app pulled in onnx'; "
-        "print(service.app.__file__)",
+        "import sys, service.web.app, service.runtime.engine, service.__main__; "
+        "assert 'torch' not in sys.modules, 'service.web.app pulled in torch'; "
+        "assert 'onnx' not in sys.modules, 'service.web.app pulled in onnx'; "
+        "print(service.web.app.__file__)",
     )
     assert result.returncode == 0, result.stderr
     # The installed package, not the checkout.

@@ -1,4 +1,4 @@
-"""The step-cost model (service/step_cost.py) on synthetic timings: what it learns, where it
+"""The step-cost model (service/runtime/step_cost.py) on synthetic timings: what it learns, where it
 puts the knee, and that no fitted term is negative. No wall clock is read."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.step_cost import StepCostModel, StepShape
+from service.runtime.step_cost import StepCostModel, StepShape
 
 
 def cost(shape: StepShape, c0=1e-3, c1=2e-4, c2=1e-5, c3=2e-5, c4=1e-6) -> float:

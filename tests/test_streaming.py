@@ -11,9 +11,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.segmenter import sentence_spans
-from service.settings import Settings
+from service.config import Settings
+from service.text.segmenter import sentence_spans
+from service.wiring import create_app
 from tests.live_server import live_server
 from tests.service_fixtures import tiny_model
 

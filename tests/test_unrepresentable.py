@@ -1,4 +1,4 @@
-"""What the model cannot spell is masked, then restored verbatim (service/unrepresentable.py).
+"""What the model cannot spell is masked, then restored verbatim (service/text/protection.py).
 
 Against real tokenizers: the shipped default model's (8,000 pieces) and tiny ones trained here,
 with and without the ``｟k｠`` symbols.
@@ -11,10 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from service.placeholders import MAX_PLACEHOLDERS, PLACEHOLDER_SYMBOLS, restore
-from service.segmenter import join_translations, sentence_spans
-from service.tokenizer import Tokenizer
-from service.unrepresentable import RunProtector, restore_every_run, usable_symbols
+from service.text.protection import (
+    MAX_PLACEHOLDERS,
+    PLACEHOLDER_SYMBOLS,
+    RunProtector,
+    restore,
+    restore_every_run,
+    usable_symbols,
+)
+from service.text.segmenter import join_translations, sentence_spans
+from service.text.tokenizer import Tokenizer
 from tests.service_fixtures import train_tiny_tokenizer
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "models" / "default"

@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from export.onnx_export import DECODER_FILE, control_flow_ops
+from export.onnx_export import control_flow_ops
 from export.variants import make_int8
 from export.verify import decode_agreement
 from export.vocab_screen import (
@@ -21,7 +21,8 @@ from export.vocab_screen import (
     quantized_rows,
     strip_vocab_screen,
 )
-from service.engine import Engine
+from service.runtime.contract import DECODER_FILE
+from service.runtime.engine import Engine
 from tests.onnx_fixtures import random_step_feeds
 
 pytest_plugins = ["tests.onnx_fixtures"]  # the session-scoped `exported` fixture
@@ -280,9 +281,9 @@ def test_the_exporter_screens_large_vocabularies_only(exported, tmp_path, monkey
 
 
 def test_the_service_setting_turns_the_screen_off(screened_dirs):
-    from service.api.lifecycle import engine_loader
-    from service.registry import ModelSpec
-    from service.settings import Settings
+    from service.config import Settings
+    from service.translation.registry import ModelSpec
+    from service.wiring import engine_loader
 
     spec = ModelSpec("tiny", screened_dirs[24], "en", "de")
     for enabled in (True, False):

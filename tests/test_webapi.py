@@ -17,9 +17,9 @@ import pytest
 import srt
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.placeholders import surviving_placeholders
-from service.settings import Settings
+from service.config import Settings
+from service.text.protection import surviving_placeholders
+from service.wiring import create_app
 from tests.service_fixtures import tiny_model
 
 LIMITS = dict(
@@ -365,3 +365,11 @@ def test_weblate_batch_request_gets_one_translation_per_text(client):
     assert response.status_code == 200, response.text
     assert response.json()["translatedText"] == served(client, texts)
     assert {"en", "de"} <= {language["code"] for language in client.get("/languages").json()}
+
+
+def test_download_refuses_alike_when_file_translation_is_off(model_dir, tmp_path):
+    settings = make_settings(model_dir, tmp_path, files_translation=False)
+    with TestClient(create_app(settings)) as off:
+        response = off.get("/download_file/00000000-0000-0000-0000-000000000000.a.txt")
+        assert response.status_code == 403
+        assert response.json()["code"] == "files_disabled"

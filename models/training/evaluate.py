@@ -3,7 +3,7 @@ baseline, placeholder survival, and example translations.
 
     python -m models.training.evaluate --model models/default --corpus build/corpus [--beam-size 4]
 
-Translation goes through the service's own text pipeline (service/text_pipeline.py): the same
+Translation goes through the service's own text pipeline (service/text/pipeline.py): the same
 sentence splitting, placeholder masking, tag edges, per-sentence token limit and output budget
 (``MT_OUTPUT_LENGTH_RATIO`` x source tokens + ``MT_OUTPUT_LENGTH_SLACK``, at most
 ``MT_MAX_NEW_TOKENS``) and reassembly, so what is scored is what is served. A text the service
@@ -28,10 +28,12 @@ from models.checkpoint import load_pretrained
 from models.search import beam_search, greedy_search
 from models.training.corpus import read_direction
 from models.transformer import Transformer
-from service.placeholders import placeholder_strings, survival_rate
-from service.settings import Settings
-from service.text_pipeline import InputTooLarge, TextLimits, TextPipeline, TextPlan
-from service.tokenizer import Tokenizer
+from service.config import Settings
+from service.errors import InputTooLarge
+from service.text.pipeline import TextPipeline, TextPlan
+from service.text.protection import placeholder_strings, survival_rate
+from service.text.tokenizer import Tokenizer
+from service.wiring import text_limits
 
 # The backend: source ids, each row's token budget and placeholder constraint -> output ids.
 DecodeIds = Callable[[list[list[int]], list[int], list[dict[int, int] | None]], list[list[int]]]
@@ -53,9 +55,9 @@ def translate_with(
     both are scored through exactly the same text handling.
     """
     pipeline = TextPipeline(
-        tokenizer, TextLimits.from_settings(Settings()), source_lang, model_positions
+        tokenizer, text_limits(Settings()), source_lang, model_positions
     )
-    options = pipeline.options(None, None)  # the output budget; the backend does the search
+    options = pipeline.limits.options(None, None)  # the output budget; the backend does the search
     plans: list[list[TextPlan] | None] = []
     for text in texts:
         try:
@@ -115,9 +117,9 @@ def torch_decoder(model: Transformer, beam_size: int = 1) -> DecodeIds:
 
 
 def engine_decoder(engine: Any, beam_size: int, constrain_placeholders: bool) -> DecodeIds:
-    """The serving engine (``service.engine.Engine``) as a backend: every row with its own
+    """The serving engine (``service.runtime.engine.Engine``) as a backend: every row with its own
     budget, as the batcher submits them; the placeholder constraint when asked."""
-    from service.engine import DecodeRequest
+    from service.runtime.engine import DecodeRequest
 
     def decode_ids(
         ids: list[list[int]], budgets: list[int], copy_tokens: list[dict[int, int] | None]
@@ -179,11 +181,11 @@ def evaluate(
         decode_ids = torch_decoder(model, beam_size)
         positions = model.config.max_positions
     else:
-        from service.engine import Engine
+        from service.runtime.engine import Engine
 
         engine = Engine.from_dir(onnx_dir, provider="cpu")
         tokenizer = engine.tokenizer
-        # The service's placeholder constraint (service/decoding.py, CopyConstraint).
+        # The service's placeholder constraint (service/runtime/search.py, CopyConstraint).
         decode_ids = engine_decoder(engine, beam_size, constrain_placeholders)
         positions = engine.model.info.max_positions
 

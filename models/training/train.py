@@ -40,8 +40,8 @@ from models.config import TransformerConfig
 from models.training.corpus import read_direction
 from models.training.evaluate import translate
 from models.transformer import Transformer
-from service.placeholders import mask_pair
-from service.tokenizer import Tokenizer
+from service.text.protection import mask_pair
+from service.text.tokenizer import Tokenizer
 
 log = logging.getLogger("train")
 

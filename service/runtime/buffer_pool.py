@@ -1,0 +1,104 @@
+"""Host memory for KV caches that is reused rather than freshly allocated.
+
+A cache of 128 rows at Marian-base size is 12 arrays of 10-25 MB. numpy often gets arrays that
+large from the allocator as fresh pages and advises transparent huge pages for them; the
+first touch of those pages (page faults, and huge-page compaction) makes copying a grown
+cache an order of magnitude slower than copying into memory touched before (BENCHMARKS.md).
+``BufferPool`` keeps the flat buffers of caches the engine is done with and hands
+out C-contiguous views of them.
+
+A buffer is only ever handed back by ``HostKV`` for caches it consumed (service/runtime/onnx_model.py:
+``KVCache.consume``), and ``recycle`` refuses arrays something else still refers to, so a
+reused buffer can never be seen through an old cache. The pool is shared by the engine thread
+and the encoder thread (service/scheduling/batcher.py, encoder overlap: newcomers' caches are built there
+while the running rows step), so lending and taking back hold a lock: a buffer lent twice
+would be two caches in one place.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import deque
+
+import numpy as np
+
+# New buffers get this much headroom: a cache that grows by a few slots at a time then finds,
+# every other time, a buffer it can reuse instead of fresh pages.
+HEADROOM = 2.0
+# A free buffer serves a request for at least 1 / MAX_WASTE of its size (no 1 GB buffer for a
+# 1 MB array).
+MAX_WASTE = 4.0
+DEFAULT_MAX_FREE_BYTES = 1 << 30
+
+
+class BufferPool:
+    """Flat host buffers of one dtype, lent out as arrays of any shape that fits."""
+
+    def __init__(self, dtype: np.dtype, max_free_bytes: int = DEFAULT_MAX_FREE_BYTES) -> None:
+        self.dtype = np.dtype(dtype)
+        self.max_free_bytes = max_free_bytes
+        self._free: deque[np.ndarray] = deque()  # 1-D buffers, oldest first
+        self.free_bytes = 0
+        self.reused = 0  # arrays served from a free buffer
+        self.allocated = 0  # arrays that needed a new buffer
+        self._lock = threading.Lock()
+
+    def empty(self, shape: tuple[int, ...]) -> np.ndarray:
+        """An uninitialised C-contiguous array of ``shape``."""
+        size = int(np.prod(shape))
+        with self._lock:
+            fitting = [
+                index
+                for index, buffer in enumerate(self._free)
+                if size <= buffer.size <= MAX_WASTE * max(size, 1)
+            ]
+            if fitting:
+                best = min(fitting, key=lambda index: self._free[index].size)
+                self.reused += 1
+                buffer = self._free[best]
+                del self._free[best]
+                self.free_bytes -= buffer.nbytes
+            else:
+                self.allocated += 1
+                buffer = None
+        if buffer is None:  # allocated outside the lock: the other thread need not wait
+            buffer = np.empty(int(size * HEADROOM), self.dtype)
+        return buffer[:size].reshape(shape)
+
+    def zeros(self, shape: tuple[int, ...]) -> np.ndarray:
+        array = self.empty(shape)
+        array.fill(0)
+        return array
+
+    def recycle(self, arrays: list[np.ndarray]) -> None:
+        """Take back the buffers of ``arrays`` (the caller drops them) that nothing else sees."""
+        for array in arrays:
+            buffer = array if array.base is None else array.base
+            if self._unshared(array, buffer):
+                flat = buffer.reshape(-1)
+                with self._lock:
+                    self._free.append(flat)
+                    self.free_bytes += flat.nbytes
+        with self._lock:
+            while self.free_bytes > self.max_free_bytes:
+                self.free_bytes -= self._free.popleft().nbytes
+
+    def _unshared(self, array: np.ndarray, buffer: object) -> bool:
+        """Whether ``buffer`` is a plain numpy buffer of our dtype that only ``array`` (held by
+        the caller's list) refers to. Counted references: the caller's list, the local names
+        and getrefcount's own argument; any other holder (another view, a cache the caller kept)
+        adds one and the buffer is left to the garbage collector."""
+        if not (
+            isinstance(buffer, np.ndarray)
+            and buffer.dtype == self.dtype
+            and buffer.flags.owndata
+            and buffer.flags.c_contiguous
+            and buffer.flags.writeable
+        ):
+            return False
+        if buffer is array:  # list, recycle's `array` and `buffer`, _unshared's two, argument
+            return sys.getrefcount(array) <= 6
+        # the view: list, recycle's `array`, _unshared's `array`, argument; the buffer:
+        # array.base, recycle's `buffer`, _unshared's `buffer`, argument
+        return sys.getrefcount(array) <= 4 and sys.getrefcount(buffer) <= 4

@@ -1,0 +1,314 @@
+"""Per-request search state: one small object per request, numpy only.
+
+The decoder graph ends in a search head (export/search_head.py): per row it returns the k best
+log-probabilities and their ids (bans applied) and the log-probabilities, before the bans, of
+a few watched ids. The searches here never see the vocabulary-wide logits: beam
+bookkeeping touches ``rows x k`` numbers.
+
+Both classes share one interface, driven by the engine once per decoder step:
+
+- ``num_rows``: rows the request occupies in the batch (1 for greedy, K for beam search);
+- ``top_k``: how many candidates per row the search needs (1 greedy, 2K beam);
+- ``bans()`` / ``watch_ids()``: the rows' extra banned ids (rows, b) and watched ids (w,) for
+  the next step, or None (the engine always bans pad and, by default, unk, and watches its
+  bans beside a search's watched ids);
+- ``advance(head) -> (next_tokens, parent_rows)``: ``head`` is the request's rows of the
+  step's ``StepOutput``; returns the tokens to feed next (rows,) and, per new row, the row
+  (0..rows-1 within the request) whose cache it continues;
+- ``done``, ``result()`` and ``hypotheses()``: generated ids without the start token and
+  without eos; ``hypotheses()`` is the n-best list (beam search), best first.
+
+Semantics are those of ``models/search.py`` (themselves those of ``transformers.generate``):
+pad is never generated; bans act on log-probabilities as transformers' logits processors do;
+beam search keeps 2K candidates, finished hypotheses are normalised by
+``length ** length_penalty``, and it stops with the ``early_stopping=False`` heuristic.
+
+Placeholder constraint (``CopyConstraint``, optional): symbols that stand for placeholders
+must come out exactly as often as the source has them. Per row it bans the symbols the row
+may not emit (absent from the source, or already emitted as often as the source has them) and
+bans eos while the row still owes symbols; once the steps left equal the symbols owed, or the
+row would stop (its argmax before the bans is eos), only owed symbols are allowed: the row
+chooses among them by their log-probabilities renormalised over that set (the watched ids).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.runtime.onnx_model import StepOutput
+
+
+def top_k_descending(scores: np.ndarray, k: int, tiebreak: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the k largest entries of a 1-D array, largest first; ties: lower
+    ``tiebreak`` (default: the index) first."""
+    tiebreak = np.arange(scores.shape[0]) if tiebreak is None else tiebreak
+    order = np.lexsort((tiebreak, -scores))
+    return order[:k]
+
+
+class CopyConstraint:
+    """Per-row counts of the symbols each row still owes, for one request.
+
+    ``copy_tokens`` maps every constrained token id (the placeholder symbols of the
+    vocabulary) to how often the source has it; ids with count 0 are never emitted. Rows
+    (beams) each keep their own counts, reordered with their parents by ``advance``.
+    """
+
+    def __init__(self, copy_tokens: dict[int, int], rows: int, eos_id: int, pad_id: int) -> None:
+        if any(count < 0 for count in copy_tokens.values()):
+            raise ValueError("copy_tokens counts must be >= 0")
+        self.ids = np.array(sorted(copy_tokens), dtype=np.int64)  # (C,)
+        self._slot = {int(token): slot for slot, token in enumerate(self.ids)}
+        counts = np.array([copy_tokens[int(token)] for token in self.ids], dtype=np.int64)
+        self.remaining = np.tile(counts, (rows, 1))  # (rows, C)
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        # Asked for every step of every row, and most steps change nothing: ``bans`` is
+        # cached until ``advance`` changes ``remaining``; the watched ids never change.
+        self._bans: np.ndarray | None = None
+        self._watch_ids = np.append(self.ids, eos_id)
+
+    def bans(self) -> np.ndarray:
+        """(rows, C + 1): the symbols each row has used up, and eos while it owes symbols;
+        unused slots hold pad (banned anyway). Read-only (cached)."""
+        if self._bans is None:
+            banned = np.where(self.remaining <= 0, self.ids, self.pad_id)
+            owed = self.remaining.sum(axis=1)
+            eos = np.where(owed > 0, self.eos_id, self.pad_id)
+            self._bans = np.concatenate([banned, eos[:, None]], axis=1)
+        return self._bans
+
+    def candidates(
+        self,
+        scores: np.ndarray,
+        ids: np.ndarray,
+        head: StepOutput,
+        steps_left: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows' candidates (log-probs, ids), (rows, k), from the head's top k, except for
+        rows that must emit what they owe now: ``steps_left`` tokens each row may still
+        generate (the one chosen now included), or the row would stop. A row that would stop
+        emits the symbols it owes at once: otherwise a banned eos makes it ramble until the
+        symbols are forced at the end."""
+        owed = self.remaining.sum(axis=1)  # (rows,)
+        if not owed.any():  # nothing owed: no row is forced (the usual case)
+            return scores, ids
+        wants_to_stop = self._unbanned_best(head, scores[:, 0], ids[:, 0]) == self.eos_id
+        forced = np.flatnonzero((owed > 0) & ((owed >= steps_left) | wants_to_stop))
+        if not len(forced):
+            return scores, ids
+        scores, ids = scores.copy(), ids.copy()
+        width = ids.shape[1]
+        symbols = len(self.ids)
+        for row in forced:
+            allowed = self.remaining[row] > 0  # (C,)
+            log_probs = head.watch_log_probs[row, :symbols].astype(np.float64)
+            log_probs = np.where(allowed, log_probs, -np.inf)
+            finite = log_probs[allowed]
+            peak = finite.max()
+            log_probs = log_probs - (peak + np.log(np.exp(finite - peak).sum()))
+            order = top_k_descending(log_probs, width, self.ids)
+            scores[row] = -np.inf
+            ids[row] = self.pad_id
+            take = order[: min(width, symbols)]
+            scores[row, : len(take)] = log_probs[take]
+            ids[row, : len(take)] = self.ids[take]
+        return scores, ids
+
+    @staticmethod
+    def _unbanned_best(head: StepOutput, top_score: np.ndarray, top_id: np.ndarray) -> np.ndarray:
+        """Each row's argmax before any ban (ties: lower id), (rows,). The best allowed id is
+        the head's top 1; every banned id is watched (the engine watches its bans, the
+        constraint its symbols and eos), with its log-prob before the bans."""
+        if len(top_id) == 1:  # one row (greedy): plain Python beats numpy's per-call cost
+            ids = [int(top_id[0]), *head.watch_ids[0].tolist()]
+            scores = [float(top_score[0]), *head.watch_log_probs[0].tolist()]
+            _, negated_id = max(zip(scores, [-token for token in ids], strict=True))
+            return np.array([-negated_id])
+        candidate_ids = np.concatenate([top_id[:, None], head.watch_ids], axis=1)
+        candidate_scores = np.concatenate([top_score[:, None], head.watch_log_probs], axis=1)
+        best_score = candidate_scores.max(axis=1, keepdims=True)  # (rows, 1)
+        tied_ids = np.where(candidate_scores == best_score, candidate_ids, np.iinfo(np.int64).max)
+        return tied_ids.min(axis=1)
+
+    def watch_ids(self) -> np.ndarray:
+        """The symbols (their renormalised log-probs when a row must pay what it owes), then
+        eos (would the row stop?). Read-only."""
+        return self._watch_ids
+
+    def advance(self, tokens: np.ndarray, parents: np.ndarray) -> None:
+        """The rows continue ``parents`` with ``tokens``: reorder, count emitted symbols."""
+        if len(parents) != len(self.remaining) or (parents != np.arange(len(parents))).any():
+            self.remaining = self.remaining[parents]
+            self._bans = None
+        for row, token in enumerate(tokens.tolist()):
+            slot = self._slot.get(token)
+            if slot is not None:
+                self.remaining[row, slot] -= 1
+                self._bans = None
+
+
+def make_constraint(
+    copy_tokens: dict[int, int] | None, rows: int, eos_id: int, pad_id: int
+) -> CopyConstraint | None:
+    return CopyConstraint(copy_tokens, rows, eos_id, pad_id) if copy_tokens else None
+
+
+class _Search:
+    """What greedy and beam search share: limits, the constraint's hooks."""
+
+    num_rows: int
+    top_k: int
+
+    def __init__(self, max_new_tokens: int, eos_id: int, pad_id: int, constraint) -> None:
+        self.max_new_tokens = max_new_tokens
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.constraint: CopyConstraint | None = constraint
+        self.steps = 0
+        self.done = False
+
+    def bans(self) -> np.ndarray | None:
+        return self.constraint.bans() if self.constraint is not None else None
+
+    def watch_ids(self) -> np.ndarray | None:
+        return self.constraint.watch_ids() if self.constraint is not None else None
+
+    def _candidates(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, top_k) log-probs and ids of this step's candidates."""
+        scores, ids = head.top_log_probs[:, : self.top_k], head.top_ids[:, : self.top_k]
+        if self.constraint is not None:
+            steps_left = self.max_new_tokens - self.steps
+            return self.constraint.candidates(scores, ids, head, steps_left)
+        return scores, ids
+
+
+class GreedySearch(_Search):
+    num_rows = 1
+    top_k = 1
+
+    def __init__(
+        self,
+        max_new_tokens: int,
+        eos_id: int,
+        pad_id: int,
+        copy_tokens: dict[int, int] | None = None,
+    ) -> None:
+        super().__init__(
+            max_new_tokens, eos_id, pad_id, make_constraint(copy_tokens, 1, eos_id, pad_id)
+        )
+        self.tokens: list[int] = []
+
+    def advance(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
+        """head of 1 row -> next token (1,), parent row (1,)."""
+        _, ids = self._candidates(head)
+        token = int(ids[0, 0])
+        self.steps += 1
+        if token == self.eos_id:
+            self.done = True
+        else:
+            self.tokens.append(token)
+            self.done = self.steps >= self.max_new_tokens
+        next_tokens, parents = np.array([token], dtype=np.int64), np.zeros(1, dtype=np.int64)
+        if self.constraint is not None:
+            self.constraint.advance(next_tokens, parents)
+        return next_tokens, parents
+
+    def result(self) -> list[int]:
+        return list(self.tokens)
+
+    def hypotheses(self) -> list[list[int]]:
+        return [self.result()]
+
+
+class BeamSearch(_Search):
+    def __init__(
+        self,
+        beam_size: int,
+        max_new_tokens: int,
+        eos_id: int,
+        pad_id: int,
+        length_penalty: float = 1.0,
+        copy_tokens: dict[int, int] | None = None,
+    ) -> None:
+        super().__init__(
+            max_new_tokens, eos_id, pad_id, make_constraint(copy_tokens, beam_size, eos_id, pad_id)
+        )
+        self.num_rows = beam_size
+        self.top_k = 2 * beam_size
+        self.length_penalty = length_penalty
+        self.running_tokens: list[list[int]] = [[] for _ in range(beam_size)]
+        # All beams start identical: keep one alive (float32, as in the reference).
+        self.running_scores = np.full(beam_size, -1e9, dtype=np.float32)
+        self.running_scores[0] = 0.0
+        self.finished: list[tuple[float, list[int]]] = []  # (normalised score, tokens), best first
+
+    def advance(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
+        """head of K rows -> next tokens (K,), parent beams (K,)."""
+        num_beams = self.num_rows
+        row_scores, row_ids = self._candidates(head)  # (K, 2K) each, bans applied
+        # The best 2K of all K*V candidates are among each beam's best 2K (a beam's running
+        # score shifts its whole row), which is what the search head returns.
+        flat_scores = (row_scores + self.running_scores[:, None]).reshape(-1).astype(np.float32)
+        flat_beam = np.repeat(np.arange(num_beams), row_ids.shape[1])
+        flat_token = row_ids.reshape(-1)
+        # Ties: the lower index into the K*V candidates first (beam-major, then token id).
+        chosen = top_k_descending(flat_scores, 2 * num_beams, flat_beam * (1 << 32) + flat_token)
+        top_scores, top_beam, top_token = flat_scores[chosen], flat_beam[chosen], flat_token[chosen]
+        self.steps += 1
+        length = self.steps  # generated tokens including the one chosen now
+        ends = (top_token == self.eos_id) | (length == self.max_new_tokens)
+        # A banned candidate (-inf: fewer than 2K allowed) never becomes a hypothesis.
+        ends &= np.isfinite(top_scores)
+        normaliser = length**self.length_penalty
+
+        # Candidates ranked within the top K that end here become finished hypotheses.
+        for rank in range(num_beams):
+            if ends[rank]:
+                hypothesis = list(self.running_tokens[top_beam[rank]])
+                if top_token[rank] != self.eos_id:
+                    hypothesis.append(int(top_token[rank]))
+                self.finished.append((float(top_scores[rank]) / normaliser, hypothesis))
+        self.finished.sort(key=lambda item: item[0], reverse=True)
+        del self.finished[num_beams:]
+
+        # The best K candidates that do not end continue.
+        open_scores = top_scores - np.float32(1e9) * ends.astype(np.float32)
+        keep_rank = top_k_descending(open_scores, num_beams)
+        keep_beam, keep_token = top_beam[keep_rank], top_token[keep_rank]
+        self.running_tokens = [
+            self.running_tokens[beam] + [int(token)]
+            for beam, token in zip(keep_beam, keep_token, strict=True)
+        ]
+        self.running_scores = open_scores[keep_rank].astype(np.float32)
+        if self.constraint is not None:
+            self.constraint.advance(keep_token, keep_beam)
+
+        # transformers' early_stopping=False heuristic: stop once the best running beam,
+        # normalised at its current length, cannot beat the worst of K finished hypotheses.
+        best_running = float(self.running_scores[0]) / normaliser
+        worst_finished = self.finished[-1][0] if len(self.finished) == num_beams else -1e9
+        self.done = not best_running > worst_finished or length >= self.max_new_tokens
+        return keep_token.astype(np.int64), keep_beam.astype(np.int64)
+
+    def result(self) -> list[int]:
+        return list(self.finished[0][1]) if self.finished else []
+
+    def hypotheses(self) -> list[list[int]]:
+        """The finished hypotheses, best first (at most K): the n-best list."""
+        return [list(tokens) for _, tokens in self.finished]
+
+
+def make_search(
+    beam_size: int,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    length_penalty: float = 1.0,
+    copy_tokens: dict[int, int] | None = None,
+) -> GreedySearch | BeamSearch:
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if beam_size == 1:
+        return GreedySearch(max_new_tokens, eos_id, pad_id, copy_tokens)
+    return BeamSearch(beam_size, max_new_tokens, eos_id, pad_id, length_penalty, copy_tokens)

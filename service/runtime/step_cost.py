@@ -1,0 +1,172 @@
+"""What a decoder step costs, learned from the engine's own timings.
+
+A decoder call over N rows with P cached target positions and sources padded to S tokens
+costs, to a good approximation,
+
+    seconds ~ c0 + c1 N + c2 N (P + 1) + c3 N S + c4 N^2
+
+c0 is the per-call overhead, c1 the per-row matmuls (projections, feed-forward, output layer),
+c2 self-attention over the cache, c3 cross-attention over the source; c4 lets the fit bend
+where a batch outgrows the CPU's caches (measured on 2 AVX2 cores: the default model's
+tokens/s *falls* from 8 to 32 rows). On a GPU the fitted c1 and c4 come out near zero and the
+knee lies far out; on 2 CPU cores it comes early. The same code finds both: it is a least-squares
+fit over
+
+- calibration points, timed once at start-up over a spread of shapes (kept for good: live
+  traffic covers a narrow range of shapes, and the fit must not extrapolate blindly), and
+- a window of the most recent live steps (so the fit follows the machine as it is now). A
+  live step is timed whole, host work included (step inputs, the searches, cache
+  rearrangement), so the fit learns what a step really costs, not just the decoder call;
+  calibration times decoder calls alone and the live window (512 steps against 48 points)
+  soon outweighs it.
+
+No coefficient is negative (a non-negative least-squares fit): every term is a cost.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """One decoder call: rows, cached target positions, padded source length."""
+
+    rows: int
+    past_len: int
+    width: int
+
+
+def _terms(rows, past_len: int, width: int) -> tuple:
+    """The five terms of the cost model (module docstring) for ``rows``: a float (one call) or
+    an array of row counts (one term array each)."""
+    return (
+        rows * 0.0 + 1.0,
+        rows,
+        rows * (past_len + 1) / 64.0,
+        rows * width / 64.0,
+        rows * rows / 64.0,
+    )
+
+
+def _row_features(rows: np.ndarray, past_len: int, width: int) -> np.ndarray:
+    """(R,) row counts -> (R, 5) features of a call of each count at this past and width."""
+    return np.stack(_terms(rows, past_len, width), axis=-1)
+
+
+Features = tuple[float, float, float, float, float]  # one call's row of _row_features
+
+
+def _features(shape: StepShape) -> Features:
+    """``_row_features`` of one call in plain floats: the engine observes every step, and a
+    numpy call per feature cost more than the rest of the bookkeeping (17-70 us per step)."""
+    return _terms(float(shape.rows), shape.past_len, shape.width)
+
+
+def _non_negative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin |a x - b| with x >= 0, by dropping the most negative term and refitting.
+
+    Every term is a cost (overhead, per row, per cached position, per source position, the
+    batch's bend), so none may be negative. An unconstrained fit on noisy timings (another
+    process on the cores during calibration) gave negative attention terms and put the knee
+    at the row cap; a term the data cannot support is dropped (0) instead."""
+    active = np.ones(a.shape[1], dtype=bool)
+    coefficients = np.zeros(a.shape[1])
+    while active.any():
+        solution, *_ = np.linalg.lstsq(a[:, active], b, rcond=None)
+        if (solution >= 0).all():
+            coefficients[active] = solution
+            break
+        active[np.flatnonzero(active)[int(solution.argmin())]] = False
+    return coefficients
+
+
+class StepCostModel:
+    """Least-squares fit of decoder-call seconds over calibration and recent live steps.
+
+    Thread-safe: the engine thread observes, the batcher (same thread) and metrics read."""
+
+    def __init__(self, window: int = 512, refit_every: int = 32) -> None:
+        self._calibration: list[tuple[Features, float]] = []
+        self._recent: deque[tuple[Features, float]] = deque(maxlen=window)
+        self._refit_every = refit_every
+        self._since_fit = 0
+        self._coefficients: np.ndarray | None = None
+        self._coefficient_list: list[float] = []
+        self._floor = 0.0
+        self._knees: dict[tuple[int, int, int, float], int] = {}  # best_rows of this fit
+        self._lock = threading.Lock()
+
+    @property
+    def fitted(self) -> bool:
+        return self._coefficients is not None
+
+    @property
+    def coefficients(self) -> list[float]:
+        return [] if self._coefficients is None else [float(c) for c in self._coefficients]
+
+    def calibrate(self, samples: Iterable[tuple[StepShape, float]]) -> None:
+        with self._lock:
+            self._calibration = [(_features(shape), seconds) for shape, seconds in samples]
+            self._fit()
+
+    def observe(self, shape: StepShape, seconds: float) -> None:
+        with self._lock:
+            self._recent.append((_features(shape), seconds))
+            self._since_fit += 1
+            if self._since_fit >= self._refit_every:
+                self._fit()
+
+    def _fit(self) -> None:
+        samples = self._calibration + list(self._recent)
+        self._since_fit = 0
+        if len(samples) < 6:
+            return
+        features = np.array([f for f, _ in samples])  # (samples, 5)
+        seconds = np.array([s for _, s in samples])
+        # Relative error matters (a 1 ms step and a 100 ms step are equally important to get
+        # right in proportion): weight each sample by 1 / its duration.
+        weights = 1.0 / np.maximum(seconds, 1e-5)
+        self._coefficients = _non_negative_least_squares(
+            features * weights[:, None], seconds * weights
+        )
+        self._coefficient_list = [float(c) for c in self._coefficients]
+        self._floor = float(seconds.min()) * 0.5
+        self._knees = {}
+
+    def predict(self, shape: StepShape) -> float:
+        """Seconds of one decoder call of ``shape`` (0 before any fit)."""
+        if self._coefficients is None:
+            return 0.0
+        # plain floats: the batcher asks this many times between two steps, and numpy's
+        # per-call overhead would be most of the cost of a 5-term dot product
+        c0, c1, c2, c3, c4 = self._coefficient_list
+        rows = shape.rows
+        seconds = c0 + rows * (c1 + (c2 * (shape.past_len + 1) + c3 * shape.width + c4 * rows) / 64)
+        return max(seconds, self._floor)
+
+    def step_seconds(self, shapes: Iterable[StepShape]) -> float:
+        """One engine step = one decoder call per group."""
+        return sum(self.predict(shape) for shape in shapes)
+
+    def best_rows(self, past_len: int, width: int, max_rows: int, tolerance: float) -> int:
+        """The most rows (1..max_rows) of one call of this past and width whose tokens/s stay
+        within ``tolerance`` of the best row count's: this machine's knee."""
+        key = (past_len, width, max_rows, tolerance)
+        knee = self._knees.get(key)
+        if knee is None:  # the batcher asks once per queued candidate: once per shape and fit
+            coefficients = self._coefficients
+            if coefficients is None:
+                return max_rows
+            counts = np.arange(1, max_rows + 1, dtype=np.float64)
+            features = _row_features(counts, past_len, width)  # (max_rows, 5)
+            rates = counts / np.maximum(features @ coefficients, self._floor)
+            knee = int(counts[rates >= rates.max() * (1 - tolerance)].max())
+            self._knees[key] = knee
+        return knee
+

@@ -1,0 +1,423 @@
+"""Protected spans: what must come back from the model byte for byte, masked as ``｟k｠``
+symbols before translation and restored after. Two kinds share one numbering: placeholders
+(markup, format fields, URLs) and runs the model cannot spell (emoji, symbols, other scripts).
+
+## Placeholders
+
+Software strings carry things a translation must reproduce byte for byte: printf and brace
+format fields, template variables, HTML tags, entities, URLs. A subword model trained on a
+few tens of thousands of UI strings garbles them (``%(name)s`` → ``% (Name) s``). So before
+translation every such span is replaced by a reserved symbol ``｟k｠`` that the tokenizer keeps
+as one piece (it is a SentencePiece ``user_defined_symbol``), and after translation the
+symbols are swapped back for the original spans.
+
+Symbol convention: ``｟0｠`` … ``｟{MAX_PLACEHOLDERS-1}｠`` (U+FF5F / U+FF60, the OpenNMT
+placeholder brackets, which never occur in UI text). ``k`` is the order of first appearance
+in the source; identical spans share one index. Spans beyond ``MAX_PLACEHOLDERS`` distinct
+ones are left as they are.
+
+## What the model cannot spell
+
+A subword vocabulary covers the characters of its training data. Anything else (``😀``,
+``✔``, ``→``, ``東京``, ``Дмитрий``, a NUL) becomes the unknown piece, which the detokenizer
+drops, or is changed by the tokenizer's normalisation (``ℹ️`` → ``i``, ``№`` → ``No``, ``…`` →
+``...``). Either way the client's text is silently lost. ``RunProtector`` finds such text and
+protects it the way placeholders are protected: masked with a
+``｟k｠`` symbol before translation, constrained by the decoder to come back exactly once
+(service/runtime/search.py, ``CopyConstraint``), restored verbatim after.
+
+Decisions:
+
+* **Ask the served model's tokenizer, per grapheme cluster.** A cluster (``regex``'s ``\\X``:
+  a base with its combining marks, an emoji with its skin-tone modifier, ZWJ sequence or
+  variation selector, a flag) is protected when :meth:`Tokenizer.spells` says the model cannot
+  read it and write it back exactly; answers are cached per model. A second pass over the
+  whole sentence catches pieces that are unknown only in context. What the tokenizer can
+  spell is left to the model, so this holds for every model (ours, imported OPUS-MT) without
+  retraining, and covers exactly what that model lacks.
+* **Runs.** Neighbouring protected clusters, and protected clusters separated only by spaces,
+  form one run (``Дмитрий Иванов`` is one name, one symbol). A protected letter inside a word
+  takes the word with it (``Zoë``, not ``Zo`` + ``ë``): the model cannot translate a word it
+  cannot spell, and a name cut in two tends to come back with a space inside.
+* **Whitespace** (spaces of Unicode category Zs, tab, line feed, carriage return) is left to
+  the model and the segmenter, as before. **Control characters** (NUL, ESC, form feed, C1,
+  bidi and zero-width format characters) are not whitespace here: the model cannot spell them,
+  so they are protected and come back where they were.
+* **Symbols are shared** with placeholders: one numbering by first appearance over both,
+  identical strings share a symbol.
+* **More distinct protected strings than the model has symbols** (32 for the default model):
+  the two neighbouring spans with the least text between them are merged into one span (that
+  text then stays untranslated), until they fit. Nothing is dropped; the cost is a few words
+  left in the source language, in sentences that are mostly symbols anyway.
+* **Models without the symbols** (imported OPUS-MT checkpoints have no ``｟k｠`` pieces):
+  :meth:`RunProtector.cut_around_runs` splits sentences at the runs, each piece is translated
+  on its own and the runs stay verbatim in between.
+* **Restoring**: a symbol the decoder did not emit as often as the source has it (only when
+  ``max_new_tokens`` leaves no room for the symbols owed) has its original appended at the
+  end rather than lost (:func:`restore_every_run`).
+
+Runtime module: no torch, no numpy.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import regex
+
+from service.text.tokenizer import Tokenizer
+
+MAX_PLACEHOLDERS = 32
+SYMBOL_OPEN = "\uff5f"  # ｟
+SYMBOL_CLOSE = "\uff60"  # ｠
+PLACEHOLDER_SYMBOLS: tuple[str, ...] = tuple(
+    f"{SYMBOL_OPEN}{index}{SYMBOL_CLOSE}" for index in range(MAX_PLACEHOLDERS)
+)
+"""Reserved pieces, in index order: pass them to SentencePiece as ``user_defined_symbols``."""
+
+# One alternation, most specific first: the regex engine takes the first alternative that
+# matches at a position, so `%(name)s` must be tried before a bare `%`-form and `{{ x }}`
+# before `{x}`.
+_PLACEHOLDER_PATTERNS: tuple[str, ...] = (
+    # HTML/XML tags, with attributes: <b>, </a>, <br/>, <a href="...">
+    r"</?[A-Za-z][A-Za-z0-9:_.-]*(?:\s+[^<>]*?)?\s*/?>",
+    # URLs (trailing sentence punctuation is trimmed below)
+    r"(?:https?|ftp)://[^\s<>\"']+",
+    # e-mail addresses
+    r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+",
+    # Jinja/Django template variables and tags: {{ user.name }}, {% trans %}
+    r"\{\{[^{}]*\}\}",
+    r"\{%.*?%\}",
+    # escaped braces in Python/.NET format strings
+    r"\{\{|\}\}",
+    # shell/JS ${x}, LibreOffice/make $(ARG1)
+    r"\$\{[^{}\s]*\}",
+    r"\$\([A-Za-z0-9_]+\)",
+    # Python/.NET braces: {0}, {name}, {0:.2f}, {name!r}, {}
+    r"\{[A-Za-z0-9_.\[\]]*(?:![rsa])?(?::[^{}\s]*)?\}",
+    # printf: %s %d %(name)s %1$s %.2f %-10s %lu %zu %%  (no space flag: "50% discount")
+    r"%(?:\([A-Za-z0-9_.-]+\))?(?:\d+\$)?[-+0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?"
+    r"(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGaAcspn%]",
+    # Qt/LibreOffice positional %1 and named %PRODUCTNAME
+    r"%\d+",
+    r"%[A-Z][A-Z_]{2,}",
+    # HTML entities: &amp; &#160; &#x2014;
+    r"&(?:[A-Za-z][A-Za-z0-9]*|#\d+|#[xX][0-9A-Fa-f]+);",
+)
+PLACEHOLDER_RE = re.compile("|".join(f"(?:{pattern})" for pattern in _PLACEHOLDER_PATTERNS))
+# A symbol as it comes back from the model, which may put spaces inside it.
+SYMBOL_RE = re.compile(rf"{SYMBOL_OPEN}\s*(\d+)\s*{SYMBOL_CLOSE}")
+# A symbol exactly as masking writes it.
+EXACT_SYMBOL_RE = re.compile(rf"{SYMBOL_OPEN}\d+{SYMBOL_CLOSE}")
+_URL_TRAILING_PUNCTUATION = ".,;:!?)]"
+
+
+def find_placeholders(text: str) -> list[tuple[int, int]]:
+    """Return ``(start, end)`` spans of every placeholder in ``text``, left to right.
+
+    URLs lose trailing sentence punctuation (``see https://x.org.`` keeps the full stop in
+    the translatable text).
+    """
+    spans: list[tuple[int, int]] = []
+    for match in PLACEHOLDER_RE.finditer(text):
+        start, end = match.span()
+        if "://" in match.group():
+            while end > start and text[end - 1] in _URL_TRAILING_PUNCTUATION:
+                end -= 1
+        spans.append((start, end))
+    return spans
+
+
+def placeholder_strings(text: str) -> list[str]:
+    """The placeholder substrings of ``text`` in order (with repeats)."""
+    return [text[start:end] for start, end in find_placeholders(text)]
+
+
+def _mask_with(text: str, index_of: dict[str, int]) -> str:
+    """Replace every placeholder whose string has an index; others stay literal."""
+    pieces: list[str] = []
+    cursor = 0
+    for start, end in find_placeholders(text):
+        index = index_of.get(text[start:end])
+        if index is None:
+            continue
+        pieces.append(text[cursor:start])
+        pieces.append(PLACEHOLDER_SYMBOLS[index])
+        cursor = end
+    pieces.append(text[cursor:])
+    return "".join(pieces)
+
+
+def _index_by_first_appearance(strings: Iterable[str]) -> dict[str, int]:
+    index_of: dict[str, int] = {}
+    for string in strings:
+        if string not in index_of and len(index_of) < MAX_PLACEHOLDERS:
+            index_of[string] = len(index_of)
+    return index_of
+
+
+def protect(text: str) -> tuple[str, list[str]]:
+    """Mask placeholders in ``text`` before translation.
+
+    Returns the masked text and ``originals``, where ``originals[k]`` is the span that
+    ``｟k｠`` stands for. Text without placeholders comes back unchanged with ``[]``.
+    """
+    index_of = _index_by_first_appearance(placeholder_strings(text))
+    if not index_of:
+        return text, []
+    return _mask_with(text, index_of), list(index_of)
+
+
+def restore(masked_translation: str, originals: list[str]) -> str:
+    """Put the original spans back in place of the symbols of a translated text.
+
+    Symbols the model invented (an index with no original) are removed rather than shown
+    to the user; tolerant of spaces a detokenizer may have put inside the brackets.
+    """
+
+    def original_for(match: re.Match[str]) -> str:
+        index = int(match.group(1))
+        return originals[index] if index < len(originals) else ""
+
+    return SYMBOL_RE.sub(original_for, masked_translation)
+
+
+def mask_pair(source: str, target: str) -> tuple[str, str, list[str]]:
+    """Mask a training pair consistently on both sides.
+
+    The same placeholder string gets the same symbol in source and target, indexed by first
+    appearance in the source (as :func:`protect` does at run time). If the two sides do not
+    carry the same set of placeholder strings (the translator dropped, added or rewrote
+    one: ``%s`` → ``%1$s``), masking would teach the model to lose or invent a symbol, so
+    the pair is returned unmasked with ``[]``.
+    """
+    source_strings = placeholder_strings(source)
+    target_strings = placeholder_strings(target)
+    if not source_strings and not target_strings:
+        return source, target, []
+    if set(source_strings) != set(target_strings):
+        return source, target, []
+    index_of = _index_by_first_appearance(source_strings)
+    if len(index_of) < len(set(source_strings)):
+        return source, target, []  # more distinct spans than symbols
+    return _mask_with(source, index_of), _mask_with(target, index_of), list(index_of)
+
+
+def surviving_placeholders(source: str, translation: str) -> tuple[int, int]:
+    """Count ``(intact, total)`` placeholders of ``source`` found in ``translation``.
+
+    A placeholder occurring n times in the source counts as intact up to the number of
+    times it occurs in the translation.
+    """
+    wanted = Counter(placeholder_strings(source))
+    found = Counter(placeholder_strings(translation))
+    intact = sum(min(count, found[string]) for string, count in wanted.items())
+    return intact, sum(wanted.values())
+
+
+def survival_rate(sources: Iterable[str], translations: Iterable[str]) -> float:
+    """Fraction of source placeholders that come back intact in the translations.
+
+    Returns 1.0 when the sources hold no placeholders at all (nothing could be lost).
+    """
+    intact_total = 0
+    placeholder_total = 0
+    for source, translation in zip(sources, translations, strict=True):
+        intact, total = surviving_placeholders(source, translation)
+        intact_total += intact
+        placeholder_total += total
+    return intact_total / placeholder_total if placeholder_total else 1.0
+
+
+# --- what the model cannot spell ----------------------------------------------------------
+
+_GRAPHEME = regex.compile(r"\X")
+_MODEL_WHITESPACE = frozenset("\t\n\r")
+# Distinct clusters whose verdict is kept per model: enough for every script and emoji in
+# use; a client sending random combining sequences only makes the cache start over.
+_VERDICT_CACHE_SIZE = 65_536
+
+Span = tuple[int, int]
+
+
+def is_model_whitespace(cluster: str) -> bool:
+    """Spaces (category Zs), tab, LF and CR: left to the model and the segmenter."""
+    return all(char in _MODEL_WHITESPACE or unicodedata.category(char) == "Zs" for char in cluster)
+
+
+def _is_wordlike(cluster: str) -> bool:
+    """A letter, digit or mark cluster: part of a word."""
+    return unicodedata.category(cluster[0])[0] in "LNM"
+
+
+def symbol_piece_ids(tokenizer: Tokenizer) -> list[int | None]:
+    """For each of ``｟0｠``, ``｟1｠``, …: the id of the single piece the tokenizer encodes it
+    as and decodes back to it (the same id on the source and the target side), None where
+    the vocabulary has no such piece."""
+    ids: list[int | None] = []
+    for symbol in PLACEHOLDER_SYMBOLS:
+        pieces = [i for i in tokenizer.encode_one(symbol) if tokenizer.decode([i]) == symbol]
+        ids.append(pieces[0] if len(pieces) == 1 else None)
+    return ids
+
+
+def placeholder_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    """The symbols' piece ids that the copy constraint watches (those the vocabulary has)."""
+    return frozenset(i for i in symbol_piece_ids(tokenizer) if i is not None)
+
+
+def usable_symbols(tokenizer: Tokenizer) -> int:
+    """How many symbols, from ``｟0｠`` without a gap, the tokenizer has as single pieces:
+    the symbols masking may use."""
+    ids = symbol_piece_ids(tokenizer)
+    return next((count for count, i in enumerate(ids) if i is None), len(ids))
+
+
+class RunProtector:
+    """Masks placeholders and runs the model cannot spell, for one served model."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.symbols = usable_symbols(tokenizer)
+        # Read and written from the event loop and from tokenizing worker threads: single
+        # dict operations are atomic, and a lost verdict is only computed again.
+        self._verdicts: dict[str, bool] = {}
+
+    # --- finding runs ----------------------------------------------------------------------
+
+    def spells(self, cluster: str) -> bool:
+        """Whether the model can read and write ``cluster`` (whitespace always counts)."""
+        verdict = self._verdicts.get(cluster)
+        if verdict is None:
+            verdict = is_model_whitespace(cluster) or self.tokenizer.spells(cluster)
+            if len(self._verdicts) >= _VERDICT_CACHE_SIZE:
+                self._verdicts.clear()
+            self._verdicts[cluster] = verdict
+        return verdict
+
+    def runs(self, text: str, keep_out: Sequence[Span] = ()) -> list[Span]:
+        """``(start, end)`` of every run of ``text`` the model cannot spell, left to right,
+        none overlapping ``keep_out`` (placeholders, which have their own protection)."""
+        unknown_in_context = self.tokenizer.unknown_spans(text)
+        if not unknown_in_context and all(map(self.spells, set(_GRAPHEME.findall(text)))):
+            return []  # the common case: one pass over the distinct clusters
+        clusters = [match.span() for match in _GRAPHEME.finditer(text)]
+        excluded = [_overlaps_any(span, keep_out) for span in clusters]
+        protected = [
+            not excluded[i]
+            and not is_model_whitespace(text[start:end])  # a piece's "▁" covers a space
+            and (
+                not self.spells(text[start:end]) or _overlaps_any((start, end), unknown_in_context)
+            )
+            for i, (start, end) in enumerate(clusters)
+        ]
+        self._extend_to_words(text, clusters, protected, excluded)
+        return self._group(text, clusters, protected)
+
+    @staticmethod
+    def _extend_to_words(
+        text: str, clusters: list[Span], protected: list[bool], excluded: list[bool]
+    ) -> None:
+        seeds = [
+            i
+            for i, (start, end) in enumerate(clusters)
+            if protected[i] and _is_wordlike(text[start:end])
+        ]
+        for seed in seeds:
+            for step in (-1, 1):
+                i = seed + step
+                while 0 <= i < len(clusters) and not excluded[i]:
+                    if not _is_wordlike(text[slice(*clusters[i])]):
+                        break
+                    protected[i] = True
+                    i += step
+
+    @staticmethod
+    def _group(text: str, clusters: list[Span], protected: list[bool]) -> list[Span]:
+        runs: list[list[int]] = []
+        for (start, end), is_protected in zip(clusters, protected, strict=True):
+            if not is_protected:
+                continue
+            between = text[runs[-1][1] : start] if runs else None
+            if between is not None and (
+                between == "" or all(unicodedata.category(c) == "Zs" for c in between)
+            ):
+                runs[-1][1] = end  # touching, or only spaces between: one run
+            else:
+                runs.append([start, end])
+        return [(start, end) for start, end in runs]
+
+    # --- masking ---------------------------------------------------------------------------
+
+    def protect(self, text: str) -> tuple[str, list[str]]:
+        """Mask placeholders and runs in one sentence: ``(masked, originals)``, where
+        ``originals[k]`` is what ``｟k｠`` stands for (restore with
+        :func:`restore_every_run`). A model without symbols gets placeholder masking alone
+        (its runs are cut out by :meth:`cut_around_runs`)."""
+        if not self.symbols:
+            return protect(text)
+        placeholders = find_placeholders(text)
+        spans = sorted([*placeholders, *self.runs(text, placeholders)])
+        if not spans:
+            return text, []
+        spans = _merge_until_fits(text, spans, self.symbols)
+        index_of: dict[str, int] = {}
+        pieces: list[str] = []
+        cursor = 0
+        for start, end in spans:
+            index = index_of.setdefault(text[start:end], len(index_of))
+            pieces += [text[cursor:start], PLACEHOLDER_SYMBOLS[index]]
+            cursor = end
+        pieces.append(text[cursor:])
+        return "".join(pieces), list(index_of)
+
+    def cut_around_runs(self, text: str, spans: Sequence[Span]) -> list[Span]:
+        """Sentence ``spans`` of ``text`` (placeholders already masked) with the runs cut
+        out, for a model without symbols: the runs fall between spans, where the segmenter's
+        join keeps them verbatim. With symbols, ``spans`` unchanged."""
+        if self.symbols:
+            return list(spans)
+        cut: list[Span] = []
+        for start, end in spans:
+            sentence = text[start:end]
+            masked_symbols = [match.span() for match in SYMBOL_RE.finditer(sentence)]
+            cursor = 0
+            for run_start, run_end in [*self.runs(sentence, masked_symbols), (end - start,) * 2]:
+                piece = sentence[cursor:run_start]
+                if piece.strip():
+                    left = len(piece) - len(piece.lstrip())
+                    cut.append((start + cursor + left, start + cursor + len(piece.rstrip())))
+                cursor = run_end
+        return cut
+
+
+def restore_every_run(masked_translation: str, originals: list[str], masked_source: str) -> str:
+    """Put the originals back in place of the symbols; any symbol emitted fewer times than
+    ``masked_source`` has it gets its original appended at the end (never lost)."""
+    restored = restore(masked_translation, originals)
+    wanted = Counter(int(match.group(1)) for match in SYMBOL_RE.finditer(masked_source))
+    emitted = Counter(int(match.group(1)) for match in SYMBOL_RE.finditer(masked_translation))
+    missing = [
+        originals[index]
+        for index, count in sorted(wanted.items())
+        if index < len(originals)
+        for _ in range(count - emitted[index])
+    ]
+    return " ".join(part for part in (restored, *missing) if part)
+
+
+def _overlaps_any(span: Span, others: Sequence[Span]) -> bool:
+    start, end = span
+    return any(start < other_end and other_start < end for other_start, other_end in others)
+
+
+def _merge_until_fits(text: str, spans: list[Span], symbols: int) -> list[Span]:
+    """Merge the two neighbours with the least text between them until the distinct
+    strings fit in ``symbols``."""
+    while len(spans) > 1 and len({text[start:end] for start, end in spans}) > symbols:
+        closest = min(range(len(spans) - 1), key=lambda i: spans[i + 1][0] - spans[i][1])
+        spans[closest : closest + 2] = [(spans[closest][0], spans[closest + 1][1])]
+    return spans

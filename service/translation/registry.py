@@ -1,0 +1,351 @@
+"""The models one process serves: discovery from the settings, loading, lazy loading with an
+LRU bound, and leases that keep a model loaded while requests use it.
+
+Discovery reads only each export's ``config.json`` (its ``source_lang`` / ``target_lang``;
+exports from before the field existed fall back to the tokenizer's config): nothing is
+loaded at start-up that is not served, and two models for one pair are refused at start-up
+rather than one silently shadowing the other.
+
+Loading runs one model at a time in a worker thread (so loads do not fight for the cores
+and the resident-memory growth measured around a load is that model's). Each loaded model
+has its own engine, batcher thread and translator; with several models their engine threads
+take round-robin turns (service/scheduling/turns.py).
+
+With ``MT_MAX_LOADED_MODELS`` a load first unloads the least recently used model that no
+request holds; when every loaded model is in use the bound is exceeded for a while and the
+extra model is unloaded when its last request ends. ``MT_COLD_START`` decides whether the
+first request for an unloaded model waits for the load or gets 503 + Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from service.errors import ModelNotReady
+from service.metrics import ServiceMetrics
+from service.runtime.engine import Engine
+from service.scheduling.batcher import ContinuousBatcher
+from service.scheduling.turns import RoundRobinTurns
+from service.translation.translator import Translator
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PAIR = ("en", "de")  # exports that declare no languages (the first shipped model)
+ModelState = Literal["unloaded", "loading", "loaded", "failed"]
+
+
+class RegistryError(Exception):
+    """The configured models cannot be served (none found, or two for one pair)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    model_id: str
+    model_dir: Path
+    source_lang: str
+    target_lang: str
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return self.source_lang, self.target_lang
+
+
+def read_export_config(model_dir: Path) -> tuple[str | None, tuple[str, str] | None]:
+    """``(model_name, (source, target))`` declared by an export; None where it says nothing."""
+    name, pair = None, None
+    for file_name in ("config.json", "tokenizer_config.json"):
+        try:
+            config = json.loads((model_dir / file_name).read_text())
+        except (OSError, ValueError):
+            continue
+        name = name or config.get("model_name") or None
+        source, target = config.get("source_lang"), config.get("target_lang")
+        if (
+            pair is None
+            and isinstance(source, str)
+            and isinstance(target, str)
+            and source
+            and target
+        ):
+            pair = (source.lower(), target.lower())
+    return name, pair
+
+
+def discover_models(
+    model_dirs: Sequence[Path],
+    models_dir: Path | None,
+    model_dir: Path,
+    model_name: str = "",
+) -> list[ModelSpec]:
+    """The models the settings name: ``model_dirs`` and the sub-directories of ``models_dir``
+    that hold a ``config.json``; ``model_dir`` alone (named ``model_name`` if given) when
+    both are empty."""
+    dirs = [Path(path) for path in model_dirs]
+    if models_dir is not None:
+        root = Path(models_dir)
+        if not root.is_dir():
+            raise RegistryError(f"MT_MODELS_DIR={root} is not a directory")
+        dirs += sorted(sub for sub in root.iterdir() if (sub / "config.json").is_file())
+    alone = not dirs
+    if alone:
+        dirs = [Path(model_dir)]
+    specs: list[ModelSpec] = []
+    for directory in dirs:
+        name, pair = read_export_config(directory)
+        if pair is None:
+            logger.warning("%s declares no source_lang/target_lang; assuming en→de", directory)
+            pair = DEFAULT_PAIR
+        model_id = (model_name if alone else "") or name or directory.name
+        specs.append(ModelSpec(model_id, directory, *pair))
+    for kind, key in (("name", lambda s: s.model_id), ("language pair", lambda s: s.pair)):
+        seen: dict[object, ModelSpec] = {}
+        for spec in specs:
+            if (other := seen.setdefault(key(spec), spec)) is not spec:
+                raise RegistryError(
+                    f"two models with the {kind} {key(spec)}: {other.model_dir} and "
+                    f"{spec.model_dir}"
+                )
+    if not specs:
+        raise RegistryError("no models configured")
+    return specs
+
+
+def onnx_bytes(model_dir: Path) -> int:
+    """Bytes of the export's ONNX graphs and weights (what the sessions load)."""
+    try:
+        return sum(path.stat().st_size for path in model_dir.iterdir() if ".onnx" in path.name)
+    except OSError:
+        return 0
+
+
+def resident_bytes() -> int | None:
+    """The process's resident memory now (Linux), None where unknown."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    provider: str = "auto"  # what a model reports before it is loaded
+    lazy_load: bool = False
+    max_loaded_models: int = 0  # 0: no bound
+    cold_start: Literal["wait", "reject"] = "wait"
+    shutdown_grace_s: float = 30.0
+    pivot_lang: str = "en"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A loaded model's parts, built together (service/wiring.py) and dropped together."""
+
+    engine: Engine
+    batcher: ContinuousBatcher
+    translator: Translator
+
+
+# Builds a model from its spec: engine warmed up, batcher built but not started. Runs in a
+# worker thread.
+ModelLoader = Callable[[ModelSpec], LoadedModel]
+
+
+class ModelSlot:
+    """One model: its spec, state, and when loaded its engine, batcher and translator."""
+
+    def __init__(self, spec: ModelSpec, provider: str) -> None:
+        self.spec = spec
+        self.state: ModelState = "unloaded"
+        self.detail: str | None = None
+        self.provider = provider  # the setting until loaded, then what the engine uses
+        self.model: LoadedModel | None = None
+        self.weights_bytes = onnx_bytes(spec.model_dir)
+        self.memory_bytes: int | None = None  # resident growth while it loaded
+        self.last_used = 0.0
+        self.leases = 0
+        self.loading: asyncio.Task[None] | None = None
+
+
+class ModelRegistry:
+    def __init__(
+        self,
+        specs: Sequence[ModelSpec],
+        config: RegistryConfig,
+        metrics: ServiceMetrics,
+        load_model: ModelLoader,
+        turns: RoundRobinTurns | None = None,
+    ) -> None:
+        """``turns``: the step-by-step turns the models' engine threads take on one device
+        (None: they run at once); the loader hands each batcher its turn."""
+        self.config = config
+        self.turns = turns
+        self.metrics = metrics
+        self._load_model = load_model
+        self.slots = {spec.model_id: ModelSlot(spec, config.provider) for spec in specs}
+        self.by_pair = {spec.pair: spec.model_id for spec in specs}
+        self._load_lock = asyncio.Lock()
+        self._accepting = True
+        self._background: set[asyncio.Task[None]] = set()
+
+    # --- start-up and shutdown -----------------------------------------------------------
+
+    def eager(self) -> list[ModelSlot]:
+        """Models loaded at start-up: all, unless MT_LAZY_LOAD, at most MT_MAX_LOADED_MODELS."""
+        if self.config.lazy_load:
+            return []
+        bound = self.config.max_loaded_models or len(self.slots)
+        return list(self.slots.values())[:bound]
+
+    async def load_eager(self) -> list[ModelSlot]:
+        """Load the start-up models one after another; returns those that failed."""
+        for slot in self.eager():
+            await self._ensure_loading(slot)
+            assert slot.loading is not None
+            await slot.loading
+        return [slot for slot in self.eager() if slot.state == "failed"]
+
+    def begin_shutdown(self) -> None:
+        self._accepting = False
+        for slot in self.slots.values():
+            if slot.model is not None:
+                slot.model.batcher.begin_shutdown()
+
+    async def shutdown(self, grace_s: float) -> bool:
+        """Drain every loaded model within ``grace_s``; whether all drained."""
+        self.begin_shutdown()
+        batchers = [slot.model.batcher for slot in self.slots.values() if slot.model is not None]
+        drained = await asyncio.gather(*(batcher.shutdown(grace_s) for batcher in batchers))
+        return all(drained)
+
+    # --- requests ------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def lease(self, model_ids: Sequence[str]) -> AsyncIterator[list[Translator]]:
+        """The translators of ``model_ids``, loaded (or ``ModelNotReady``) and kept loaded
+        until the block ends."""
+        slots = [self.slots[model_id] for model_id in model_ids]
+        pinned: list[ModelSlot] = []
+        try:
+            translators = []
+            for slot in slots:
+                await self._ready(slot)
+                # No await since the readiness check: nothing unloaded it meanwhile. Pinned
+                # from here, so loading the next model (a pivot's second leg) cannot evict it.
+                if slot.state != "loaded" or slot.model is None:
+                    raise ModelNotReady(slot.spec.model_id, slot.state, self._why(slot))
+                slot.leases += 1
+                slot.last_used = time.monotonic()
+                pinned.append(slot)
+                translators.append(slot.model.translator)
+            yield translators
+        finally:
+            for slot in pinned:
+                slot.leases -= 1
+                slot.last_used = time.monotonic()
+            if self._over_bound() and self._accepting:
+                trim = asyncio.get_running_loop().create_task(self._trim())
+                self._background.add(trim)  # a task nobody holds may be collected mid-run
+                trim.add_done_callback(self._background.discard)
+
+    async def _ready(self, slot: ModelSlot) -> None:
+        if slot.state == "loaded":
+            return
+        if slot.state == "failed":
+            raise ModelNotReady(slot.spec.model_id, slot.state, self._why(slot))
+        await self._ensure_loading(slot)
+        assert slot.loading is not None
+        if self.config.cold_start == "reject":
+            raise ModelNotReady(slot.spec.model_id, "loading", self._why(slot))
+        await asyncio.shield(slot.loading)
+        if slot.state != "loaded":
+            raise ModelNotReady(slot.spec.model_id, slot.state, self._why(slot))
+
+    @staticmethod
+    def _why(slot: ModelSlot) -> str:
+        model = f"model {slot.spec.model_id} ({slot.spec.source_lang}→{slot.spec.target_lang})"
+        if slot.state == "failed":
+            return f"{model} failed to load: {slot.detail}"
+        return f"{model} is loading; retry shortly"
+
+    # --- loading and unloading -----------------------------------------------------------
+
+    async def _ensure_loading(self, slot: ModelSlot) -> None:
+        if slot.state in ("loaded", "failed"):
+            return
+        if slot.loading is None or slot.loading.done():
+            slot.state = "loading"
+            slot.loading = asyncio.get_running_loop().create_task(self._load(slot))
+
+    async def _load(self, slot: ModelSlot) -> None:
+        spec = slot.spec
+        async with self._load_lock:
+            if slot.state == "loaded":
+                return
+            await self._make_room()
+            before = resident_bytes()
+            try:
+                model = await asyncio.to_thread(self._load_model, spec)
+            except Exception as error:
+                logger.exception("loading model %s from %s failed", spec.model_id, spec.model_dir)
+                # The detail reaches responses: the exception's type, not its text (paths).
+                slot.state, slot.detail = "failed", f"{type(error).__name__}; see the server log"
+                self.metrics.model_loads.labels(model=spec.model_id, outcome="failed").inc()
+                return
+            after = resident_bytes()
+            if not self._accepting:  # shut down while it loaded: start no engine thread
+                slot.state = "unloaded"
+                return
+            model.batcher.start()
+            slot.model = model
+            slot.provider = model.engine.provider
+            slot.memory_bytes = after - before if before is not None and after is not None else None
+            slot.last_used = time.monotonic()
+            slot.state = "loaded"
+            self.metrics.model_loads.labels(model=spec.model_id, outcome="loaded").inc()
+            self.metrics.models_loaded.set(self.loaded_count())
+            logger.info("model %s (%s→%s) loaded on %s", spec.model_id, *spec.pair, slot.provider)
+
+    def loaded_count(self) -> int:
+        return sum(slot.state == "loaded" for slot in self.slots.values())
+
+    def _over_bound(self) -> bool:
+        bound = self.config.max_loaded_models
+        return bool(bound) and self.loaded_count() > bound
+
+    def _idle_lru(self) -> ModelSlot | None:
+        idle = [s for s in self.slots.values() if s.state == "loaded" and s.leases == 0]
+        return min(idle, key=lambda slot: slot.last_used, default=None)
+
+    async def _make_room(self) -> None:
+        """Before a load (holding the load lock): unload idle LRU models down to the bound."""
+        bound = self.config.max_loaded_models
+        while bound and self.loaded_count() >= bound and (victim := self._idle_lru()):
+            await self._unload(victim)
+
+    async def _trim(self) -> None:
+        async with self._load_lock:
+            while self._over_bound() and (victim := self._idle_lru()):
+                await self._unload(victim)
+
+    async def _unload(self, slot: ModelSlot) -> None:
+        logger.info("unloading model %s (least recently used)", slot.spec.model_id)
+        model = slot.model
+        slot.state = "unloaded"
+        slot.model = None
+        slot.memory_bytes = None
+        slot.provider = self.config.provider
+        self.metrics.model_evictions.inc()
+        self.metrics.models_loaded.set(self.loaded_count())
+        if model is not None:  # no lease holds it: this only stops its thread
+            await model.batcher.shutdown(self.config.shutdown_grace_s)
+        self.metrics.forget_model(slot.spec.model_id)

@@ -1,0 +1,303 @@
+"""Texts in, texts out, asynchronously: the text pipeline around the continuous batcher.
+
+The synchronous text work (limits, sentences, placeholders, tokens, joining) is
+service/text/pipeline.py; this module adds what only a server needs: a translation cache,
+tokenizing large requests off the event loop, and awaiting the batcher, which decodes every
+sentence of the request at once (one row per sentence and beam): all of them together
+(``translate``) or each as soon as it finishes (``stream``, for server-sent events).
+
+Refusals are the pipeline's domain errors (``InputTooLarge``, ``InvalidInput``) and the
+batcher's (queue full, shutting down, timeout); the web layer maps them to statuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from service.errors import InputTooLarge
+from service.runtime.engine import DecodeRequest
+from service.scheduling.batcher import ContinuousBatcher, RowStream
+from service.text.pipeline import (
+    DecodingOptions,
+    Sentence,
+    TextLimits,
+    TextPipeline,
+    TextPlan,
+    TranslationBatch,
+)
+from service.text.segmenter import join_translations
+from service.text.tokenizer import Tokenizer
+
+# Tokenizing is quick, but a request at the limits (64 texts x 5000 characters) would hold
+# the event loop for a noticeable time: such requests tokenize in a worker thread.
+_TOKENIZE_IN_THREAD_CHARS = 20_000
+
+
+class TranslationCache:
+    """LRU of sentence translations keyed by the masked sentence and the decoding options.
+
+    Correct because decoding is deterministic and does not depend on the batch
+    (docs/design.md, decision 6). Used from the event loop only, so it needs no lock.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple, tuple[str, int]] = OrderedDict()
+
+    def get(self, key: tuple) -> tuple[str, int] | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple, value: tuple[str, int]) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class TranslatorConfig:
+    limits: TextLimits
+    request_timeout_s: float = 60.0  # one deadline for the request, however many legs
+    cache_size: int = 0  # sentences in the translation cache; 0: no cache
+
+
+def _cache_key(masked: str, options: DecodingOptions) -> tuple:
+    return (masked, options.beam_size, options.max_new_tokens, options.length_penalty)
+
+
+class Translator:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        batcher: ContinuousBatcher,
+        config: TranslatorConfig,
+        source_lang: str = "en",
+        model_positions: int | None = None,
+    ) -> None:
+        """``model_positions``: the model's position table size (see TextPipeline)."""
+        self.pipeline = TextPipeline(tokenizer, config.limits, source_lang, model_positions)
+        self.tokenizer = tokenizer
+        self.metrics = batcher.metrics
+        self.batcher = batcher
+        self.config = config
+        self.limits = config.limits
+        self.source_lang = source_lang
+        self.cache = TranslationCache(config.cache_size) if config.cache_size > 0 else None
+
+    def _cached(self, masked: str, options: DecodingOptions) -> tuple[str, int] | None:
+        assert self.cache is not None
+        hit = self.cache.get(_cache_key(masked, options))
+        if hit is not None:
+            self.metrics.cache_hits.inc()
+        return hit
+
+    async def translate(
+        self, texts: Sequence[str], options: DecodingOptions, then: Translator | None = None
+    ) -> TranslationBatch:
+        """Translate ``texts`` (order kept). ``then``: a second model that translates this
+        one's output sentence by sentence (a pivot, X→en→Y); both legs go through their
+        model's batcher like any other rows. Raises the pipeline's ``TextError``s for the
+        limits, and whatever the batchers raise (queue full, shutting down, timeout)."""
+        pipeline = self.pipeline
+        # One MT_REQUEST_TIMEOUT_S for the request, however many legs it takes.
+        deadline = time.monotonic() + self.config.request_timeout_s
+        plans = await self._plan(texts, options)
+        decoded = await self._decode(plans, options, deadline)
+        if then is None:
+            return pipeline.assemble(plans, decoded=decoded)
+        first_leg = pipeline.assemble(plans, decoded=decoded)
+        second_leg = await then._continue(plans, options, deadline)
+        return dataclasses.replace(
+            second_leg,
+            input_tokens=first_leg.input_tokens,
+            output_tokens=first_leg.output_tokens + second_leg.output_tokens,
+            decoded_sentences=first_leg.decoded_sentences + second_leg.decoded_sentences,
+            cached_sentences=first_leg.cached_sentences + second_leg.cached_sentences,
+        )
+
+    async def _continue(
+        self, plans: list[TextPlan], options: DecodingOptions, deadline: float
+    ) -> TranslationBatch:
+        """The second leg: every sentence the first model translated becomes this model's
+        source (in place, so the texts keep their sentence structure and whitespace)."""
+        cached = self._cached if self.cache is not None else None
+        for plan in plans:
+            plan.sentences = [
+                self.pipeline.continue_sentence(sentence, options, cached)
+                if sentence.masked_translation is not None
+                else sentence
+                for sentence in plan.sentences
+            ]
+        decoded = await self._decode(plans, options, deadline)
+        return self.pipeline.assemble(plans, decoded=decoded)
+
+    async def translate_with_alternatives(
+        self, texts: Sequence[str], options: DecodingOptions, alternatives: int
+    ) -> tuple[TranslationBatch, list[list[str]]]:
+        """:meth:`translate`, plus up to ``alternatives`` other translations of each text from
+        the beam's n-best (LibreTranslate's ``alternatives``): alternative k joins every
+        sentence's k-th best hypothesis (its best where the beam has fewer), and repeats and
+        copies of the translation are left out, as LibreTranslate does. The caller picks a
+        beam of at least ``alternatives + 1``. The cache is bypassed: it keeps no n-best."""
+        plans = await self._plan(texts, options, use_cache=False)
+        to_decode, rows = self._rows(plans, options)
+        results = await self.batcher.submit(rows, timeout_s=self.config.request_timeout_s)
+        others: dict[int, list[str]] = {}
+        for sentence, result in zip(to_decode, results, strict=True):
+            self._finish(sentence, result.tokens, options)
+            hypotheses = result.hypotheses[1 : alternatives + 1]
+            others[id(sentence)] = [self.pipeline.hypothesis_text(sentence, h) for h in hypotheses]
+        batch = self.pipeline.assemble(plans, decoded=len(to_decode))
+        alternative_texts = []
+        for plan, translation in zip(plans, batch.translations, strict=True):
+            found: list[str] = []
+            for k in range(alternatives):
+                parts = [
+                    others[id(s)][k] if len(others.get(id(s), ())) > k else s.translation or ""
+                    for s in plan.sentences
+                ]
+                text = join_translations(plan.text, plan.spans, parts)
+                if text != translation.text and text not in found:
+                    found.append(text)
+            alternative_texts.append(found)
+        return batch, alternative_texts
+
+    async def stream(self, texts: Sequence[str], options: DecodingOptions) -> TranslationStream:
+        """Like :meth:`translate` (one model), but the sentences come back one by one as they
+        finish. Everything that can refuse the request (limits, queue full) raises here,
+        before the first result; the returned stream yields :class:`SentenceDone` items, then
+        the :class:`TranslationBatch` that :meth:`translate` would have returned."""
+        plans = await self._plan(texts, options)
+        to_decode, rows = self._rows(plans, options)
+        rows_done = self.batcher.submit_as_completed(rows, timeout_s=self.config.request_timeout_s)
+        return TranslationStream(self, plans, to_decode, rows_done, options)
+
+    async def _plan(
+        self, texts: Sequence[str], options: DecodingOptions, use_cache: bool = True
+    ) -> list[TextPlan]:
+        # The request's size is checked once, by the dispatcher, before any model is leased.
+        pipeline = self.pipeline
+        cached = self._cached if self.cache is not None and use_cache else None
+        if sum(map(len, texts)) > _TOKENIZE_IN_THREAD_CHARS:
+            return await asyncio.to_thread(pipeline.plan, texts, options, cached)
+        return pipeline.plan(texts, options, cached)
+
+    async def _decode(
+        self, plans: list[TextPlan], options: DecodingOptions, deadline: float
+    ) -> int:
+        """Decode the sentences of ``plans`` that need the model, all at once, before
+        ``deadline`` (``time.monotonic``; ``TimeoutError`` past it); how many."""
+        to_decode, rows = self._rows(plans, options)
+        timeout_s = max(0.0, deadline - time.monotonic())
+        results = await self.batcher.submit(rows, timeout_s=timeout_s)
+        for sentence, result in zip(to_decode, results, strict=True):
+            self._finish(sentence, result.tokens, options)
+        return len(to_decode)
+
+    def _rows(
+        self, plans: list[TextPlan], options: DecodingOptions
+    ) -> tuple[list[Sentence], list[DecodeRequest]]:
+        """The sentences of ``plans`` that need the model, and their rows."""
+        to_decode = [s for plan in plans for s in plan.sentences if s.needs_model]
+        if len(to_decode) > self.batcher.max_queue:
+            raise InputTooLarge(
+                "too_many_sentences",
+                f"the request has {len(to_decode)} sentences; the queue holds at most "
+                f"MT_MAX_QUEUE={self.batcher.max_queue}",
+            )
+        rows = [
+            DecodeRequest(
+                src_ids=sentence.src_ids,
+                beam_size=options.beam_size,
+                max_new_tokens=sentence.max_new_tokens,
+                length_penalty=options.length_penalty,
+                copy_tokens=sentence.copy_tokens,
+            )
+            for sentence in to_decode
+        ]
+        return to_decode, rows
+
+    def _finish(self, sentence: Sentence, tokens: Sequence[int], options: DecodingOptions) -> None:
+        self.pipeline.finish(sentence, tokens)
+        if self.cache is not None:
+            assert sentence.masked_translation is not None
+            self.cache.put(
+                _cache_key(sentence.masked, options),
+                (sentence.masked_translation, sentence.output_tokens),
+            )
+
+
+@dataclass(frozen=True)
+class SentenceDone:
+    """One finished sentence of a streamed request."""
+
+    text: int  # index of the text in the request
+    index: int  # index of the sentence in its text
+    sentences: int  # how many sentences that text has
+    translation: str  # placeholders and edge tags restored
+    tokens: int  # tokens generated for it (0: from the cache or passed through)
+
+
+class TranslationStream:
+    """``async for item in stream``: a :class:`SentenceDone` per sentence in the order they
+    finish (those that need no model first), then the whole :class:`TranslationBatch`.
+    ``aclose()`` before the end drops the unfinished rows from the batch at once."""
+
+    def __init__(
+        self,
+        translator: Translator,
+        plans: list[TextPlan],
+        to_decode: list[Sentence],
+        rows_done: RowStream,
+        options: DecodingOptions,
+    ) -> None:
+        self._translator = translator
+        self._plans = plans
+        self._to_decode = to_decode
+        self._rows_done = rows_done
+        self._options = options
+        self._position = {
+            id(sentence): (text, index)
+            for text, plan in enumerate(plans)
+            for index, sentence in enumerate(plan.sentences)
+        }
+        self._known = deque(s for p in plans for s in p.sentences if not s.needs_model)
+        self._assembled = False
+
+    def __aiter__(self) -> TranslationStream:
+        return self
+
+    async def __anext__(self) -> SentenceDone | TranslationBatch:
+        if self._known:
+            return self._done(self._known.popleft())
+        if self._assembled:
+            raise StopAsyncIteration
+        try:
+            row, result = await anext(self._rows_done)
+        except StopAsyncIteration:
+            self._assembled = True
+            return self._translator.pipeline.assemble(self._plans, decoded=len(self._to_decode))
+        sentence = self._to_decode[row]
+        self._translator._finish(sentence, result.tokens, self._options)
+        return self._done(sentence)
+
+    def _done(self, sentence: Sentence) -> SentenceDone:
+        text, index = self._position[id(sentence)]
+        return SentenceDone(
+            text=text,
+            index=index,
+            sentences=len(self._plans[text].sentences),
+            translation=sentence.translation or "",
+            tokens=0 if sentence.from_cache else sentence.output_tokens,
+        )
+
+    async def aclose(self) -> None:
+        await self._rows_done.aclose()

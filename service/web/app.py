@@ -1,0 +1,71 @@
+"""The FastAPI app: the web layer (service/web/) around one assembled service state.
+
+Routes validate (pydantic models in service/web/schemas.py), then hand texts to the translator
+(service/translation/translator.py), which runs the text pipeline (service/text/pipeline.py) and feeds
+the continuous batcher (service/scheduling/batcher.py). The pieces live in service/web/: routes per API
+(``v1``, ``stream``, ``libretranslate``, ``files``, ``ops``, ``web``: the page at ``/``),
+``errors`` (one error shape, domain errors mapped to statuses), ``middleware`` (body size
+limit, request metrics), ``lifecycle`` (background load, graceful shutdown), ``deps`` (what
+routes share), ``admission`` (the in-flight bound that refuses before any work), ``access``
+and ``rate_limits`` (API keys, per-client limits) and ``request_id``.
+
+Middleware, outermost first: request id, request metrics, CORS (when configured), the
+admission gate, the body size limit; so every response, a refusal included, has an
+``X-Request-ID`` and is counted.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
+
+from service.web.access import AccessPolicy
+from service.web.admission import AdmissionGate
+from service.web.errors import install_error_handlers
+from service.web.file_store import TranslatedFiles
+from service.web.lifecycle import ServiceState, lifespan_of
+from service.web.middleware import BodySizeLimit, RequestMetrics
+from service.web.request_id import HEADER, RequestId
+from service.web.routes import files, libretranslate, ops, page, stream, v1
+
+
+def build_app(service: ServiceState) -> FastAPI:
+    """The FastAPI app around an assembled service (service/wiring.py builds it)."""
+    settings, metrics = service.settings, service.metrics
+    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from the package's own
+    # files instead of a CDN, so they work on a machine without internet access.
+    app = FastAPIOffline(
+        title="mtserve",
+        summary="Machine translation on ONNX Runtime with continuous batching.",
+        version="0.1.0",
+        lifespan=lifespan_of(service),
+        static_url="/static-docs",
+    )
+    app.state.service = service
+    app.state.access = AccessPolicy(settings)
+    app.state.translated_files = TranslatedFiles(settings.files_dir, settings.files_ttl_s)
+    for api in (v1, stream, libretranslate, files, ops, page):
+        app.include_router(api.router)
+    app.mount("/static", StaticFiles(directory=page.STATIC_DIR), name="static")
+    install_error_handlers(app, metrics, settings.retry_after_s, settings.request_timeout_s)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Before anything reads the body: under overload a refusal must cost next to nothing.
+    app.add_middleware(
+        AdmissionGate,
+        max_in_flight=settings.max_inflight_requests,
+        retry_after_s=settings.retry_after_s,
+        metrics=metrics,
+    )
+    if origins := [o.strip() for o in settings.cors_origins.split(",") if o.strip()]:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", HEADER],
+            expose_headers=["Retry-After", HEADER],
+        )
+    app.add_middleware(RequestMetrics, metrics=metrics)  # sees every status
+    app.add_middleware(RequestId)  # outermost: every response carries the id
+    return app

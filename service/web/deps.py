@@ -1,0 +1,50 @@
+"""What routes share: the service state and the access policy as dependencies, and awaiting
+the batcher with the client's connection watched."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, Request
+
+from service.web.access import AccessPolicy
+from service.web.errors import ApiError
+from service.web.lifecycle import ServiceState
+
+T = TypeVar("T")
+
+
+# Both dependencies are ``async``: FastAPI runs a plain ``def`` dependency in its thread pool,
+# a thread hop per request for a dictionary lookup.
+async def get_service(request: Request) -> ServiceState:
+    return request.app.state.service
+
+
+Service = Annotated[ServiceState, Depends(get_service)]
+
+
+async def get_access(request: Request) -> AccessPolicy:
+    return request.app.state.access
+
+
+Access = Annotated[AccessPolicy, Depends(get_access)]
+
+
+async def run_for_client(request: Request, service: ServiceState, work: Awaitable[T]) -> T:
+    """Await ``work`` unless the client hangs up first (then it is cancelled, which drops
+    its rows from the batch). Refusals propagate as the service's own errors, which the
+    error handlers map (service/web/errors.py)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=service.settings.disconnect_poll_s)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                raise ApiError(499, "client_disconnected", "the client closed the connection")
+    finally:
+        if not task.done():
+            task.cancel()

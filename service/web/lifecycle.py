@@ -1,0 +1,153 @@
+"""The service's life: find the models, load and warm them in the background (and the
+language detector), refuse new work from SIGTERM on and drain in-flight work within the grace.
+
+``ServiceState`` lives on ``app.state.service``: phase, the model registry and the
+dispatcher, the things routes need. ``/health`` answers at once; ``/ready`` says 503 until
+the start-up models are loaded and warmed up (with ``MT_LAZY_LOAD``, until the detector is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.config import Settings
+from service.metrics import ServiceMetrics
+from service.text.pipeline import TextLimits
+from service.translation.dispatch import Dispatcher
+from service.translation.registry import ModelRegistry
+from service.web.errors import ApiError, ErrorInfo, describe_error
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceState:
+    """What the routes need: phase, the models, the dispatcher."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: ServiceMetrics,
+        limits: TextLimits,
+        registry: ModelRegistry | None,
+        build_dispatcher: Callable[[], Dispatcher] | None,
+        failure: str | None = None,
+    ) -> None:
+        """``registry`` and ``build_dispatcher`` come from service/wiring.py; ``failure``:
+        why there are none (the configured models cannot be served)."""
+        self.settings = settings
+        self.metrics = metrics
+        self.limits = limits  # per-request limits and decoding defaults
+        self.phase = "failed" if failure else "loading"  # loading → ready → shutting_down
+        self.detail: str | None = failure
+        self.registry = registry
+        self._build_dispatcher = build_dispatcher
+        self.dispatcher: Dispatcher | None = None
+        # Set by the first begin_shutdown: the grace counts from SIGTERM, not from when the
+        # server gets round to the lifespan shutdown.
+        self.shutdown_deadline: float | None = None
+
+    async def load(self) -> None:
+        """Load the detector and the start-up models, then say ready."""
+        if self.registry is None or self._build_dispatcher is None:
+            return
+        registry = self.registry
+        try:
+            self.dispatcher = await asyncio.to_thread(self._build_dispatcher)
+        except Exception as error:
+            logger.exception("loading the language detector failed")
+            # The detail goes into responses: the exception's type only, never its text
+            # (paths, library internals); the log has the rest.
+            self.phase = "failed"
+            self.detail = (
+                f"loading the language detector failed ({type(error).__name__}); see the server log"
+            )
+            return
+        if failed := await registry.load_eager():
+            self.phase = "failed"
+            self.detail = "; ".join(
+                f"loading the model {slot.spec.model_id} failed: {slot.detail}" for slot in failed
+            )
+            return
+        if self.phase == "loading":
+            self.phase = "ready"
+            logger.info("ready: %d models, %d loaded", len(registry.slots), registry.loaded_count())
+
+    def begin_shutdown(self) -> None:
+        """SIGTERM: refuse new work with 503 from now on; in-flight work goes on."""
+        if self.shutdown_deadline is None:
+            self.shutdown_deadline = time.monotonic() + self.settings.shutdown_grace_s
+        if self.phase != "failed":
+            self.phase = "shutting_down"
+        if self.registry is not None:
+            self.registry.begin_shutdown()
+
+    async def shutdown(self) -> None:
+        self.begin_shutdown()
+        if self.registry is not None:
+            assert self.shutdown_deadline is not None
+            grace_left = max(0.0, self.shutdown_deadline - time.monotonic())
+            if not await self.registry.shutdown(grace_left):
+                logger.warning("shutdown grace elapsed with work unfinished; it was failed")
+
+    def refresh_phase(self) -> str:
+        """The phase, turned to ``failed`` once an engine thread has died: the process can
+        no longer serve that model, and ``/health`` must say so for an orchestrator to
+        restart it."""
+        if self.registry is not None and self.phase != "failed":
+            dead = [
+                model_id
+                for model_id, slot in self.registry.slots.items()
+                if slot.model is not None and not slot.model.batcher.alive
+            ]
+            if dead:
+                self.phase = "failed"
+                self.detail = (
+                    f"the engine thread of {', '.join(dead)} stopped; the process must be restarted"
+                )
+                logger.critical(self.detail)
+        return self.phase
+
+    def require_dispatcher(self) -> Dispatcher:
+        self.refresh_phase()
+        if self.phase == "ready" and self.dispatcher is not None:
+            return self.dispatcher
+        reason = {
+            "loading": "the model is still loading",
+            "shutting_down": "the service is shutting down",
+            "failed": self.detail or "the model failed to load",
+        }.get(self.phase, self.phase)
+        raise ApiError(503, f"not_ready_{self.phase}", reason, self.retry_after())
+
+    def describe_error(self, error: BaseException) -> ErrorInfo:
+        """The API's answer to ``error`` (service/web/errors.py), with this service's
+        Retry-After and request timeout."""
+        return describe_error(
+            error, self.settings.retry_after_s, self.settings.request_timeout_s
+        )
+
+    def retry_after(self) -> dict[str, str]:
+        return {"Retry-After": str(self.settings.retry_after_s)}
+
+
+def lifespan_of(service: ServiceState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start loading after start-up (``/health`` answers meanwhile); on shutdown refuse new
+    work and drain within the grace."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        loading = asyncio.create_task(service.load())
+        try:
+            yield
+        finally:
+            service.begin_shutdown()
+            if not loading.done():
+                loading.cancel()
+            await service.shutdown()
+
+    return lifespan

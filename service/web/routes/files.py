@@ -1,0 +1,138 @@
+"""LibreTranslate's file translation: ``POST /translate_file`` (multipart: ``file``, ``source``,
+``target``, ``api_key``) → ``{"translatedFileUrl": …}``, and ``GET /download_file/<name>``.
+
+Formats and what is kept: service/text/files.py. The file's texts go through the
+translator in request-sized chunks (service/text/bulk.py), so a file is limited by
+``MT_MAX_BODY_BYTES``, not by the texts-per-request limit. Refusals use LibreTranslate's
+texts ("Invalid request: missing file parameter", "Invalid request: file format not
+supported", …) in our error shape.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse
+from starlette.datastructures import UploadFile
+
+from service.text.bulk import translate_in_chunks
+from service.text.files import SUPPORTED_EXTENSIONS, UnsupportedFile, supported
+from service.text.files import translate_file as translate_file_content
+from service.translation.languages import normalise_language_code
+from service.web.deps import Access, Service, run_for_client
+from service.web.errors import ApiError
+from service.web.file_store import TranslatedFiles
+from service.web.lifecycle import ServiceState
+from service.web.schemas import TranslateFileResponse
+
+router = APIRouter()
+
+
+def _require_files_enabled(service: ServiceState) -> None:
+    """Both file routes refuse alike when file translation is off (403: the server's
+    configuration forbids it, not the request's form)."""
+    if not service.settings.files_translation:
+        raise ApiError(403, "files_disabled", "Files translation are disabled on this server.")
+
+
+def file_store(request: Request) -> TranslatedFiles:
+    return request.app.state.translated_files
+
+
+@router.post(
+    "/translate_file",
+    response_model=TranslateFileResponse,
+    summary=f"Translate a file ({', '.join(SUPPORTED_EXTENSIONS)}); LibreTranslate-compatible",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file", "source", "target"],
+                        "properties": {
+                            "file": {"type": "string", "format": "binary"},
+                            "source": {"type": "string", "example": "en"},
+                            "target": {"type": "string", "example": "de"},
+                            "api_key": {"type": "string"},
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
+async def translate_file(
+    request: Request, service: Service, access: Access
+) -> TranslateFileResponse:
+    _require_files_enabled(service)
+    content_type = request.headers.get("content-type", "")
+    if not content_type.startswith("multipart/form-data"):
+        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
+    form = await request.form()
+    api_key = form.get("api_key")
+    body_key = api_key if isinstance(api_key, str) else None
+    # Keys and the request rate now; a file's characters are known once it is parsed, and
+    # are counted (MT_RATE_LIMIT_CHARS_PER_MINUTE) before any of its texts is translated.
+    access.admit(request, body_key, chars=0)
+    upload = form.get("file")
+    for name in ("source", "target"):
+        if not form.get(name):
+            raise ApiError(400, "invalid_request", f"Invalid request: missing {name} parameter")
+    if not isinstance(upload, UploadFile):
+        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
+    if not upload.filename:
+        raise ApiError(400, "invalid_request", "Invalid request: empty file")
+    if not supported(upload.filename):
+        raise ApiError(400, "invalid_request", "Invalid request: file format not supported")
+    source, target = str(form["source"]), str(form["target"])
+    dispatcher = service.require_dispatcher()
+    content = await upload.read()
+    options = service.limits.options(None, None)
+    # The pair is chosen once for the whole file: a named source is checked now, before any
+    # work; "auto" is detected on the file's first texts.
+    chosen: list[tuple[str, str]] = []
+    if normalise_language_code(source) != "auto":
+        route = dispatcher.route(source, target)
+        chosen.append((route.source, route.target))
+
+    async def translate_chunk(texts: list[str]) -> list[str]:
+        if not chosen:
+            planned, _ = await dispatcher.plan(texts, "auto", target)
+            chosen.append((planned.source, planned.target))
+        result = await dispatcher.translate(texts, *chosen[0], options)
+        return [translation.text for translation in result.batch.translations]
+
+    async def translate_texts(texts: list[str]) -> list[str]:
+        # Every format hands over all of its texts in one call: the whole file is counted
+        # before the first chunk goes to a model.
+        access.charge_characters(request, body_key, chars=sum(map(len, texts)))
+        return await translate_in_chunks(texts, service.limits.max_texts_per_request, translate_chunk)
+
+    try:
+        translated = await run_for_client(
+            request,
+            service,
+            translate_file_content(
+                upload.filename, content, normalise_language_code(target), translate_texts
+            ),
+        )
+    except UnsupportedFile as error:
+        raise ApiError(400, "invalid_request", f"Invalid request: {error}") from error
+    stored = file_store(request).save(translated.filename, translated.content)
+    url = request.url_for("download_file", filename=stored)
+    return TranslateFileResponse(translatedFileUrl=str(url))
+
+
+@router.get(
+    "/download_file/{filename}",
+    summary="Download a translated file (the URL /translate_file returned)",
+    response_class=FileResponse,
+)
+async def download_file(filename: str, request: Request, service: Service) -> FileResponse:
+    _require_files_enabled(service)
+    store = file_store(request)
+    path = store.path(filename)
+    if path is None:
+        raise ApiError(404, "file_not_found", "Invalid filename")
+    return FileResponse(path, filename=store.download_name(filename))

@@ -1,0 +1,38 @@
+"""Operations: ``/health`` (process alive), ``/ready`` (model loaded and warmed up) and
+``/metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from service.web.access import check_metrics_token
+from service.web.deps import Service
+from service.web.schemas import Status
+
+router = APIRouter()
+
+
+@router.get("/health", response_model=Status, summary="Process alive (503 if the model failed)")
+async def health(service: Service) -> Response:
+    if service.refresh_phase() == "failed":
+        return JSONResponse({"status": "failed", "detail": service.detail}, status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/ready", response_model=Status, summary="Model loaded and warmed up")
+async def ready(service: Service) -> Response:
+    if service.refresh_phase() == "ready":
+        return JSONResponse({"status": "ready"})
+    return JSONResponse(
+        {"status": service.phase, "detail": service.detail},
+        status_code=503,
+        headers=service.retry_after(),
+    )
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(request: Request, service: Service) -> Response:
+    if service.settings.metrics_token:
+        check_metrics_token(request, service.settings.metrics_token)
+    return Response(service.metrics.render(), media_type=service.metrics.content_type)

@@ -1,0 +1,107 @@
+"""The service's own API: ``POST /v1/translate`` and ``GET /v1/models``."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request, Response
+
+from service.text.pipeline import DecodingOptions
+from service.translation.dispatch import Dispatcher, DispatchResult
+from service.web.access import AccessPolicy
+from service.web.deps import Access, Service, run_for_client
+from service.web.errors import ERROR_RESPONSES
+from service.web.lifecycle import ServiceState
+from service.web.schemas import (
+    DetectedLanguage,
+    ModelCard,
+    ModelList,
+    TranslateRequest,
+    TranslateResponse,
+    Translation,
+    Usage,
+)
+
+router = APIRouter()
+MODELS_HEADER = "X-Translation-Models"  # which models ran, on both translation APIs
+
+
+@router.post(
+    "/v1/translate",
+    response_model=TranslateResponse,
+    responses=ERROR_RESPONSES,
+    summary="Translate one text or a list of texts",
+)
+async def translate(
+    body: TranslateRequest,
+    request: Request,
+    response: Response,
+    service: Service,
+    access: Access,
+) -> TranslateResponse:
+    started = time.perf_counter()
+    texts, dispatcher, options = admit(body, request, service, access)
+    work = dispatcher.translate(texts, body.source_lang, body.target_lang, options)
+    result = await run_for_client(request, service, work)
+    response.headers[MODELS_HEADER] = ",".join(result.route.legs)
+    return translate_response(result, started)
+
+
+def admit(
+    body: TranslateRequest, request: Request, service: ServiceState, access: AccessPolicy
+) -> tuple[list[str], Dispatcher, DecodingOptions]:
+    """What both ``/v1`` translation routes do before any work: charge the client, check the
+    service is ready, fill in and check the decoding options."""
+    texts = [body.text] if isinstance(body.text, str) else body.text
+    access.admit(request, None, chars=sum(map(len, texts)))
+    dispatcher = service.require_dispatcher()
+    return texts, dispatcher, service.limits.options(body.beam_size, body.max_new_tokens)
+
+
+def translate_response(result: DispatchResult, started: float) -> TranslateResponse:
+    """The ``/v1/translate`` body for ``result`` (also the streaming API's last event)."""
+    batch, route = result.batch, result.route
+    detected = result.detections[0] if result.detections else None
+    return TranslateResponse(
+        translations=[
+            Translation(text=t.text, tokens=t.output_tokens, sentences=t.sentences)
+            for t in batch.translations
+        ],
+        model="+".join(route.legs),
+        models=list(route.legs),
+        source_lang=route.source,
+        target_lang=route.target,
+        detected_language=(
+            DetectedLanguage(language=detected.language, confidence=detected.confidence)
+            if detected is not None
+            else None
+        ),
+        usage=Usage(
+            input_tokens=batch.input_tokens,
+            output_tokens=batch.output_tokens,
+            sentences=batch.decoded_sentences,
+            cached_sentences=batch.cached_sentences,
+        ),
+        time_ms=round((time.perf_counter() - started) * 1000, 3),
+    )
+
+
+@router.get("/v1/models", response_model=ModelList, summary="The models this process serves")
+async def models(service: Service) -> ModelList:
+    if service.registry is None:
+        return ModelList(data=[])
+    return ModelList(
+        data=[
+            ModelCard(
+                id=slot.spec.model_id,
+                source_lang=slot.spec.source_lang,
+                target_lang=slot.spec.target_lang,
+                provider=slot.provider,
+                state=slot.state,
+                ready=slot.state == "loaded",
+                weights_bytes=slot.weights_bytes,
+                memory_bytes=slot.memory_bytes,
+            )
+            for slot in service.registry.slots.values()
+        ]
+    )

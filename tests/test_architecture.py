@@ -1,0 +1,154 @@
+"""The layout of service/ as a checked contract: imports only point down the layers, the
+settings stay above the layers that do the work, the runtime needs nothing but numpy and ONNX
+Runtime, and every module says what it owns.
+
+Layers, lowest first (docs/architecture.md draws them)::
+
+    errors, metrics       the vocabulary every layer shares
+    runtime               ONNX sessions, KV caches, search, engine
+    scheduling            the continuous batcher
+    text                  tokenizer, segmenter, protected spans, pipeline, documents
+    translation           translator, registry, routing, detection, dispatch
+    config                Settings (read by the web layer and the composition root only)
+    web                   FastAPI app, routes, middleware
+    wiring                the composition root
+    __main__              the process
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+SERVICE = Path(__file__).resolve().parents[1] / "service"
+
+LAYERS = {
+    "errors": 0,
+    "metrics": 0,
+    "runtime": 1,
+    "scheduling": 2,
+    "text": 3,
+    "translation": 4,
+    "config": 5,
+    "web": 6,
+    "wiring": 7,
+    "__main__": 8,
+}
+# What the runtime may import besides the standard library and itself.
+RUNTIME_THIRD_PARTY = {"numpy", "onnxruntime"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SERVICE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute names of the modules a file imports (relative imports resolved)."""
+    tree = ast.parse(path.read_text())
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of a ``service.*`` module, None for the package itself."""
+    parts = module.split(".")
+    if parts[0] != "service" or len(parts) < 2:
+        return None
+    return LAYERS.get(parts[1])
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import in ``graph`` (module -> imported names) that points to a higher layer."""
+    found = []
+    for module, imported in sorted(graph.items()):
+        own = layer_of(module)
+        for name in sorted(imported):
+            target = layer_of(name)
+            if own is not None and target is not None and target > own:
+                found.append(f"{module} imports {name}")
+    return found
+
+
+def settings_readers(graph: dict[str, set[str]]) -> list[str]:
+    """Modules below the web layer that import the settings."""
+    return sorted(
+        module
+        for module, imported in graph.items()
+        if any(name.startswith("service.config") for name in imported)
+        and (layer_of(module) or 0) < LAYERS["web"]
+        and not module.startswith("service.config")
+    )
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return {module_name(path): imports_of(path) for path in SERVICE.rglob("*.py")}
+
+
+def test_every_module_belongs_to_a_layer(graph):
+    unplaced = [m for m in graph if m != "service" and layer_of(m) is None]
+    assert unplaced == []
+
+
+def test_imports_only_point_down(graph):
+    assert upward_imports(graph) == []
+
+
+def test_a_planted_upward_import_is_caught(graph):
+    planted = {
+        **graph,
+        "service.runtime.engine": graph["service.runtime.engine"] | {"service.web.app"},
+    }
+    assert upward_imports(planted) == ["service.runtime.engine imports service.web.app"]
+    planted = {**graph, "service.text.pipeline": {"service.translation.registry"}}
+    assert upward_imports(planted) == ["service.text.pipeline imports service.translation.registry"]
+
+
+def test_settings_are_read_above_the_layers_that_work(graph):
+    assert settings_readers(graph) == []
+    planted = {**graph, "service.scheduling.batcher": {"service.config"}}
+    assert settings_readers(planted) == ["service.scheduling.batcher"]
+
+
+def test_the_runtime_needs_only_numpy_and_onnxruntime(graph):
+    stdlib = sys.stdlib_module_names
+    foreign = {
+        f"{module} imports {name}"
+        for module, imported in graph.items()
+        if module.startswith("service.runtime")
+        for name in imported
+        if (root := name.split(".")[0]) not in stdlib
+        and root not in RUNTIME_THIRD_PARTY
+        and not name.startswith(("service.runtime", "service.errors", "service.metrics"))
+        and root != "__future__"
+    }
+    assert foreign == set()
+
+
+def test_the_top_level_stays_small():
+    modules = sorted(path.name for path in SERVICE.glob("*.py"))
+    assert len(modules) <= 6, modules
+
+
+def test_every_module_and_package_says_what_it_owns():
+    missing = [
+        str(path.relative_to(SERVICE.parent))
+        for path in SERVICE.rglob("*.py")
+        if not ast.get_docstring(ast.parse(path.read_text()))
+    ]
+    assert missing == []
