@@ -50,7 +50,7 @@ def main() -> int:
         problems.append(f"CUDAExecutionProvider missing from {providers}")
 
     # The settings module pulls pydantic-settings: a cheap check that the dependency set is whole.
-    importlib.import_module("service.settings")
+    importlib.import_module("service.config")
 
     if problems:
         for problem in problems:
