@@ -152,3 +152,13 @@ def test_every_module_and_package_says_what_it_owns():
         if not ast.get_docstring(ast.parse(path.read_text()))
     ]
     assert missing == []
+
+
+def test_the_architecture_page_names_every_module():
+    page = (SERVICE.parent / "docs" / "architecture.md").read_text()
+    unnamed = [
+        str(path.relative_to(SERVICE))
+        for path in SERVICE.rglob("*.py")
+        if path.name != "__init__.py" and str(path.relative_to(SERVICE)) not in page
+    ]
+    assert unnamed == []
