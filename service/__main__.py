@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
+    install_request_id_logging()  # the app logs while it is assembled
     app = create_app(settings)
     config = uvicorn_config(app, settings)
     install_request_id_logging()  # after uvicorn.Config, which configures its loggers

@@ -1,5 +1,6 @@
-"""The models one process serves: discovery from the settings, loading, lazy loading with an
-LRU bound, and leases that keep a model loaded while requests use it.
+"""The models one process serves: discovery from the configured directories, loading (the
+loader comes from service/wiring.py), lazy loading with an LRU bound, and leases that keep a
+model loaded while requests use it.
 
 Discovery reads only each export's ``config.json`` (its ``source_lang`` / ``target_lang``;
 exports from before the field existed fall back to the tokenizer's config): nothing is

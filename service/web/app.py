@@ -1,9 +1,9 @@
 """The FastAPI app: the web layer (service/web/) around one assembled service state.
 
-Routes validate (pydantic models in service/web/schemas.py), then hand texts to the translator
-(service/translation/translator.py), which runs the text pipeline (service/text/pipeline.py) and feeds
-the continuous batcher (service/scheduling/batcher.py). The pieces live in service/web/: routes per API
-(``v1``, ``stream``, ``libretranslate``, ``files``, ``ops``, ``web``: the page at ``/``),
+Routes validate (pydantic models in service/web/schemas.py), then hand texts to the dispatcher
+(service/translation/dispatch.py), which picks the models and runs their translators. The
+pieces live in service/web/: routes per API in ``routes/`` (``v1``, ``stream``,
+``libretranslate``, ``files``, ``ops``, ``page``: the page at ``/``),
 ``errors`` (one error shape, domain errors mapped to statuses), ``middleware`` (body size
 limit, request metrics), ``lifecycle`` (background load, graceful shutdown), ``deps`` (what
 routes share), ``admission`` (the in-flight bound that refuses before any work), ``access``

@@ -1,5 +1,5 @@
-"""The service's life: find the models, load and warm them in the background (and the
-language detector), refuse new work from SIGTERM on and drain in-flight work within the grace.
+"""The service's life: load and warm the models in the background (and the language
+detector), refuse new work from SIGTERM on and drain in-flight work within the grace.
 
 ``ServiceState`` lives on ``app.state.service``: phase, the model registry and the
 dispatcher, the things routes need. ``/health`` answers at once; ``/ready`` says 503 until

@@ -66,13 +66,15 @@ ACCESS_FORMAT = (
 
 
 def install_request_id_logging() -> None:
-    """Every handler of the root and uvicorn loggers gets the filter; uvicorn's access log
-    line gets the id in its format (it is written while the request's context is current)."""
+    """Every handler of the root and uvicorn loggers gets the filter (once: this runs again
+    after uvicorn has set up its loggers); uvicorn's access log line gets the id in its format
+    (it is written while the request's context is current)."""
     from uvicorn.logging import AccessFormatter
 
     log_filter = RequestIdLogFilter()
     for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access"):
         for handler in logging.getLogger(name).handlers:
-            handler.addFilter(log_filter)
+            if not any(isinstance(f, RequestIdLogFilter) for f in handler.filters):
+                handler.addFilter(log_filter)
             if name == "uvicorn.access":
                 handler.setFormatter(AccessFormatter(ACCESS_FORMAT, use_colors=False))
