@@ -244,7 +244,10 @@ def test_frontend_settings_have_libretranslate_fields_and_our_limits(client):
         "keyRequired": False,
         "suggestions": False,
         "filesTranslation": True,
-        "supportedFilesFormat": [".txt", ".html", ".htm", ".po", ".pot", ".srt"],
+        "supportedFilesFormat": [
+            *[".txt", ".html", ".htm", ".po", ".pot", ".srt"],
+            *[".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods"],
+        ],
         "language": {
             "source": {"code": "en", "name": "English"},
             "target": {"code": "de", "name": "German"},

@@ -1,4 +1,5 @@
-"""Translate whole files (LibreTranslate's ``POST /translate_file``): .txt, .html, .po/.pot, .srt.
+"""Translate whole files (LibreTranslate's ``POST /translate_file``): .txt, .html, .po/.pot, .srt,
+and office documents (.docx, .pptx, .xlsx, .odt, .odp, .ods).
 
 Each format is read with a library that knows it, its translatable texts are collected in
 order, translated in one go by an async ``translate_texts`` callable (the route batches them
@@ -22,6 +23,9 @@ through the translator), and written back with everything else kept:
     One text per subtitle, its lines joined (a sentence often runs over two lines); the
     translation is wrapped back into as many lines as the subtitle had. Timings and
     indices kept.
+``.docx`` / ``.pptx`` / ``.xlsx`` / ``.odt`` / ``.odp`` / ``.ods``
+    service/text/documents/ (whole paragraphs with their formatting runs kept; only the
+    parts that hold text change).
 
 Decoding text: UTF-8 (a BOM is dropped), else an error; gettext files may declare another
 charset, which polib honours.
@@ -39,9 +43,18 @@ import srt
 
 from service.errors import UnsupportedFile
 from service.text.bulk import TranslateTexts
+from service.text.documents import DOCUMENT_EXTENSIONS, translate_document
 from service.text.html import translate_html
 
-SUPPORTED_EXTENSIONS: tuple[str, ...] = (".txt", ".html", ".htm", ".po", ".pot", ".srt")
+SUPPORTED_EXTENSIONS: tuple[str, ...] = (
+    ".txt",
+    ".html",
+    ".htm",
+    ".po",
+    ".pot",
+    ".srt",
+    *DOCUMENT_EXTENSIONS,
+)
 
 # Plural-Forms for targets whose header lacks one (gettext's own table, common languages).
 _PLURAL_FORMS = {
@@ -84,6 +97,9 @@ async def translate_file(
         raise UnsupportedFile("file format not supported")
     if suffix in (".po", ".pot"):
         return await _translate_po(filename, content, target_lang, translate_texts)
+    if suffix in DOCUMENT_EXTENSIONS:
+        document, count = await translate_document(suffix, content, translate_texts)
+        return TranslatedFile(PurePath(filename).name, document, count)
     text = _decode(content)
     if suffix == ".txt":
         translated, count = await _translate_lines(text, translate_texts)

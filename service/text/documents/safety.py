@@ -1,0 +1,112 @@
+"""Opening untrusted archives and XML: zip limits and a parser that never expands entities.
+
+Office documents and EPUB are zip archives of XML, so an upload can be a zip bomb (a small
+file that inflates to gigabytes, or millions of entries) or XML that declares entities
+(XXE reads local files or URLs; billion laughs inflates in memory). Decisions:
+
+* **Limits before inflating.** The central directory declares every entry's size; the
+  archive is refused when it has too many entries, too many bytes in all, or an entry that
+  inflates more than :data:`MAX_RATIO` times (past a small floor). ``zipfile`` never reads
+  past an entry's declared size, so the declared sizes bound the real work.
+* **No DTD at all.** OOXML, ODF and EPUB's XHTML need no document type declaration with
+  entities, so any ``<!DOCTYPE …[`` or ``<!ENTITY`` is refused before parsing, and lxml
+  parses with entity resolution, DTD loading and network access off as a second wall.
+* **Encrypted or corrupt input** is a 400 with a message that says which (a password-
+  protected Office file is an OLE compound file, not a zip).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from dataclasses import dataclass
+
+from lxml import etree
+
+from service.errors import UnsupportedFile
+
+MAX_ENTRIES = 10_000
+MAX_UNCOMPRESSED_BYTES = 200 * 1024 * 1024
+MAX_RATIO = 200
+RATIO_FLOOR_BYTES = 1024 * 1024  # small entries may compress well (a blank sheet, a style)
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_DTD_RE = re.compile(rb"<!DOCTYPE[^>\[]*\[|<!ENTITY", re.IGNORECASE)
+_DECLARATION_RE = re.compile(rb"^\s*<\?xml[^>]*\?>[ \t\r\n]*")
+
+
+@dataclass
+class Archive:
+    """The entries of a checked zip archive, in their order, with their bytes."""
+
+    infos: list[zipfile.ZipInfo]
+    data: dict[str, bytes]
+
+    def write(self, replaced: dict[str, bytes]) -> bytes:
+        """The archive again with ``replaced`` entries swapped in; everything else (order,
+        names, compression, timestamps, bytes) as it was."""
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as archive:
+            for info in self.infos:
+                archive.writestr(info, replaced.get(info.filename, self.data[info.filename]))
+        return out.getvalue()
+
+
+def open_archive(content: bytes, kind: str) -> Archive:
+    """Read ``content`` as a zip archive within the limits, or refuse it."""
+    if content.startswith(_OLE_MAGIC):
+        raise UnsupportedFile(
+            f"the {kind} file is encrypted (password-protected) or in the old binary format"
+        )
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(content))
+        infos = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError) as error:
+        raise UnsupportedFile(f"the {kind} file is corrupt (not a readable zip archive)") from error
+    if len(infos) > MAX_ENTRIES:
+        raise UnsupportedFile(f"the {kind} file has more than {MAX_ENTRIES} entries")
+    if sum(info.file_size for info in infos) > MAX_UNCOMPRESSED_BYTES:
+        raise UnsupportedFile(
+            f"the {kind} file inflates to more than {MAX_UNCOMPRESSED_BYTES} bytes"
+        )
+    for info in infos:
+        if info.flag_bits & 0x1:
+            raise UnsupportedFile(f"the {kind} file is encrypted (password-protected)")
+        if info.file_size > RATIO_FLOOR_BYTES and info.file_size > MAX_RATIO * max(
+            info.compress_size, 1
+        ):
+            raise UnsupportedFile(f"the {kind} file looks like a zip bomb ({info.filename})")
+    data: dict[str, bytes] = {}
+    try:
+        for info in infos:
+            data[info.filename] = archive.read(info)
+    except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError, RuntimeError) as error:
+        raise UnsupportedFile(f"the {kind} file is corrupt ({error})") from error
+    return Archive(infos, data)
+
+
+def parse_xml(data: bytes, name: str) -> etree._ElementTree:
+    """Parse one XML part; a DTD with entities, or malformed XML, is refused."""
+    if _DTD_RE.search(data):
+        raise UnsupportedFile(f"{name} declares XML entities (refused)")
+    parser = etree.XMLParser(
+        resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False
+    )
+    try:
+        tree = etree.parse(io.BytesIO(data), parser)
+    except etree.XMLSyntaxError as error:
+        raise UnsupportedFile(f"{name} is not well-formed XML ({error})") from error
+    if tree.docinfo.internalDTD is not None:
+        raise UnsupportedFile(f"{name} declares XML entities (refused)")
+    return tree
+
+
+def serialize_xml(tree: etree._ElementTree, original: bytes) -> bytes:
+    """``tree`` as bytes, with the part's own XML declaration kept as it was written."""
+    body = etree.tostring(tree, encoding="UTF-8", xml_declaration=False)
+    declaration = _DECLARATION_RE.match(original)
+    if declaration and b"utf-8" in declaration.group().lower():
+        return declaration.group() + body
+    if declaration:  # another encoding: lxml writes a declaration that matches its bytes
+        return etree.tostring(tree, encoding="UTF-8", xml_declaration=True)
+    return body

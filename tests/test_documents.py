@@ -1,0 +1,400 @@
+"""Office documents (service/text/documents/): each built with the library that reads it,
+translated with the upper-casing stand-in of tests/test_html_text.py (and once through
+/translate_file with the tiny model), then opened again with that library and checked: every
+text part changed, formatting stayed on its words, and every other archive entry is
+byte-identical. Refusals: XXE, billion laughs, a zip bomb, an encrypted and a corrupt file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import io
+import zipfile
+
+import docx
+import openpyxl
+import pptx
+import pytest
+from docx.opc.constants import RELATIONSHIP_TYPE
+from docx.oxml import OxmlElement
+from docx.oxml.ns import qn
+from odf import teletype
+from odf.opendocument import OpenDocumentText, load
+from odf.style import Style, TextProperties
+from odf.text import P, Span
+from openpyxl.cell.rich_text import CellRichText, TextBlock
+from openpyxl.cell.text import InlineFont
+
+from service.text.documents.inline import Unit
+from service.text.documents.ooxml import paragraph_units
+from service.text.files import UnsupportedFile, translate_file
+from tests.test_html_text import shout
+from tests.test_webapi import client, download, make_settings, model_dir, served  # noqa: F401
+from tests.test_webapi import translate_file as post_file
+
+
+def run(name: str, content: bytes, translate=shout) -> bytes:
+    return asyncio.run(translate_file(name, content, "de", translate)).content
+
+
+def recording(sent: list[str]):
+    async def translate(texts: list[str]) -> list[str]:
+        sent.extend(texts)
+        return await shout(texts)
+
+    return translate
+
+
+def entries(content: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(content)) as archive:
+        return {info.filename: archive.read(info) for info in archive.infolist()}
+
+
+def assert_only_text_parts_changed(before: bytes, after: bytes, text_parts: set[str]) -> None:
+    old, new = entries(before), entries(after)
+    assert list(old) == list(new)  # the same entries in the same order
+    changed = {name for name in old if old[name] != new[name]}
+    assert changed == text_parts
+
+
+# --- docx --------------------------------------------------------------------------------------
+
+
+def add_hyperlink(paragraph, text: str, url: str) -> None:
+    r_id = paragraph.part.relate_to(url, RELATIONSHIP_TYPE.HYPERLINK, is_external=True)
+    link = OxmlElement("w:hyperlink")
+    link.set(qn("r:id"), r_id)
+    run_element = OxmlElement("w:r")
+    text_element = OxmlElement("w:t")
+    text_element.text = text
+    run_element.append(text_element)
+    link.append(run_element)
+    paragraph._p.append(link)
+
+
+def build_docx() -> bytes:
+    document = docx.Document()
+    split = document.add_paragraph("Save the ")
+    split.add_run("file before ")  # same formatting, another run: one sentence
+    split.add_run("you close it.")
+    formatted = document.add_paragraph("Click ")
+    formatted.add_run("Save").bold = True
+    formatted.add_run(" to keep ")
+    formatted.add_run("your").italic = True
+    formatted.add_run(" changes, see ")
+    add_hyperlink(formatted, "the manual", "https://example.org/manual")
+    formatted.add_run(".")
+    table = document.add_table(rows=1, cols=2)
+    table.cell(0, 0).text = "Name of the file"
+    table.cell(0, 1).text = "2024"  # a number: not sent
+    section = document.sections[0]
+    section.header.paragraphs[0].text = "Company report"
+    section.footer.paragraphs[0].text = "Confidential draft"
+    document.add_comment(formatted.runs[1], text="Check this word", author="Ann")
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def test_docx_paragraphs_tables_headers_footers_comments_translated_with_runs_kept():
+    source = build_docx()
+    sent: list[str] = []
+    result = run("report.docx", source, recording(sent))
+    # A sentence spread over runs of one formatting goes as one text; formatted runs as tags.
+    assert "Save the file before you close it." in sent
+    assert (
+        "Click <mt-g2>Save</mt-g2> to keep <mt-g4>your</mt-g4> changes, see <mt-g6>the manual</mt-g6>."
+        in sent
+    )
+    assert "2024" not in sent
+
+    document = docx.Document(io.BytesIO(result))
+    split, formatted = document.paragraphs[0], document.paragraphs[1]
+    assert split.text == "SAVE THE FILE BEFORE YOU CLOSE IT."
+    assert formatted.text == "CLICK SAVE TO KEEP YOUR CHANGES, SEE THE MANUAL."
+    assert [r.text for r in formatted.runs if r.bold] == ["SAVE"]
+    assert [r.text for r in formatted.runs if r.italic] == ["YOUR"]
+    [link] = formatted.hyperlinks
+    assert (link.text, link.address) == ("THE MANUAL", "https://example.org/manual")
+    cells = document.tables[0].rows[0].cells
+    assert [cells[0].text, cells[1].text] == ["NAME OF THE FILE", "2024"]
+    section = document.sections[0]
+    assert section.header.paragraphs[0].text == "COMPANY REPORT"
+    assert section.footer.paragraphs[0].text == "CONFIDENTIAL DRAFT"
+    assert [c.text for c in document.comments] == ["CHECK THIS WORD"]
+    assert_only_text_parts_changed(
+        source,
+        result,
+        {"word/document.xml", "word/header1.xml", "word/footer1.xml", "word/comments.xml"},
+    )
+
+
+def test_docx_footnotes_endnotes_and_text_boxes_are_translated():
+    source = build_docx()
+    files = entries(source)
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    # python-docx cannot write notes or text boxes: the part and the text box are added by hand.
+    files["word/footnotes.xml"] = (
+        f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:footnotes {w}>'
+        '<w:footnote w:id="1"><w:p><w:r><w:footnoteRef/></w:r>'
+        '<w:r><w:t xml:space="preserve"> See the appendix.</w:t></w:r></w:p></w:footnote>'
+        "</w:footnotes>"
+    ).encode()
+    body = files["word/document.xml"].decode()
+    box = (
+        "<w:p><w:r><w:t>Before</w:t></w:r><w:r><w:pict><w:txbxContent><w:p><w:r>"
+        "<w:t>Text in a box</w:t></w:r></w:p></w:txbxContent></w:pict></w:r></w:p>"
+    )
+    files["word/document.xml"] = body.replace("<w:sectPr", box + "<w:sectPr", 1).encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    sent: list[str] = []
+    result = entries(run("notes.docx", out.getvalue(), recording(sent)))
+    assert "See the appendix." in sent and "Text in a box" in sent and "Before" in sent
+    assert b"> SEE THE APPENDIX.</w:t>" in result["word/footnotes.xml"]
+    assert b"<w:footnoteRef/>" in result["word/footnotes.xml"]
+    assert b"<w:t>TEXT IN A BOX</w:t>" in result["word/document.xml"]
+
+
+# --- pptx --------------------------------------------------------------------------------------
+
+
+def build_pptx() -> bytes:
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])  # title only
+    slide.shapes.title.text = "Quarterly results"
+    box = slide.shapes.add_textbox(0, 0, 100, 100).text_frame
+    paragraph = box.paragraphs[0]
+    paragraph.add_run().text = "Sales grew in "
+    bold = paragraph.add_run()
+    bold.text = "every region"
+    bold.font.bold = True
+    paragraph.add_run().text = " this year."
+    table = slide.shapes.add_table(1, 2, 0, 0, 100, 100).table
+    table.cell(0, 0).text = "North office"
+    table.cell(0, 1).text = "42"
+    slide.notes_slide.notes_text_frame.text = "Mention the new customers"
+    out = io.BytesIO()
+    deck.save(out)
+    return out.getvalue()
+
+
+def test_pptx_slides_tables_and_notes_translated_with_bold_kept():
+    source = build_pptx()
+    result = run("deck.pptx", source)
+    slide = pptx.Presentation(io.BytesIO(result)).slides[0]
+    assert slide.shapes.title.text == "QUARTERLY RESULTS"
+    texts = [shape.text_frame.text for shape in slide.shapes if shape.has_text_frame]
+    assert "SALES GREW IN EVERY REGION THIS YEAR." in texts
+    runs = [
+        r for s in slide.shapes if s.has_text_frame for p in s.text_frame.paragraphs for r in p.runs
+    ]
+    assert [r.text for r in runs if r.font.bold] == ["EVERY REGION"]
+    table = next(s for s in slide.shapes if s.has_table).table
+    assert [table.cell(0, 0).text, table.cell(0, 1).text] == ["NORTH OFFICE", "42"]
+    assert slide.notes_slide.notes_text_frame.text == "MENTION THE NEW CUSTOMERS"
+    assert_only_text_parts_changed(
+        source, result, {"ppt/slides/slide1.xml", "ppt/notesSlides/notesSlide1.xml"}
+    )
+
+
+# --- xlsx --------------------------------------------------------------------------------------
+
+
+def build_xlsx() -> bytes:
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Summary"
+    sheet["A1"] = "Total revenue"
+    sheet["A2"] = 1234.5
+    sheet["A3"] = dt.date(2024, 5, 1)
+    sheet["A4"] = "=SUM(A2:A2)"
+    sheet["A5"] = CellRichText("Paid ", TextBlock(InlineFont(b=True), "in full"))
+    sheet["A6"] = "Shared label"
+    hidden = book.create_sheet("Internal")
+    hidden["A1"] = "Shared label"  # the same shared string as Summary!A6
+    hidden["A2"] = "Do not touch"
+    hidden.sheet_state = "hidden"
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def test_xlsx_translates_visible_text_cells_and_leaves_numbers_formulas_hidden_sheets():
+    source = build_xlsx()
+    result = run("book.xlsx", source)
+    book = openpyxl.load_workbook(io.BytesIO(result), rich_text=True)
+    sheet, hidden = book["Summary"], book["Internal"]
+    assert sheet["A1"].value == "TOTAL REVENUE"
+    assert sheet["A2"].value == 1234.5
+    assert sheet["A3"].value.date() == dt.date(2024, 5, 1)
+    assert sheet["A4"].value == "=SUM(A2:A2)"
+    rich = sheet["A5"].value
+    assert str(rich) == "PAID IN FULL"
+    assert [block.text for block in rich if isinstance(block, TextBlock) and block.font.b] == [
+        "IN FULL"
+    ]
+    assert sheet["A6"].value == "SHARED LABEL"
+    assert [hidden["A1"].value, hidden["A2"].value] == ["Shared label", "Do not touch"]
+    assert hidden.sheet_state == "hidden"
+
+
+def test_xlsx_shared_string_also_used_by_a_hidden_sheet_is_copied_for_the_visible_one():
+    # openpyxl writes inline strings; Excel writes shared strings, built here by hand.
+    files = entries(build_xlsx())
+    x = 'xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"'
+    files["xl/sharedStrings.xml"] = (
+        f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<sst {x} count="3" '
+        'uniqueCount="2"><si><t>Shared label</t></si><si><t>Only visible</t></si></sst>'
+    ).encode()
+    for name, rows in (
+        ("xl/worksheets/sheet1.xml", '<c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c>'),
+        ("xl/worksheets/sheet2.xml", '<c r="A1" t="s"><v>0</v></c>'),
+    ):
+        files[name] = (
+            f'<worksheet {x}><sheetData><row r="1">{rows}</row></sheetData></worksheet>'
+        ).encode()
+    types = files["[Content_Types].xml"].decode()
+    files["[Content_Types].xml"] = types.replace(
+        "</Types>",
+        '<Override PartName="/xl/sharedStrings.xml" ContentType="application/'
+        'vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/></Types>',
+    ).encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    book = openpyxl.load_workbook(io.BytesIO(run("shared.xlsx", out.getvalue())))
+    assert [book["Summary"]["A1"].value, book["Summary"]["B1"].value] == [
+        "SHARED LABEL",
+        "ONLY VISIBLE",
+    ]
+    assert book["Internal"]["A1"].value == "Shared label"
+
+
+# --- odt ---------------------------------------------------------------------------------------
+
+
+def test_odt_paragraph_with_a_bold_span_is_one_text_and_the_span_keeps_its_words():
+    document = OpenDocumentText()
+    bold = Style(name="Bold", family="text")
+    bold.addElement(TextProperties(fontweight="bold"))
+    document.automaticstyles.addElement(bold)
+    paragraph = P(text="Open the ")
+    paragraph.addElement(Span(stylename=bold, text="settings"))
+    paragraph.addText(" menu now.")
+    document.text.addElement(paragraph)
+    out = io.BytesIO()
+    document.save(out)
+    sent: list[str] = []
+    result = run("letter.odt", out.getvalue(), recording(sent))
+    assert sent == ["Open the <mt-g2>settings</mt-g2> menu now."]
+    loaded = load(io.BytesIO(result))
+    [translated] = loaded.getElementsByType(P)
+    assert teletype.extractText(translated) == "OPEN THE SETTINGS MENU NOW."
+    [span] = loaded.getElementsByType(Span)
+    assert teletype.extractText(span) == "SETTINGS"
+    assert_only_text_parts_changed(out.getvalue(), result, {"content.xml"})
+
+
+# --- the unit itself ---------------------------------------------------------------------------
+
+
+def test_reordered_tags_keep_formatting_on_their_words():
+    from lxml import etree
+
+    p = etree.fromstring(
+        '<w:p xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
+        "<w:r><w:t>the </w:t></w:r><w:r><w:rPr><w:b/></w:rPr><w:t>red</w:t></w:r>"
+        "<w:r><w:t xml:space='preserve'> car</w:t></w:r></w:p>"
+    )
+    [unit] = paragraph_units(p, "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}t")
+    assert isinstance(unit, Unit) and unit.source()[1] == "the <mt-g2>red</mt-g2> car"
+    unit.write("la voiture <mt-g2>rouge</mt-g2>")  # the model moves the bold word
+    texts = [t.text for t in p.iter("{*}t")]
+    assert texts == ["la voiture ", "rouge", None]
+
+
+# --- refusals ----------------------------------------------------------------------------------
+
+
+def replace_part(content: bytes, name: str, data: bytes) -> bytes:
+    files = entries(content)
+    files[name] = data
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for entry, value in files.items():
+            archive.writestr(entry, value)
+    return out.getvalue()
+
+
+XXE = b"""<?xml version="1.0"?>
+<!DOCTYPE w:document [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>
+<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">
+<w:body><w:p><w:r><w:t>&xxe;</w:t></w:r></w:p></w:body></w:document>"""
+LAUGHS = b"""<?xml version="1.0"?>
+<!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>
+<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">
+<w:body><w:p><w:r><w:t>&lol2;</w:t></w:r></w:p></w:body></w:document>"""
+
+
+def zip_bomb() -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("word/document.xml", b"\0" * (8 * 1024 * 1024))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: replace_part(build_docx(), "word/document.xml", XXE), "entities"),
+        (lambda: replace_part(build_docx(), "word/document.xml", LAUGHS), "entities"),
+        (zip_bomb, "zip bomb"),
+        (lambda: build_docx()[:5000], "corrupt"),
+        (lambda: b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 600, "encrypted"),
+        (lambda: replace_part(build_docx(), "word/document.xml", b"<w:document"), "well-formed"),
+    ],
+    ids=["xxe", "billion-laughs", "zip-bomb", "truncated", "encrypted", "malformed"],
+)
+def test_hostile_or_broken_documents_are_refused(make, message):
+    with pytest.raises(UnsupportedFile, match=message):
+        run("evil.docx", make())
+
+
+# --- through the service -----------------------------------------------------------------------
+
+
+def test_docx_through_translate_file_with_the_tiny_model(client):  # noqa: F811
+    document = docx.Document()
+    document.add_paragraph("Save the file")
+    formatted = document.add_paragraph("Open ")
+    formatted.add_run("the window").bold = True
+    document.sections[0].header.paragraphs[0].text = "Close all files"
+    out = io.BytesIO()
+    document.save(out)
+    name, content = download(client, post_file(client, "plain.docx", out.getvalue()))
+    assert name.endswith(".docx")
+    result = docx.Document(io.BytesIO(content))
+    expected = served(client, ["Save the file", "Close all files"])
+    assert result.paragraphs[0].text == expected[0]
+    assert result.sections[0].header.paragraphs[0].text == expected[1]
+    runs = result.paragraphs[1].runs
+    assert [bool(r.bold) for r in runs] == [False, True]  # the runs and their formatting stay
+    assert result.paragraphs[1].text != "Open the window"
+    assert_only_text_parts_changed(
+        out.getvalue(), content, {"word/document.xml", "word/header1.xml"}
+    )
+
+
+def test_translate_file_refuses_a_zip_bomb_with_400(client):  # noqa: F811
+    response = post_file(client, "bomb.xlsx", zip_bomb())
+    assert response.status_code == 400 and "zip bomb" in response.json()["error"]
+
+
+def test_frontend_settings_list_the_document_formats(client):  # noqa: F811
+    formats = client.get("/frontend/settings").json()["supportedFilesFormat"]
+    assert {".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods"} <= set(formats)
