@@ -1,4 +1,4 @@
-"""Our save format, and loading either it or a Hugging Face Marian (OPUS-MT) directory.
+"""Our save format, and loading it or a Hugging Face Marian (OPUS-MT) or M2M-100 / NLLB directory.
 
 Our format is one directory: ``config.json`` (a TransformerConfig plus ``"format": "mtserve"``),
 ``model.safetensors``, and the tokenizer files in the Marian layout (``source.spm``,
@@ -61,18 +61,29 @@ def save_pretrained(
         copy_tokenizer_files(tokenizer_dir, output_dir)
 
 
+def hf_model_type(model_dir: str | Path) -> str | None:
+    """The ``model_type`` of a Hugging Face directory's config.json; None for our format."""
+    return json.loads((Path(model_dir) / "config.json").read_text()).get("model_type")
+
+
 def is_marian_dir(model_dir: str | Path) -> bool:
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    return config.get("model_type") == "marian"
+    return hf_model_type(model_dir) == "marian"
 
 
 def load_pretrained(model_dir: str | Path) -> Transformer:
-    """Load our format or a Hugging Face Marian directory, in eval mode."""
+    """Load our format or a Hugging Face Marian or M2M-100 / NLLB directory, in eval mode."""
     model_dir = Path(model_dir)
-    if is_marian_dir(model_dir):
+    model_type = hf_model_type(model_dir)
+    if model_type == "marian":
         from models.marian import load_marian
 
         return load_marian(model_dir)
+    if model_type == "m2m_100":  # NLLB-200 checkpoints declare it too
+        from models.m2m100 import load_m2m100
+
+        return load_m2m100(model_dir)
+    if model_type is not None:
+        raise ValueError(f"{model_dir}: unsupported model_type {model_type!r}")
     config = TransformerConfig.load(model_dir / "config.json")
     model = Transformer(config)
     load_model(model, str(model_dir / "model.safetensors"))

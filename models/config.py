@@ -1,4 +1,5 @@
-"""The transformer's configuration: every switch needed to represent Marian (OPUS-MT) exactly."""
+"""The transformer's configuration: every switch needed to represent Marian (OPUS-MT) and
+M2M-100 / NLLB-200 exactly."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 from typing import Literal
 
 Activation = Literal["relu", "gelu", "swish"]
+# Which sinusoidal table, and how tokens index it (models/transformer.py): "marian" numbers
+# every slot from 0; "fairseq" (M2M-100, NLLB) numbers only non-pad tokens from pad_id + 1.
+Positions = Literal["marian", "fairseq"]
 
 
 @dataclass
@@ -35,6 +39,7 @@ class TransformerConfig:
     activation: Activation = "swish"
     scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model)
     layer_norm_eps: float = 1e-5
+    positions: Positions = "marian"
 
     # regularisation (training only)
     dropout: float = 0.1
@@ -53,6 +58,8 @@ class TransformerConfig:
         for heads in (self.encoder_heads, self.decoder_heads):
             if self.d_model % heads:
                 raise ValueError(f"d_model={self.d_model} is not divisible by {heads} heads")
+        if self.positions not in ("marian", "fairseq"):
+            raise ValueError(f"unknown positions {self.positions!r}")
 
     @property
     def decoder_head_dim(self) -> int:

@@ -34,8 +34,13 @@ def greedy_search(
     src_mask: Tensor,
     max_new_tokens: int = 64,
     suppress_ids: tuple[int, ...] = (),
+    forced_first_ids: Tensor | None = None,
 ) -> list[list[int]]:
-    """src_ids, src_mask (B, S) -> B token lists."""
+    """src_ids, src_mask (B, S) -> B token lists.
+
+    ``forced_first_ids`` (B,): each row's first generated token, whatever the model prefers
+    (M2M-100 / NLLB's target-language code; transformers' ``forced_bos_token_id``). It stays
+    in the row's output, as in ``generate``'s."""
     config = model.config
     batch = src_ids.shape[0]
     _, cross_keys, cross_values = model.encode(src_ids, src_mask)
@@ -50,6 +55,8 @@ def greedy_search(
             tokens, positions, past_keys, past_values, cross_keys, cross_values, src_mask
         )
         next_tokens = _next_log_probs(logits, config.pad_id, suppress_ids).argmax(dim=-1)  # (B,)
+        if step == 0 and forced_first_ids is not None:
+            next_tokens = forced_first_ids.to(device)  # (B,)
         next_token_list = next_tokens.tolist()
         for row in (~finished).nonzero().flatten().tolist():
             if next_token_list[row] != config.eos_id:

@@ -17,7 +17,9 @@ The public surface is what export traces and what the search reference calls:
 - ``forward(src_ids, src_mask, tgt_ids)``: full-sequence training pass, the same code path with
   an empty cache.
 
-Parameter names follow Hugging Face's Marian so checkpoint import is a renaming.
+Parameter names follow Hugging Face's Marian so checkpoint import is a renaming. The config
+also covers M2M-100 / NLLB-200 (pre-norm with final layer norms, ReLU, one tied table, fairseq
+positions): one model, switched by ``TransformerConfig``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,22 @@ def sinusoidal_positions(num_positions: int, dim: int) -> Tensor:
     angles = positions * inverse_freq  # (N, ceil(D/2))
     table = torch.cat([angles.sin(), angles.cos()[:, : dim // 2]], dim=1)  # (N, D)
     return table.float()
+
+
+def fairseq_positions(num_positions: int, dim: int, pad_id: int) -> Tensor:
+    """fairseq's sinusoidal table (M2M-100, NLLB): frequencies log(10000)/(half_dim - 1), sines
+    then cosines, a zero column for an odd D, and the pad row zeroed. Computed in float32 as
+    fairseq and transformers compute it, so an imported checkpoint sees the table it was
+    trained with to the last bit."""
+    half_dim = dim // 2
+    step = math.log(10000) / (half_dim - 1)
+    inverse_freq = torch.exp(torch.arange(half_dim, dtype=torch.float32) * -step)  # (D/2,)
+    angles = torch.arange(num_positions, dtype=torch.float32)[:, None] * inverse_freq  # (N, D/2)
+    table = torch.cat([angles.sin(), angles.cos()], dim=1)  # (N, 2 * (D // 2))
+    if dim % 2:
+        table = torch.cat([table, torch.zeros(num_positions, 1)], dim=1)  # (N, D)
+    table[pad_id] = 0.0
+    return table
 
 
 def additive_mask(keep: Tensor, dtype: torch.dtype) -> Tensor:
@@ -287,9 +305,15 @@ class Transformer(nn.Module):
             if config.share_embeddings
             else nn.Embedding(config.tgt_vocab_size, d, padding_idx=config.pad_id)
         )
-        self.register_buffer(
-            "position_table", sinusoidal_positions(config.max_positions, d), persistent=False
-        )
+        if config.positions == "fairseq":
+            # Row pad_id is the pad tokens' zero row; tokens count from pad_id + 1, so the table
+            # needs pad_id + 1 rows more than max_positions.
+            self.position_offset = config.pad_id + 1
+            table = fairseq_positions(config.max_positions + self.position_offset, d, config.pad_id)
+        else:
+            self.position_offset = 0
+            table = sinusoidal_positions(config.max_positions, d)
+        self.register_buffer("position_table", table, persistent=False)  # (N, D)
         self.embed_dropout = nn.Dropout(config.dropout)
         self.encoder_layers = nn.ModuleList(
             EncoderLayer(config) for _ in range(config.encoder_layers)
@@ -328,6 +352,16 @@ class Transformer(nn.Module):
         x = table(ids) * self.embed_scale + self.position_table[positions]
         return self.embed_dropout(x)
 
+    def source_positions(self, src_ids: Tensor) -> Tensor:
+        """Rows of the position table for src_ids (B, S)."""
+        batch, src_len = src_ids.shape
+        if self.config.positions == "fairseq":
+            # fairseq numbers the non-pad tokens from pad_id + 1 and sends pad to its zero row;
+            # it reads pad off the ids (not a mask), and so does this, to number as it does.
+            non_pad = (src_ids != self.config.pad_id).long()  # (B, S)
+            return torch.cumsum(non_pad, dim=1) * non_pad + self.config.pad_id  # (B, S)
+        return torch.arange(src_len, device=src_ids.device).expand(batch, src_len)  # (B, S)
+
     # --- encoder ---------------------------------------------------------------------------
 
     def encode(self, src_ids: Tensor, src_mask: Tensor) -> tuple[Tensor, KVCache, KVCache]:
@@ -336,8 +370,7 @@ class Transformer(nn.Module):
         Returns memory (B, S, D) and, per decoder layer, cross keys and values (B, H, S, Dh).
         """
         batch, src_len = src_ids.shape
-        positions = torch.arange(src_len, device=src_ids.device).expand(batch, src_len)
-        x = self.embed(self.src_embed, src_ids, positions)  # (B, S, D)
+        x = self.embed(self.src_embed, src_ids, self.source_positions(src_ids))  # (B, S, D)
         keep = src_mask.bool()[:, None, None, :].expand(batch, 1, src_len, src_len)
         src_bias = additive_mask(keep, x.dtype)  # (B, 1, S, S)
         for layer in self.encoder_layers:
@@ -392,10 +425,12 @@ class Transformer(nn.Module):
     ) -> tuple[Tensor, KVCache, KVCache]:
         """Run T new target tokens against a cache of P slots.
 
-        input_ids, positions (B, T); past (B, H, P, Dh) per layer; cross (B, H, S, Dh) per layer;
-        src_mask (B, S); self_mask (B, P+T), 1 where a cache slot or new position holds a real
-        token (rows that joined a running batch late have invalid slots on the left, and spare
-        capacity at the right end is invalid for every row), default all 1.
+        input_ids (B, T); positions (B, T), each new token's index among its row's target tokens
+        (0 for the start token) whichever table the config names; past (B, H, P, Dh) per layer;
+        cross (B, H, S, Dh) per layer; src_mask (B, S); self_mask (B, P+T), 1 where a cache slot
+        or new position holds a real token (rows that joined a running batch late have invalid
+        slots on the left, and spare capacity at the right end is invalid for every row),
+        default all 1.
         Returns logits (B, T, V) and the new tokens' keys and values (B, H, T, Dh) per layer.
         """
         batch, new_len = input_ids.shape
@@ -413,6 +448,10 @@ class Transformer(nn.Module):
             self_keep = causal[None, None, :, :] & self_keep  # (B, 1, T, P+T)
         cross_keep = src_mask.bool()[:, None, None, :]  # (B, 1, 1, S), broadcast over T
 
+        if self.position_offset:
+            # ``positions`` counts a row's earlier target tokens (its past_len + step; the
+            # decoder never feeds pad), and fairseq's first target token sits at pad_id + 1.
+            positions = positions + self.position_offset  # (B, T)
         x = self.embed(self.tgt_embed, input_ids, positions)  # (B, T, D)
         self_bias = additive_mask(self_keep, x.dtype)
         cross_bias = additive_mask(cross_keep, x.dtype)
