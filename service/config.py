@@ -251,6 +251,16 @@ class Settings(BaseSettings):
         gt=0,
         description="Translated files older than this are deleted (LibreTranslate: 30 min).",
     )
+    data_dir: Path = Field(
+        Path("data"),
+        description="Where stored glossaries live (SQLite, glossaries.sqlite3), kept across "
+        "restarts; created on first use.",
+    )
+    max_glossary_entries: int = Field(
+        5000,
+        ge=1,
+        description="Most entries in one glossary, inline or stored (413 above it).",
+    )
     frontend_timeout_ms: int = Field(
         500,
         ge=0,

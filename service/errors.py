@@ -54,6 +54,13 @@ class UnsupportedLanguage(TextError):
     """No model (direct or pivot) translates the requested pair (HTTP 400)."""
 
 
+class NotFound(ServiceError):
+    """A stored thing (a glossary) the client names does not exist (HTTP 404)."""
+
+    status = 404
+    default_code = "not_found"
+
+
 class UnsupportedFile(ServiceError, ValueError):
     """A file whose format or content cannot be translated (HTTP 400)."""
 

@@ -3,7 +3,8 @@
 ``Settings`` (service/config.py) is read here and in the web layer only. Everything below the
 web layer takes a small typed config built here: ``EngineConfig`` for the runtime,
 ``BatchingConfig`` for the scheduler, ``TextLimits`` and ``TranslatorConfig`` for the text
-and translation layers, ``RegistryConfig`` for the model registry and routing.
+and translation layers, ``RegistryConfig`` for the model registry and routing, the
+``GlossaryStore`` under ``MT_DATA_DIR``.
 
 ``create_app`` builds, in order: the metrics, the model registry (with a ``ModelLoader`` that
 turns a model's spec into an engine, a batcher and a translator), the dispatcher factory (the
@@ -29,6 +30,7 @@ from service.text.pipeline import TextLimits
 from service.text.tokenizer import Tokenizer
 from service.translation.detection import LanguageDetector
 from service.translation.dispatch import Dispatcher
+from service.translation.glossaries import GlossaryStore
 from service.translation.registry import (
     LoadedModel,
     ModelLoader,
@@ -98,6 +100,10 @@ def translator_config(settings: Settings) -> TranslatorConfig:
         request_timeout_s=settings.request_timeout_s,
         cache_size=settings.translation_cache_size,
     )
+
+
+def glossary_store(settings: Settings) -> GlossaryStore:
+    return GlossaryStore(settings.data_dir / "glossaries.sqlite3", settings.max_glossary_entries)
 
 
 def registry_config(settings: Settings) -> RegistryConfig:
@@ -199,7 +205,23 @@ def create_app(
     except RegistryError as error:
         logger.error("%s", error)
         return build_app(
-            ServiceState(settings, metrics, text_limits(settings), None, None, failure=str(error))
+            ServiceState(
+                settings,
+                metrics,
+                text_limits(settings),
+                None,
+                None,
+                failure=str(error),
+                glossaries=glossary_store(settings),
+            )
         )
     factory = dispatcher_factory(settings, registry)
-    return build_app(ServiceState(settings, metrics, text_limits(settings), registry, factory))
+    state = ServiceState(
+        settings,
+        metrics,
+        text_limits(settings),
+        registry,
+        factory,
+        glossaries=glossary_store(settings),
+    )
+    return build_app(state)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from service.errors import InputTooLarge, InvalidInput
+from service.text.glossary import Glossary, GlossaryError
 from service.text.protection import (
     EXACT_SYMBOL_RE,
     RunProtector,
@@ -184,9 +185,20 @@ class TextPipeline:
         texts: Sequence[str],
         options: DecodingOptions,
         cached: CacheLookup | None = None,
+        glossary: Glossary | None = None,
     ) -> list[TextPlan]:
         """Sentences of every text, masked and tokenized; those known without the model
-        (nothing to translate, or ``cached`` knows them) already carry their translation."""
+        (nothing to translate, or ``cached`` knows them) already carry their translation.
+        ``glossary``: its terms are masked like placeholders and come back as their target
+        terms (service/text/glossary.py)."""
+        if glossary is not None and not self.protector.symbols:
+            # Enforcement is the copy constraint on ｟k｠ symbols; without them a term could
+            # only be hoped for, and a glossary that silently does nothing is worse than a
+            # refusal.
+            raise GlossaryError(
+                "glossary_unsupported",
+                "this model's vocabulary has no placeholder symbols, which glossaries need",
+            )
         plans = []
         for text_index, text in enumerate(texts):
             # Split the masked text, so that no boundary falls inside a URL, tag or
@@ -201,7 +213,7 @@ class TextPipeline:
             for start, end in spans:
                 sentence_text = restore(masked_text[start:end], text_originals)
                 plan.sentences.append(
-                    self.prepare_sentence(sentence_text, text_index, options, cached)
+                    self.prepare_sentence(sentence_text, text_index, options, cached, glossary)
                 )
             plans.append(plan)
         return plans
@@ -212,12 +224,16 @@ class TextPipeline:
         text_index: int,
         options: DecodingOptions,
         cached: CacheLookup | None = None,
+        glossary: Glossary | None = None,
     ) -> Sentence:
         prefix, core, suffix = split_edge_tags(text)
-        masked, originals = self.protector.protect(core)
+        terms = glossary.matches(core, find_placeholders(core)) if glossary is not None else []
+        masked, originals = self.protector.protect(core, terms)
         sentence = Sentence(masked=masked, originals=originals, prefix=prefix, suffix=suffix)
         if not has_words(masked):
-            sentence.translation = text  # nothing a model could translate
+            # Nothing a model could translate: the text as it was, but with glossary terms
+            # (a sentence that is one term) written as their targets.
+            sentence.translation = f"{prefix}{restore(masked, originals)}{suffix}"
             return sentence
         if _finished_from_cache(sentence, options, cached):
             return sentence
@@ -313,13 +329,17 @@ class TextPipeline:
         )
 
     def translate(
-        self, texts: Sequence[str], options: DecodingOptions, decode_rows: DecodeRows
+        self,
+        texts: Sequence[str],
+        options: DecodingOptions,
+        decode_rows: DecodeRows,
+        glossary: Glossary | None = None,
     ) -> TranslationBatch:
         """The whole pipeline, synchronously: ``decode_rows`` runs the model on the
         sentences that need it (evaluation and offline scripts; the service awaits the
         batcher instead, between :meth:`plan` and :meth:`finish`)."""
         self.limits.check_request_size(texts)
-        plans = self.plan(texts, options)
+        plans = self.plan(texts, options, glossary=glossary)
         to_decode = [s for plan in plans for s in plan.sentences if s.needs_model]
         if to_decode:
             outputs = decode_rows(to_decode, options)

@@ -64,7 +64,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import regex
 
@@ -352,23 +352,44 @@ class RunProtector:
 
     # --- masking ---------------------------------------------------------------------------
 
-    def protect(self, text: str) -> tuple[str, list[str]]:
+    def protect(
+        self, text: str, terms: Sequence[tuple[Span, str]] = ()
+    ) -> tuple[str, list[str]]:
         """Mask placeholders and runs in one sentence: ``(masked, originals)``, where
         ``originals[k]`` is what ``｟k｠`` stands for (restore with
-        :func:`restore_every_run`). A model without symbols gets placeholder masking alone
-        (its runs are cut out by :meth:`cut_around_runs`)."""
+        :func:`restore_every_run`). ``terms``: glossary matches (service/text/glossary.py),
+        ``(span, target term)``, none overlapping a placeholder; each is masked like a
+        placeholder but stands for its TARGET term, so restoring writes the target term. A
+        model without symbols gets placeholder masking alone (its runs are cut out by
+        :meth:`cut_around_runs`; the pipeline refuses glossaries for it)."""
         if not self.symbols:
             return protect(text)
         placeholders = find_placeholders(text)
-        spans = sorted([*placeholders, *self.runs(text, placeholders)])
+        term_spans = [span for span, _ in terms]
+        spans = sorted(
+            [*placeholders, *term_spans, *self.runs(text, [*placeholders, *term_spans])]
+        )
         if not spans:
             return text, []
-        spans = _merge_until_fits(text, spans, self.symbols)
+        target_of = dict(terms)
+
+        def value(span: Span) -> str:
+            """What a (possibly merged) span stands for: its text, with the glossary terms
+            inside it replaced by their targets."""
+            start, end = span
+            pieces, cursor = [], start
+            for (term_start, term_end), target in sorted(target_of.items()):
+                if start <= term_start and term_end <= end:
+                    pieces += [text[cursor:term_start], target]
+                    cursor = term_end
+            return "".join([*pieces, text[cursor:end]])
+
+        spans = _merge_until_fits(text, spans, self.symbols, value)
         index_of: dict[str, int] = {}
         pieces: list[str] = []
         cursor = 0
         for start, end in spans:
-            index = index_of.setdefault(text[start:end], len(index_of))
+            index = index_of.setdefault(value((start, end)), len(index_of))
             pieces += [text[cursor:start], PLACEHOLDER_SYMBOLS[index]]
             cursor = end
         pieces.append(text[cursor:])
@@ -414,10 +435,13 @@ def _overlaps_any(span: Span, others: Sequence[Span]) -> bool:
     return any(start < other_end and other_start < end for other_start, other_end in others)
 
 
-def _merge_until_fits(text: str, spans: list[Span], symbols: int) -> list[Span]:
+def _merge_until_fits(
+    text: str, spans: list[Span], symbols: int, value: Callable[[Span], str] | None = None
+) -> list[Span]:
     """Merge the two neighbours with the least text between them until the distinct
-    strings fit in ``symbols``."""
-    while len(spans) > 1 and len({text[start:end] for start, end in spans}) > symbols:
+    strings (``value`` of each span: what its symbol restores to) fit in ``symbols``."""
+    value = value or (lambda span: text[span[0] : span[1]])
+    while len(spans) > 1 and len(set(map(value, spans))) > symbols:
         closest = min(range(len(spans) - 1), key=lambda i: spans[i + 1][0] - spans[i][1])
         spans[closest : closest + 2] = [(spans[closest][0], spans[closest + 1][1])]
     return spans

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
+from service.text.glossary import Glossary, GlossaryError
 from service.text.pipeline import (
     DecodingOptions,
     TextLimits,
@@ -101,9 +102,12 @@ class Dispatcher:
         source: str | None,
         target: str | None,
         options: DecodingOptions,
+        glossary: Glossary | None = None,
     ) -> DispatchResult:
-        route, detections = await self.plan(texts, source, target)
-        return DispatchResult(await self._run(texts, route, options), route, detections)
+        """``glossary``: terms enforced on the request (service/text/glossary.py); a stored
+        one must be for the route's language pair."""
+        route, detections = await self.plan(texts, source, target, glossary)
+        return DispatchResult(await self._run(texts, route, options, glossary), route, detections)
 
     async def translate_with_alternatives(
         self,
@@ -112,17 +116,18 @@ class Dispatcher:
         target: str | None,
         options: DecodingOptions,
         alternatives: int,
+        glossary: Glossary | None = None,
     ) -> tuple[DispatchResult, list[list[str]]]:
         """:meth:`translate` with up to ``alternatives`` other translations per text from the
         beam's n-best (``Translator.translate_with_alternatives``). A direct route only: a
         pivot's two beams have no single n-best, and the identity has no beam; those get []."""
-        route, detections = await self.plan(texts, source, target)
+        route, detections = await self.plan(texts, source, target, glossary)
         if len(route.legs) != 1:
-            batch = await self._run(texts, route, options)
+            batch = await self._run(texts, route, options, glossary)
             return DispatchResult(batch, route, detections), [[] for _ in texts]
         async with self.registry.lease(route.legs) as [translator]:
             batch, others = await translator.translate_with_alternatives(
-                texts, options, alternatives
+                texts, options, alternatives, glossary
             )
         return DispatchResult(batch, route, detections), others
 
@@ -132,45 +137,74 @@ class Dispatcher:
         source: str | None,
         target: str | None,
         options: DecodingOptions,
+        glossary: Glossary | None = None,
     ) -> DispatchStream:
         """The sentences of ``texts`` as they finish (``Translator.stream``), then the batch.
         Refusals (limits, language, queue full) raise here. The model stays leased until the
         stream ends or is closed. A pivot (or identity) route yields only the batch: a
         sentence is done when its second leg is, and the legs run text by text."""
-        route, detections = await self.plan(texts, source, target)
+        route, detections = await self.plan(texts, source, target, glossary)
         resources = AsyncExitStack()
         if len(route.legs) != 1:
             return DispatchStream(
-                route, detections, _once(lambda: self._run(texts, route, options)), resources
+                route,
+                detections,
+                _once(lambda: self._run(texts, route, options, glossary)),
+                resources,
             )
         try:
             [translator] = await resources.enter_async_context(self.registry.lease(route.legs))
-            items = await translator.stream(texts, options)
+            items = await translator.stream(texts, options, glossary)
         except BaseException:
             await resources.aclose()
             raise
         return DispatchStream(route, detections, items, resources)
 
     async def plan(
-        self, texts: Sequence[str], source: str | None, target: str | None
+        self,
+        texts: Sequence[str],
+        source: str | None,
+        target: str | None,
+        glossary: Glossary | None = None,
     ) -> tuple[Route, list[Detection] | None]:
-        """Check the texts, detect the source if asked to, choose the route (counted)."""
+        """Check the texts, detect the source if asked to, choose the route (counted); a
+        stored glossary for another pair is refused here, before any model is leased."""
         self.limits.check_request_size(texts)
         source, detections = await self.resolve_source(texts, source)
         target = normalise_language_code(target) or self.default_target(source)
         route = self.route(source, target)
+        check_glossary_pair(glossary, route.source, route.target)
         kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
         self.registry.metrics.routes.labels(kind=kind).inc()
         return route, detections
 
     async def _run(
-        self, texts: Sequence[str], route: Route, options: DecodingOptions
+        self,
+        texts: Sequence[str],
+        route: Route,
+        options: DecodingOptions,
+        glossary: Glossary | None = None,
     ) -> TranslationBatch:
         if not route.legs:
             return _unchanged(texts)
         async with self.registry.lease(route.legs) as translators:
             first, *rest = translators
-            return await first.translate(texts, options, then=rest[0] if rest else None)
+            return await first.translate(
+                texts, options, then=rest[0] if rest else None, glossary=glossary
+            )
+
+
+def check_glossary_pair(glossary: Glossary | None, source: str, target: str) -> None:
+    """A stored glossary holds for its own language pair only: its terms are in the wrong
+    language for any other, and matching them there would be silently wrong."""
+    if glossary is None or glossary.source_lang is None:
+        return
+    if (glossary.source_lang, glossary.target_lang) != (source, target):
+        raise GlossaryError(
+            "glossary_language_mismatch",
+            f"the glossary is for {glossary.source_lang}->{glossary.target_lang}, "
+            f"the request is {source}->{target}",
+        )
 
 
 class DispatchStream:

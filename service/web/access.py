@@ -2,7 +2,7 @@
 
 * **API keys** are on when ``MT_API_KEYS`` (comma-separated) or ``MT_API_KEYS_FILE`` (JSON:
   ``{"key": {"requests_per_minute": 60, "chars_per_minute": 50000}, ...}``) names any. A key
-  comes as ``Authorization: Bearer KEY`` or, on the LibreTranslate route, as its ``api_key``
+  comes as ``Authorization: Bearer KEY`` (or ``DeepL-Auth-Key KEY``) or, on the LibreTranslate route, as its ``api_key``
   field (header first). Errors use LibreTranslate's texts: an unknown key is 403 ``Invalid API
   key``; a missing one is 401 ``Please contact the server operator to get an API key`` (with
   ``WWW-Authenticate: Bearer``; LibreTranslate says 400 there, but a missing credential is
@@ -63,8 +63,10 @@ def load_api_keys(settings: Settings) -> dict[str, ClientLimits]:
 
 
 def bearer_token(request: Request) -> str | None:
+    """The key of ``Authorization: Bearer KEY`` or of DeepL's ``DeepL-Auth-Key KEY`` (its
+    client libraries send only that), so one set of keys serves every API."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
+    return token.strip() or None if scheme.lower() in ("bearer", "deepl-auth-key") else None
 
 
 class AccessPolicy:

@@ -28,7 +28,7 @@ __all__ = ["ApiError", "ERROR_RESPONSES", "describe_error", "install_error_handl
 logger = logging.getLogger(__name__)
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse} for status in (400, 413, 422, 429, 503, 504)
+    status: {"model": ErrorResponse} for status in (400, 404, 413, 422, 429, 503, 504)
 }
 
 
@@ -78,40 +78,54 @@ class ErrorJSONResponse(JSONResponse):
 
 
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    request: Request | None = None,
 ) -> JSONResponse:
-    return ErrorJSONResponse({"error": message, "code": code}, status_code=status, headers=headers)
+    body = {"error": message, "code": code}
+    if request is not None and request.url.path.startswith("/v2/"):
+        body["message"] = message  # DeepL's field: its clients show it
+    return ErrorJSONResponse(body, status_code=status, headers=headers)
 
 
 def install_error_handlers(
     app: FastAPI, metrics: ServiceMetrics, retry_after_s: int, timeout_s: float
 ) -> None:
     @app.exception_handler(ServiceError)
-    async def service_error(_: Request, error: ServiceError | TimeoutError) -> JSONResponse:
+    async def service_error(request: Request, error: ServiceError | TimeoutError) -> JSONResponse:
         info = describe_error(error, retry_after_s, timeout_s)
         metrics.rejections.labels(reason=info.code).inc()
         logger.info("refused with %d %s: %s", info.status, info.code, info.message)
-        return error_response(info.status, info.code, info.message, info.headers)
+        return error_response(info.status, info.code, info.message, info.headers, request)
 
     @app.exception_handler(TimeoutError)
     async def timed_out(request: Request, error: TimeoutError) -> JSONResponse:
         return await service_error(request, error)  # type: ignore[arg-type]
 
     @app.exception_handler(RequestValidationError)
-    async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
+    async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
         errors = error.errors()
         if any(e.get("type") == "json_invalid" for e in errors):
             detail = next(e for e in errors if e.get("type") == "json_invalid")
             reason = (detail.get("ctx") or {}).get("error", "JSON decode error")
             metrics.rejections.labels(reason="malformed_json").inc()
-            return error_response(400, "malformed_json", f"malformed JSON body: {reason}")
+            return error_response(
+                400, "malformed_json", f"malformed JSON body: {reason}", request=request
+            )
         metrics.rejections.labels(reason="invalid_request").inc()
-        return error_response(422, "invalid_request", f"invalid request: {describe_validation(errors)}")
+        message = f"invalid request: {describe_validation(errors)}"
+        return error_response(422, "invalid_request", message, request=request)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         return error_response(
-            error.status_code, f"http_{error.status_code}", str(error.detail), error.headers
+            error.status_code,
+            f"http_{error.status_code}",
+            str(error.detail),
+            error.headers,
+            request,
         )
 
     @app.exception_handler(Exception)

@@ -20,6 +20,7 @@ from service.config import Settings
 from service.metrics import ServiceMetrics
 from service.text.pipeline import TextLimits
 from service.translation.dispatch import Dispatcher
+from service.translation.glossaries import GlossaryStore
 from service.translation.registry import ModelRegistry
 from service.web.errors import ApiError, ErrorInfo, describe_error
 
@@ -37,16 +38,22 @@ class ServiceState:
         registry: ModelRegistry | None,
         build_dispatcher: Callable[[], Dispatcher] | None,
         failure: str | None = None,
+        glossaries: GlossaryStore | None = None,
     ) -> None:
         """``registry`` and ``build_dispatcher`` come from service/wiring.py; ``failure``:
-        why there are none (the configured models cannot be served)."""
+        why there are none (the configured models cannot be served); ``glossaries``: the
+        stored glossaries (one under ``MT_DATA_DIR`` when not given)."""
         self.settings = settings
         self.metrics = metrics
         self.limits = limits  # per-request limits and decoding defaults
         self.phase = "failed" if failure else "loading"  # loading → ready → shutting_down
         self.detail: str | None = failure
         self.registry = registry
+        self.glossaries = glossaries or GlossaryStore(
+            settings.data_dir / "glossaries.sqlite3", settings.max_glossary_entries
+        )
         self._build_dispatcher = build_dispatcher
+        self.characters_translated = 0  # through DeepL's /v2/translate: its /v2/usage
         self.dispatcher: Dispatcher | None = None
         # Set by the first begin_shutdown: the grace counts from SIGTERM, not from when the
         # server gets round to the lifespan shutdown.
@@ -89,6 +96,7 @@ class ServiceState:
 
     async def shutdown(self) -> None:
         self.begin_shutdown()
+        self.glossaries.close()
         if self.registry is not None:
             assert self.shutdown_deadline is not None
             grace_left = max(0.0, self.shutdown_deadline - time.monotonic())

@@ -52,7 +52,56 @@ class TranslateRequest(BaseModel):
         None, ge=1, description="Most tokens generated per sentence; at most MT_MAX_NEW_TOKENS."
     )
 
+    glossary: dict[StrictStr, StrictStr] | None = Field(
+        None,
+        description="Terms enforced exactly: {source term: target term}; matched "
+        "case-insensitively at word boundaries, longest first, and written as the exact "
+        "target term. At most MT_MAX_GLOSSARY_ENTRIES entries.",
+    )
+    glossary_id: str | None = Field(
+        None, description="A stored glossary (POST /v1/glossaries) for this language pair."
+    )
+
     _valid_unicode = field_validator("text", "source_lang", "target_lang")(valid_unicode)
+
+    @field_validator("glossary")
+    @classmethod
+    def _valid_glossary(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for source, target in (value or {}).items():
+            valid_unicode([source, target])
+        return value
+
+
+class GlossaryCreate(BaseModel):
+    """``POST /v1/glossaries`` as JSON (a multipart upload carries the same fields, with the
+    entries as a ``file``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: StrictStr = Field(min_length=1, max_length=200)
+    source_lang: StrictStr = Field(min_length=1)
+    target_lang: StrictStr = Field(min_length=1)
+    entries: dict[StrictStr, StrictStr] | list[tuple[StrictStr, StrictStr]] | StrictStr = Field(
+        description="{source: target}, [[source, target], ...], or TSV/CSV text "
+        "(see entries_format)."
+    )
+    entries_format: Literal["tsv", "csv"] = Field(
+        "tsv", description="How entries given as text are laid out."
+    )
+
+
+class GlossaryCard(BaseModel):
+    glossary_id: str
+    name: str
+    source_lang: str
+    target_lang: str
+    creation_time: str = Field(description="ISO 8601, UTC.")
+    entry_count: int
+    entries: dict[str, str] | None = Field(None, description="GET /v1/glossaries/{id} only.")
+
+
+class GlossaryList(BaseModel):
+    glossaries: list[GlossaryCard]
 
 
 class Translation(BaseModel):

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from service.config import Settings
 from service.text.bulk import translate_in_chunks
+from service.text.glossary import Glossary
 from service.text.html import translate_html
 from service.text.pipeline import DecodingOptions, TextTranslation, TranslationBatch
 from service.translation.dispatch import Dispatcher, DispatchResult
@@ -122,16 +123,19 @@ async def _translate_html(
     source: str | None,
     target: str | None,
     options: DecodingOptions,
+    glossary: Glossary | None = None,
 ) -> tuple[DispatchResult, list[str]]:
     """Each text is an HTML fragment: its units (service/text/html.py) go to the models in
     request-sized chunks (a fragment's many text nodes do not count as many texts), all with
     the route chosen once for the request (``auto`` detects on the fragments as sent)."""
-    route, detections = await dispatcher.plan(texts, source, target)
+    route, detections = await dispatcher.plan(texts, source, target, glossary)
     chunk_size = dispatcher.limits.max_texts_per_request
     batches: list[TranslationBatch] = []
 
     async def translate_chunk(units: list[str]) -> list[str]:
-        result = await dispatcher.translate(units, route.source, route.target, options)
+        result = await dispatcher.translate(
+            units, route.source, route.target, options, glossary
+        )
         batches.append(result.batch)
         return [t.text for t in result.batch.translations]
 

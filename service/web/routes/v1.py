@@ -6,12 +6,14 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
+from service.text.glossary import Glossary
 from service.text.pipeline import DecodingOptions
 from service.translation.dispatch import Dispatcher, DispatchResult
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, run_for_client
 from service.web.errors import ERROR_RESPONSES
 from service.web.lifecycle import ServiceState
+from service.web.routes.glossaries import request_glossary
 from service.web.schemas import (
     DetectedLanguage,
     ModelCard,
@@ -40,8 +42,8 @@ async def translate(
     access: Access,
 ) -> TranslateResponse:
     started = time.perf_counter()
-    texts, dispatcher, options = admit(body, request, service, access)
-    work = dispatcher.translate(texts, body.source_lang, body.target_lang, options)
+    texts, dispatcher, options, glossary = admit(body, request, service, access)
+    work = dispatcher.translate(texts, body.source_lang, body.target_lang, options, glossary)
     result = await run_for_client(request, service, work)
     response.headers[MODELS_HEADER] = ",".join(result.route.legs)
     return translate_response(result, started)
@@ -49,13 +51,14 @@ async def translate(
 
 def admit(
     body: TranslateRequest, request: Request, service: ServiceState, access: AccessPolicy
-) -> tuple[list[str], Dispatcher, DecodingOptions]:
+) -> tuple[list[str], Dispatcher, DecodingOptions, Glossary | None]:
     """What both ``/v1`` translation routes do before any work: charge the client, check the
-    service is ready, fill in and check the decoding options."""
+    service is ready, fill in and check the decoding options and the glossary."""
     texts = [body.text] if isinstance(body.text, str) else body.text
     access.admit(request, None, chars=sum(map(len, texts)))
     dispatcher = service.require_dispatcher()
-    return texts, dispatcher, service.limits.options(body.beam_size, body.max_new_tokens)
+    options = service.limits.options(body.beam_size, body.max_new_tokens)
+    return texts, dispatcher, options, request_glossary(service, body.glossary, body.glossary_id)
 
 
 def translate_response(result: DispatchResult, started: float) -> TranslateResponse:

@@ -1,0 +1,154 @@
+"""Stored glossaries: named glossaries for a language pair, kept in SQLite so they survive a
+restart.
+
+The database is one file, ``glossaries.sqlite3`` under ``MT_DATA_DIR``, opened on first use
+(a process that never touches a glossary creates nothing). Entries are validated by
+:meth:`Glossary.from_entries` before anything is written, and a glossary is written in one
+transaction, so a refused glossary leaves the store as it was. Compiled glossaries are kept
+per id: a request that names one does not compile its terms again.
+
+Calls are short (one small query) and come from the event loop; a lock makes the one
+connection safe should a worker thread use it too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.errors import NotFound
+from service.text.glossary import Glossary
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS glossaries (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    source_lang TEXT NOT NULL,
+    target_lang TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    entry_count INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS glossary_entries (
+    glossary_id TEXT NOT NULL REFERENCES glossaries(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    target TEXT NOT NULL,
+    PRIMARY KEY (glossary_id, position)
+);
+"""
+
+
+@dataclass(frozen=True)
+class GlossaryInfo:
+    glossary_id: str
+    name: str
+    source_lang: str
+    target_lang: str
+    created_at: float  # seconds since the epoch
+    entry_count: int
+
+
+class GlossaryStore:
+    def __init__(self, path: Path, max_entries: int) -> None:
+        """``path``: the SQLite file (its directory is created on first use);
+        ``max_entries``: ``MT_MAX_GLOSSARY_ENTRIES``."""
+        self.path = path
+        self.max_entries = max_entries
+        self._connection: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._compiled: dict[str, Glossary] = {}
+
+    def _db(self) -> sqlite3.Connection:
+        if self._connection is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(self.path, check_same_thread=False)
+            connection.execute("PRAGMA foreign_keys = ON")
+            connection.executescript(_SCHEMA)
+            self._connection = connection
+        return self._connection
+
+    def create(
+        self,
+        name: str,
+        source_lang: str,
+        target_lang: str,
+        entries: list[tuple[str, str]],
+    ) -> GlossaryInfo:
+        """Validate and store; ``GlossaryError``/``InputTooLarge`` before anything is written."""
+        glossary = Glossary.from_entries(entries, self.max_entries, source_lang, target_lang)
+        info = GlossaryInfo(
+            uuid.uuid4().hex, name, source_lang, target_lang, time.time(), len(glossary.entries)
+        )
+        with self._lock, self._db() as db:  # one transaction: all of it or nothing
+            db.execute(
+                "INSERT INTO glossaries VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    info.glossary_id,
+                    name,
+                    source_lang,
+                    target_lang,
+                    info.created_at,
+                    info.entry_count,
+                ),
+            )
+            db.executemany(
+                "INSERT INTO glossary_entries VALUES (?, ?, ?, ?)",
+                [(info.glossary_id, i, s, t) for i, (s, t) in enumerate(glossary.entries)],
+            )
+        self._compiled[info.glossary_id] = glossary
+        return info
+
+    def list(self) -> list[GlossaryInfo]:
+        with self._lock:
+            rows = self._db().execute("SELECT * FROM glossaries ORDER BY created_at, id")
+            return [GlossaryInfo(*row) for row in rows]
+
+    def info(self, glossary_id: str) -> GlossaryInfo:
+        with self._lock:
+            row = (
+                self._db()
+                .execute("SELECT * FROM glossaries WHERE id = ?", (glossary_id,))
+                .fetchone()
+            )
+        if row is None:
+            raise NotFound(f"no glossary with id {glossary_id!r}", "glossary_not_found")
+        return GlossaryInfo(*row)
+
+    def entries(self, glossary_id: str) -> list[tuple[str, str]]:
+        self.info(glossary_id)  # 404 for an unknown id rather than an empty list
+        with self._lock:
+            rows = self._db().execute(
+                "SELECT source, target FROM glossary_entries WHERE glossary_id = ? "
+                "ORDER BY position",
+                (glossary_id,),
+            )
+            return [(source, target) for source, target in rows]
+
+    def glossary(self, glossary_id: str) -> Glossary:
+        """The compiled glossary (404 for an unknown id)."""
+        if (compiled := self._compiled.get(glossary_id)) is not None:
+            return compiled
+        info = self.info(glossary_id)
+        # Stored entries passed validation when written; the limit may since have been
+        # lowered, which must not make a stored glossary unusable.
+        entries = self.entries(glossary_id)
+        glossary = Glossary.from_entries(entries, len(entries), info.source_lang, info.target_lang)
+        self._compiled[glossary_id] = glossary
+        return glossary
+
+    def delete(self, glossary_id: str) -> None:
+        with self._lock, self._db() as db:
+            deleted = db.execute("DELETE FROM glossaries WHERE id = ?", (glossary_id,)).rowcount
+        self._compiled.pop(glossary_id, None)
+        if not deleted:
+            raise NotFound(f"no glossary with id {glossary_id!r}", "glossary_not_found")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None

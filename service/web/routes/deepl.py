@@ -1,0 +1,216 @@
+"""DeepL's API v2, the subset its client libraries use, so code written for DeepL (the official
+``deepl`` package with ``server_url``, CAT tools, Weblate) works against this service unchanged:
+
+* ``POST /v2/translate`` (JSON or form): ``text`` (a list), ``source_lang`` (omitted:
+  detected), ``target_lang``, ``tag_handling`` (``html``/``xml``: markup-aware, as
+  LibreTranslate's ``format=html``), ``glossary_id``. ``split_sentences``,
+  ``preserve_formatting``, ``formality``, ``context``, ``ignore_tags`` and the rest are
+  accepted and have no effect: sentences are always split and whitespace always kept.
+* ``GET /v2/languages?type=source|target``, ``GET /v2/usage``.
+* ``GET /v2/glossary-language-pairs``, ``POST/GET/DELETE /v2/glossaries[/{id}]``,
+  ``GET /v2/glossaries/{id}/entries`` (TSV): the same store as ``/v1/glossaries``.
+
+Language codes are DeepL's upper-case ones; a regional variant (``EN-US``, ``PT-BR``) is
+served by the model of its language. Keys: ``Authorization: DeepL-Auth-Key KEY`` is one of
+the service's API keys (service/web/access.py); a missing or unknown key is 403, as DeepL
+answers. Errors carry DeepL's ``message`` field (service/web/errors.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from service.errors import ApiError
+from service.text.glossary import entries_tsv, parse_entries
+from service.translation.languages import language_name
+from service.translation.routing import source_languages, targets_by_source
+from service.web.access import AccessPolicy
+from service.web.deps import Access, Service, run_for_client
+from service.web.lifecycle import ServiceState
+from service.web.routes.glossaries import card, create_glossary
+from service.web.routes.libretranslate import _translate_html
+from service.web.routes.v1 import MODELS_HEADER
+
+router = APIRouter(prefix="/v2", tags=["DeepL API v2"])
+# DeepL reports a limit; this service has none, so it reports one no client will reach.
+NO_CHARACTER_LIMIT = 1_000_000_000_000
+
+
+def deepl_code(code: str) -> str:
+    """``EN-US`` → ``en``: the service's code for one of DeepL's."""
+    return code.strip().split("-")[0].lower()
+
+
+def admit(request: Request, access: AccessPolicy, chars: int) -> None:
+    """The service's keys and limits, with DeepL's status for a missing key (403)."""
+    try:
+        access.admit(request, None, chars=chars)
+    except ApiError as error:
+        if error.status == 401:
+            raise ApiError(403, "invalid_api_key", "Authorization failure: no key") from error
+        raise
+
+
+async def read_fields(request: Request) -> dict[str, Any]:
+    """DeepL clients send JSON or form fields (``text`` repeated for a list)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        form = await request.form()
+        fields: dict[str, Any] = {key: form.get(key) for key in form}
+        fields["text"] = form.getlist("text")
+        return fields
+    raw = await request.body()
+    try:
+        data = json.loads(raw) if raw else {}
+    except (ValueError, RecursionError) as error:
+        raise ApiError(400, "malformed_json", f"malformed JSON body: {error}") from error
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_request", "the body must be a JSON object")
+    return data
+
+
+def _string(fields: dict[str, Any], name: str, required: bool = False) -> str | None:
+    value = fields.get(name)
+    if value is None or value == "":
+        if required:
+            raise ApiError(400, "invalid_request", f"Parameter '{name}' not specified")
+        return None
+    if not isinstance(value, str):
+        raise ApiError(400, "invalid_request", f"Parameter '{name}' must be a string")
+    return value
+
+
+@router.post("/translate", summary="Translate texts (DeepL API v2)")
+async def translate(
+    request: Request, response: Response, service: Service, access: Access
+) -> dict[str, Any]:
+    fields = await read_fields(request)
+    texts = fields.get("text")
+    texts = [texts] if isinstance(texts, str) else texts
+    if not texts or not all(isinstance(text, str) for text in texts):
+        raise ApiError(400, "invalid_request", "Parameter 'text' not specified")
+    admit(request, access, chars=sum(map(len, texts)))
+    target = deepl_code(_string(fields, "target_lang", required=True) or "")
+    source_code = _string(fields, "source_lang")
+    source = deepl_code(source_code) if source_code else None
+    glossary_id = _string(fields, "glossary_id")
+    if glossary_id is not None and source is None:
+        raise ApiError(400, "invalid_request", "a glossary needs source_lang")  # as DeepL
+    glossary = service.glossaries.glossary(glossary_id) if glossary_id else None
+    dispatcher = service.require_dispatcher()
+    options = service.limits.options(None, None)
+    if _string(fields, "tag_handling") in ("html", "xml"):
+        work = _translate_html(dispatcher, texts, source, target, options, glossary)
+        result, translated = await run_for_client(request, service, work)
+    else:
+        work = dispatcher.translate(texts, source, target, options, glossary)
+        result = await run_for_client(request, service, work)
+        translated = [t.text for t in result.batch.translations]
+    service.characters_translated += sum(map(len, texts))
+    response.headers[MODELS_HEADER] = ",".join(result.route.legs)
+    detected = result.route.source.upper()
+    return {
+        "translations": [
+            {"detected_source_language": detected, "text": text, "billed_characters": len(source)}
+            for source, text in zip(texts, translated, strict=True)
+        ]
+    }
+
+
+@router.get("/languages", summary="Source or target languages (DeepL API v2)")
+async def languages(request: Request, service: Service, access: Access) -> list[dict[str, Any]]:
+    admit(request, access, chars=0)
+    kind = request.query_params.get("type")
+    if kind is None and request.method == "GET":
+        # DeepL's client sends ``type`` as a form body, even on GET.
+        kind = (await request.form()).get("type")  # type: ignore[assignment]
+    pairs = service.registry.by_pair if service.registry is not None else {}
+    if kind == "target":
+        reachable = targets_by_source(pairs, service.settings.pivot_lang)
+        codes = sorted({t for targets in reachable.values() for t in targets})
+        return [
+            {"language": code.upper(), "name": language_name(code), "supports_formality": False}
+            for code in codes
+        ]
+    return [
+        {"language": code.upper(), "name": language_name(code)}
+        for code in sorted(source_languages(pairs))
+    ]
+
+
+@router.get("/usage", summary="Characters translated through /v2 since start (DeepL API v2)")
+async def usage(request: Request, service: Service, access: Access) -> dict[str, int]:
+    admit(request, access, chars=0)
+    return {
+        "character_count": service.characters_translated,
+        "character_limit": NO_CHARACTER_LIMIT,
+    }
+
+
+def _v2_card(service: ServiceState, glossary_id: str) -> dict[str, Any]:
+    info = card(service.glossaries.info(glossary_id)).model_dump(exclude={"entries"})
+    return {**info, "ready": True}
+
+
+@router.get("/glossary-language-pairs", summary="Pairs glossaries can be made for")
+async def glossary_pairs(request: Request, service: Service, access: Access) -> dict[str, Any]:
+    admit(request, access, chars=0)
+    pairs = service.registry.by_pair if service.registry is not None else {}
+    reachable = targets_by_source(pairs, service.settings.pivot_lang)
+    return {
+        "supported_languages": [
+            {"source_lang": source, "target_lang": target}
+            for source, targets in reachable.items()
+            for target in targets
+        ]
+    }
+
+
+@router.post("/glossaries", status_code=201, summary="Create a glossary (DeepL API v2)")
+async def create(request: Request, service: Service, access: Access) -> dict[str, Any]:
+    fields = await read_fields(request)
+    admit(request, access, chars=0)
+    entries = parse_entries(
+        _string(fields, "entries", required=True) or "", _string(fields, "entries_format") or "tsv"
+    )
+    info = create_glossary(
+        service,
+        _string(fields, "name", required=True) or "",
+        deepl_code(_string(fields, "source_lang", required=True) or ""),
+        deepl_code(_string(fields, "target_lang", required=True) or ""),
+        entries,
+    )
+    return _v2_card(service, info.glossary_id)
+
+
+@router.get("/glossaries", summary="The stored glossaries (DeepL API v2)")
+async def list_all(request: Request, service: Service, access: Access) -> dict[str, Any]:
+    admit(request, access, chars=0)
+    return {
+        "glossaries": [_v2_card(service, info.glossary_id) for info in service.glossaries.list()]
+    }
+
+
+@router.get("/glossaries/{glossary_id}", summary="One glossary (DeepL API v2)")
+async def get_one(
+    glossary_id: str, request: Request, service: Service, access: Access
+) -> dict[str, Any]:
+    admit(request, access, chars=0)
+    return _v2_card(service, glossary_id)
+
+
+@router.get("/glossaries/{glossary_id}/entries", summary="A glossary's entries as TSV")
+async def entries(glossary_id: str, request: Request, service: Service, access: Access) -> Response:
+    admit(request, access, chars=0)
+    tsv = entries_tsv(service.glossaries.entries(glossary_id))
+    return Response(tsv, media_type="text/tab-separated-values; charset=utf-8")
+
+
+@router.delete("/glossaries/{glossary_id}", status_code=204, summary="Delete a glossary")
+async def delete(glossary_id: str, request: Request, service: Service, access: Access) -> Response:
+    admit(request, access, chars=0)
+    service.glossaries.delete(glossary_id)
+    return Response(status_code=204)

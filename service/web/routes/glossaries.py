@@ -1,0 +1,155 @@
+"""Stored glossaries: ``POST/GET/DELETE /v1/glossaries`` and ``GET /v1/glossaries/{id}``,
+and what both translation APIs share: turning a request's ``glossary`` or ``glossary_id``
+into the glossary the pipeline enforces (service/text/glossary.py).
+
+A glossary is created from JSON entries or from an uploaded TSV/CSV file (multipart, field
+``file``); it is validated before anything is stored (service/translation/glossaries.py), so
+a refused one leaves the stored ones as they were.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import ValidationError
+
+from service.text.glossary import Glossary, GlossaryError, parse_entries
+from service.translation.glossaries import GlossaryInfo, GlossaryStore
+from service.translation.languages import normalise_language_code
+from service.translation.routing import plan_route
+from service.web.deps import Access, Service
+from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
+from service.web.lifecycle import ServiceState
+from service.web.schemas import GlossaryCard, GlossaryCreate, GlossaryList
+
+router = APIRouter()
+
+
+def request_glossary(
+    service: ServiceState, inline: dict[str, str] | None, glossary_id: str | None
+) -> Glossary | None:
+    """The glossary a translation request carries: inline entries or a stored one's id."""
+    if inline is not None and glossary_id is not None:
+        raise GlossaryError("glossary_conflict", "send either glossary or glossary_id, not both")
+    if glossary_id is not None:
+        return service.glossaries.glossary(glossary_id)
+    if inline is not None:
+        return Glossary.from_entries(inline.items(), service.settings.max_glossary_entries)
+    return None
+
+
+def create_glossary(
+    service: ServiceState,
+    name: str,
+    source_lang: str,
+    target_lang: str,
+    entries: list[tuple[str, str]],
+) -> GlossaryInfo:
+    """Store a glossary for a pair the service translates (a glossary for a pair no route
+    serves could never be used)."""
+    source = normalise_language_code(source_lang) or ""
+    target = normalise_language_code(target_lang) or ""
+    if service.registry is not None:
+        plan_route(source, target, service.registry.by_pair, service.settings.pivot_lang)
+    return service.glossaries.create(name, source, target, entries)
+
+
+def iso_time(seconds: float) -> str:
+    """``2024-05-01T12:00:00.123456Z``: the form DeepL's clients parse."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def card(info: GlossaryInfo, entries: list[tuple[str, str]] | None = None) -> GlossaryCard:
+    return GlossaryCard(
+        glossary_id=info.glossary_id,
+        name=info.name,
+        source_lang=info.source_lang,
+        target_lang=info.target_lang,
+        creation_time=iso_time(info.created_at),
+        entry_count=info.entry_count,
+        entries=dict(entries) if entries is not None else None,
+    )
+
+
+async def read_glossary_body(request: Request) -> GlossaryCreate:
+    """JSON, or form fields with the entries as an uploaded ``file`` (format from
+    ``entries_format`` or the file name's ``.csv``/``.tsv``)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    data: Any
+    if content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        form = await request.form()
+        data = {key: form.get(key) for key in form if key != "file"}
+        upload = form.get("file")
+        if upload is not None and not isinstance(upload, str):
+            try:
+                data["entries"] = (await upload.read()).decode("utf-8-sig")
+            except UnicodeDecodeError as error:
+                raise GlossaryError(
+                    "invalid_glossary_entries", "the entries file is not UTF-8 text"
+                ) from error
+            if "entries_format" not in data and (upload.filename or "").lower().endswith(".csv"):
+                data["entries_format"] = "csv"
+    else:
+        try:
+            data = json.loads(await request.body() or b"{}")
+        except (ValueError, RecursionError) as error:
+            raise ApiError(400, "malformed_json", f"malformed JSON body: {error}") from error
+    try:
+        return GlossaryCreate.model_validate(data)
+    except ValidationError as error:
+        raise ApiError(
+            400, "invalid_request", f"invalid glossary: {describe_validation(error.errors())}"
+        ) from error
+
+
+def entries_of(body: GlossaryCreate) -> list[tuple[str, str]]:
+    if isinstance(body.entries, str):
+        return parse_entries(body.entries, body.entries_format)
+    if isinstance(body.entries, dict):
+        return list(body.entries.items())
+    return [tuple(entry) for entry in body.entries]  # type: ignore[misc]
+
+
+@router.post(
+    "/v1/glossaries",
+    status_code=201,
+    response_model=GlossaryCard,
+    responses={**ERROR_RESPONSES, 404: ERROR_RESPONSES[400]},
+    summary="Store a glossary for a language pair (JSON entries or a TSV/CSV upload)",
+)
+async def create(request: Request, service: Service, access: Access) -> GlossaryCard:
+    body = await read_glossary_body(request)
+    access.admit(request, None, chars=0)
+    info = create_glossary(service, body.name, body.source_lang, body.target_lang, entries_of(body))
+    return card(info)
+
+
+@router.get("/v1/glossaries", response_model=GlossaryList, summary="The stored glossaries")
+async def list_all(request: Request, service: Service, access: Access) -> GlossaryList:
+    access.admit(request, None, chars=0)
+    return GlossaryList(glossaries=[card(info) for info in service.glossaries.list()])
+
+
+@router.get(
+    "/v1/glossaries/{glossary_id}",
+    response_model=GlossaryCard,
+    response_model_exclude_none=True,
+    summary="One stored glossary with its entries",
+)
+async def get_one(
+    glossary_id: str, request: Request, service: Service, access: Access
+) -> GlossaryCard:
+    access.admit(request, None, chars=0)
+    store: GlossaryStore = service.glossaries
+    return card(store.info(glossary_id), store.entries(glossary_id))
+
+
+@router.delete("/v1/glossaries/{glossary_id}", status_code=204, summary="Delete a glossary")
+async def delete(glossary_id: str, request: Request, service: Service, access: Access) -> Response:
+    access.admit(request, None, chars=0)
+    service.glossaries.delete(glossary_id)
+    return Response(status_code=204)
