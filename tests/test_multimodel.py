@@ -8,6 +8,7 @@ on the real engine, so every translation can be compared with what that model gi
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -204,6 +205,55 @@ def test_auto_source_is_detected_and_routed(client, solo, text, language, target
     detected = response.json()["detectedLanguage"]
     assert len(detected) == 2 and detected[0] == detected[1]
     assert detected[0]["language"] == language and set(detected[0]) == {"language", "confidence"}
+
+
+GERMAN_TOO = "Alle Änderungen speichern und das Fenster schließen"
+
+
+@pytest.mark.parametrize(
+    ("target", "models"),
+    [
+        ("fr", {"en": ["tiny-en-fr"], "de": ["tiny-de-en", "tiny-en-fr"]}),  # direct, pivot
+        ("de", {"en": ["tiny-en-de"], "de": []}),  # German to German: returned as it is
+    ],
+)
+def test_a_detected_list_gives_what_each_text_gives_alone(client, target, models):
+    texts = [GERMAN, ENGLISH, GERMAN_TOO]
+    alone = [translate(client, text, None, target).json() for text in texts]
+    assert [body["source_lang"] for body in alone] == ["de", "en", "de"]
+    response = translate(client, texts, None, target)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    for text, single, translation in zip(texts, alone, body["translations"], strict=True):
+        assert translation["text"] == single["translations"][0]["text"], text
+        language = single["source_lang"]
+        assert translation["source_lang"] == language
+        assert translation["detected_language"] == single["detected_language"]
+        assert translation["models"] == models[language] == single["models"]
+    # The top level describes the first text; every model that ran is named.
+    assert body["source_lang"] == "de" and body["detected_language"]["language"] == "de"
+    ran = list(dict.fromkeys(models["de"] + models["en"]))
+    assert body["models"] == ran
+    assert response.headers["x-translation-models"] == ",".join(ran)
+    # The stream detects text by text too, and ends with the same translations.
+    with client.stream(
+        "POST",
+        "/v1/translate/stream",
+        json={"text": texts, "target_lang": target, "max_new_tokens": MAX_NEW},
+    ) as streamed:
+        lines = [line for line in streamed.iter_lines() if line.startswith("data: {")]
+    done = json.loads(lines[-1].removeprefix("data: "))
+    assert [t["text"] for t in done["translations"]] == [t["text"] for t in body["translations"]]
+
+
+def test_libretranslate_keeps_one_detection_per_request(client):
+    response = client.post(
+        "/translate", json={"q": [GERMAN, ENGLISH, GERMAN_TOO], "source": "auto", "target": "fr"}
+    )
+    assert response.status_code == 200, response.text
+    detected = response.json()["detectedLanguage"]
+    assert len(detected) == 3 and detected[0] == detected[1] == detected[2]
+    assert response.headers["x-translation-models"] in ("tiny-en-fr", "tiny-de-en,tiny-en-fr")
 
 
 @pytest.mark.parametrize("text", [ENGLISH, GERMAN, "Bonjour à tous", "42 !"])

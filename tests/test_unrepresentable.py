@@ -164,3 +164,65 @@ def proto_unknown_spans(tokenizer: Tokenizer, text: str) -> list[tuple[int, int]
 )
 def test_unknown_spans_match_the_proto_reference(default, text):
     assert default.tokenizer.unknown_spans(text) == proto_unknown_spans(default.tokenizer, text)
+
+
+# --- symbols, pictographs and lone letters, whether or not the vocabulary spells them -----
+
+
+def test_symbols_and_emoji_are_masked_even_where_the_vocabulary_spells_them(default):
+    # The default vocabulary has pieces for these: the tokenizer alone would leave them to the
+    # model, which drops them at will ("Do not ask © again" lost its ©).
+    assert all(default.tokenizer.spells(char) for char in "©→+|")
+    masked, originals = default.protect("Do not ask © again ™ → € 😀 for this session")
+    assert masked == "Do not ask ｟0｠ again ｟1｠ for this session"
+    assert originals == ["©", "™ → € 😀"]
+    assert default.protect("Press Ctrl+S or | to save") == (
+        "Press Ctrl｟0｠S or ｟1｠ to save",
+        ["+", "|"],
+    )
+
+
+def test_punctuation_stays_the_models(default):
+    text = "He said \u201cSave\u201d \u2013 or \u201eclose\u201c \u2014 (now), [ok]; -1/2: yes! #3 & @you"
+    assert all(default.tokenizer.spells(char) for char in "\u201c\u2013\u201e\u2014")
+    assert default.protect(text) == (text, [])
+
+
+@pytest.mark.parametrize(
+    "text, run",
+    [
+        ("Pay $5.99 now", "$5.99"),
+        ("It costs 5 € a month", "5 €"),
+        ("It costs € 1,200.50 a year", "€ 1,200.50"),
+        ("The € sign", "€"),
+    ],
+)
+def test_a_currency_sign_takes_the_number_it_touches(default, text, run):
+    assert runs_of(default, text) == [run]
+
+
+@pytest.mark.parametrize(
+    "text, runs",
+    [
+        ("Do not ask ß again", ["ß"]),  # a letter of another language, alone
+        ("Press Ж to continue", ["Ж"]),  # a letter of another script, alone
+        ("the α version", ["α"]),
+        ("Размер 5 x 3", ["Размер", "x"]),  # Latin x among Cyrillic (and Cyrillic unspelled)
+        ("Send Дмитрий Иванов a file", ["Дмитрий Иванов"]),  # "a" is English here
+        ("Save a file, I said", []),
+        ("Datei für Jürgen", []),  # letters inside words stay the model's
+    ],
+)
+def test_lone_letters_foreign_to_the_sentence_are_protected(default, text, runs):
+    assert runs_of(default, text) == runs
+
+
+def test_a_lone_letter_the_vocabulary_has_as_a_word_stays_the_models(tiny_dir, tmp_path):
+    vocab = json.loads((tiny_dir / "vocab.json").read_text())
+    protector = RunProtector(Tokenizer.from_dir(tiny_dir))
+    assert "▁ß" not in vocab and runs_of(protector, "open ß file") == ["ß"]
+    vocab["▁ß"] = len(vocab)  # as a French vocabulary has "▁à"
+    for name in ("source.spm", "target.spm", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((tiny_dir / name).read_bytes())
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    assert RunProtector(Tokenizer.from_dir(tmp_path)).lone_letters("open ß file") == []

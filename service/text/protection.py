@@ -35,6 +35,13 @@ Decisions:
   whole sentence catches pieces that are unknown only in context. What the tokenizer can
   spell is left to the model, so this holds for every model (ours, imported OPUS-MT) without
   retraining, and covers exactly what that model lacks.
+* **Symbols, pictographs and lone foreign letters are protected even where the tokenizer
+  spells them** (:func:`is_symbol`, :meth:`RunProtector.lone_letters`): a model drops ``©``,
+  ``→`` or a stray ``ß`` at will although its vocabulary has them. Categories ``S*`` and
+  emoji; a letter alone as a word, of another script than the sentence's words or a cased
+  non-ASCII letter the vocabulary has no word piece for; a currency sign with the number it
+  touches (the amount comes back as written). Punctuation (``P*``: quotes, dashes) stays the
+  model's, which rewrites it legitimately (``"x"`` → ``„x“``).
 * **Runs.** Neighbouring protected clusters, and protected clusters separated only by spaces,
   form one run (``Дмитрий Иванов`` is one name, one symbol). A protected letter inside a word
   takes the word with it (``Zoë``, not ``Zo`` + ``ë``): the model cannot translate a word it
@@ -235,6 +242,17 @@ def survival_rate(sources: Iterable[str], translations: Iterable[str]) -> float:
 # --- what the model cannot spell ----------------------------------------------------------
 
 _GRAPHEME = regex.compile(r"\X")
+_PICTOGRAPH = regex.compile(r"\p{Extended_Pictographic}|\uFE0F|\u20E3")
+# A letter with its marks, with no letter, mark or digit on either side.
+_LONE_LETTER = regex.compile(r"(?<![\p{L}\p{M}\p{N}])\p{L}\p{M}*(?![\p{L}\p{M}\p{N}])")
+_WORD = regex.compile(r"\p{L}[\p{L}\p{M}]*")
+_EAST_ASIAN = frozenset({"CJK", "HIRAGANA", "KATAKANA", "HANGUL", "BOPOMOFO", "IDEOGRAPHIC"})
+# A currency sign with the number it touches (at most one space between): one run, so the
+# amount comes back as the client formatted it ("$5.99", "5 €", "€ 1,200").
+_NUMBER = r"\d(?:[\d.,'\u00a0\u202f]*\d)?"
+_CURRENCY_AMOUNT = regex.compile(
+    rf"\p{{Sc}}[ \u00a0\u202f]?{_NUMBER}|{_NUMBER}[ \u00a0\u202f]?\p{{Sc}}"
+)
 _MODEL_WHITESPACE = frozenset("\t\n\r")
 # Distinct clusters whose verdict is kept per model: enough for every script and emoji in
 # use; a client sending random combining sequences only makes the cache start over.
@@ -248,9 +266,28 @@ def is_model_whitespace(cluster: str) -> bool:
     return all(char in _MODEL_WHITESPACE or unicodedata.category(char) == "Zs" for char in cluster)
 
 
+def is_symbol(cluster: str) -> bool:
+    """A cluster with a character of category S* (``© ™ → € + $``) or a pictograph (emoji,
+    with its modifiers and sequences; ``‼`` and keycaps ``1️⃣`` too): protected whether or
+    not the vocabulary has a piece for it, since a model drops or rewrites such characters
+    at will (``Do not ask © again`` came back without the ``©``)."""
+    return any(unicodedata.category(char)[0] == "S" for char in cluster) or bool(
+        _PICTOGRAPH.search(cluster)
+    )
+
+
 def _is_wordlike(cluster: str) -> bool:
-    """A letter, digit or mark cluster: part of a word."""
-    return unicodedata.category(cluster[0])[0] in "LNM"
+    """A letter, digit or mark cluster: part of a word (a keycap emoji is not)."""
+    return unicodedata.category(cluster[0])[0] in "LNM" and not is_symbol(cluster)
+
+
+def _script(letter: str) -> str:
+    """The script of a letter by its Unicode name (``LATIN``, ``CYRILLIC``, ``GREEK``);
+    Han, kana and Hangul count as one, since Japanese and Korean text mixes them."""
+    if letter.isascii():
+        return "LATIN"
+    word = unicodedata.name(letter, "UNKNOWN").split(" ", 1)[0]
+    return "CJK" if word in _EAST_ASIAN else word
 
 
 def symbol_piece_ids(tokenizer: Tokenizer) -> list[int | None]:
@@ -288,11 +325,14 @@ class RunProtector:
 
     # --- finding runs ----------------------------------------------------------------------
 
-    def spells(self, cluster: str) -> bool:
-        """Whether the model can read and write ``cluster`` (whitespace always counts)."""
+    def leaves_to_model(self, cluster: str) -> bool:
+        """Whether ``cluster`` is the model's to translate: whitespace, or what the model can
+        read and write back that is neither a symbol nor a pictograph (:func:`is_symbol`)."""
         verdict = self._verdicts.get(cluster)
         if verdict is None:
-            verdict = is_model_whitespace(cluster) or self.tokenizer.spells(cluster)
+            verdict = is_model_whitespace(cluster) or (
+                not is_symbol(cluster) and self.tokenizer.spells(cluster)
+            )
             if len(self._verdicts) >= _VERDICT_CACHE_SIZE:
                 self._verdicts.clear()
             self._verdicts[cluster] = verdict
@@ -302,7 +342,12 @@ class RunProtector:
         """``(start, end)`` of every run of ``text`` the model cannot spell, left to right,
         none overlapping ``keep_out`` (placeholders, which have their own protection)."""
         unknown_in_context = self.tokenizer.unknown_spans(text)
-        if not unknown_in_context and all(map(self.spells, set(_GRAPHEME.findall(text)))):
+        lone = self.lone_letters(text)
+        if (
+            not unknown_in_context
+            and not lone
+            and all(map(self.leaves_to_model, set(_GRAPHEME.findall(text))))
+        ):
             return []  # the common case: one pass over the distinct clusters
         clusters = [match.span() for match in _GRAPHEME.finditer(text)]
         excluded = [_overlaps_any(span, keep_out) for span in clusters]
@@ -310,12 +355,52 @@ class RunProtector:
             not excluded[i]
             and not is_model_whitespace(text[start:end])  # a piece's "▁" covers a space
             and (
-                not self.spells(text[start:end]) or _overlaps_any((start, end), unknown_in_context)
+                not self.leaves_to_model(text[start:end])
+                or _overlaps_any((start, end), unknown_in_context)
+                or _overlaps_any((start, end), lone)
             )
             for i, (start, end) in enumerate(clusters)
         ]
         self._extend_to_words(text, clusters, protected, excluded)
+        # After the extension to words: an amount's digits protect the amount, not the word
+        # the amount touches.
+        amounts = [match.span() for match in _CURRENCY_AMOUNT.finditer(text)]
+        for i, span in enumerate(clusters):
+            if not excluded[i] and _overlaps_any(span, amounts):
+                protected[i] = True
         return self._group(text, clusters, protected)
+
+    def lone_letters(self, text: str) -> list[Span]:
+        """``(start, end)`` of every letter that stands alone as a word (a letter with its
+        marks, no letter or digit either side) and is foreign to the sentence: of a script
+        the sentence has no longer word in, beside words of another (``Ж`` or ``α`` in
+        English), or a cased letter
+        outside ASCII that the vocabulary does not have as a word of its own (a stray ``ß``
+        between English words; French ``à`` stays the model's where its vocabulary has
+        ``▁à``). Scripts without case (Han, Thai, …) write words without spaces, so a lone
+        character of the sentence's own script there is an ordinary word."""
+        candidates = [match.span() for match in _LONE_LETTER.finditer(text)]
+        if not candidates:
+            return []
+        if text.isascii():
+            return []  # "a", "I", "x" in ASCII text: words of the sentence's own script
+        # The scripts the sentence writes words of two letters or more in: a lone letter of
+        # none of them, beside words of another, is foreign (majorities by letter would
+        # make the English "a" foreign in "Send Дмитрий Иванов a file").
+        word_scripts = {
+            _script(word[0]) for word in _WORD.findall(text) if sum(map(str.isalpha, word)) > 1
+        }
+        lone: list[Span] = []
+        for start, end in candidates:
+            letter = text[start:end]
+            script = _script(letter[0])
+            if (word_scripts and script not in word_scripts) or (
+                not letter.isascii()
+                and letter[0].lower() != letter[0].upper()
+                and not self.tokenizer.has_word(letter)
+            ):
+                lone.append((start, end))
+        return lone
 
     @staticmethod
     def _extend_to_words(

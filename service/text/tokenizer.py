@@ -121,6 +121,11 @@ class Tokenizer:
         written = self._target_spm.decode_pieces(pieces).replace(SPIECE_UNDERLINE, " ").strip(" ")
         return written in (text.strip(" "), unicodedata.normalize("NFC", text).strip(" "))
 
+    def has_word(self, word: str) -> bool:
+        """Whether the source vocabulary has ``word`` as one piece of its own at the start of
+        a word (``▁à``): the model has read it as a word, not only inside others."""
+        return self._source_vocab.get(SPIECE_UNDERLINE + word, self.unk_id) != self.unk_id
+
     def unknown_spans(self, text: str) -> list[tuple[int, int]]:
         """``(start, end)`` character spans of ``text`` that encode to the unknown id in
         context (a piece that SentencePiece forms from neighbouring characters may be

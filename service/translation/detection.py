@@ -6,8 +6,9 @@ may answer "Catalan" when only en/de/fr are served is no use for routing, and re
 the classes also makes short texts far less ambiguous. Confidences are normalised
 probabilities over the served languages, reported 0–100 as LibreTranslate does.
 
-A batch of texts gets one detection (LibreTranslate detects once per request too, since one
-model translates the whole request): the texts are scored together.
+A batch of texts passed together gets one detection (LibreTranslate detects once per request,
+since one model translates the whole request): the texts are scored together. ``/v1`` calls
+:meth:`LanguageDetector.detect` once per text instead (service/translation/dispatch.py).
 
 The base model (about 1.5 s to load) is read once per process and shared; each set of
 languages gets its own restricted copy of the class tables. Classification only reads them,

@@ -1,6 +1,10 @@
 """One request, many models: detect the source language, choose the route, lease the
 models, translate.
 
+``/v1`` detects and routes each text of a list on its own (``each_text``): a list gives what
+its texts give alone, texts of different languages going to different models side by side.
+LibreTranslate's ``/translate`` keeps one detection per request, as LibreTranslate does.
+
 The web layer calls :meth:`Dispatcher.translate` with the client's texts and languages;
 everything here is the service's own vocabulary (domain errors, no HTTP). Validation that
 needs no model (texts, characters, decoding options) runs first, so a bad request never waits
@@ -36,8 +40,26 @@ _DETECT_IN_THREAD_CHARS = 20_000
 @dataclass(frozen=True)
 class DispatchResult:
     batch: TranslationBatch
-    route: Route
+    route: Route  # the first text's, when the texts were routed one by one
     detections: list[Detection] | None  # when the source was "auto"
+    # Texts detected and routed one by one (``each_text``): each text's route and its best
+    # detection, in input order. None: one route (and detection) for all.
+    routes: list[Route] | None = None
+    text_detections: list[Detection] | None = None
+
+    def route_of(self, index: int) -> Route:
+        return self.routes[index] if self.routes is not None else self.route
+
+    def detection_of(self, index: int) -> Detection | None:
+        if self.text_detections is not None:
+            return self.text_detections[index]
+        return self.detections[0] if self.detections else None
+
+    @property
+    def models(self) -> list[str]:
+        """Every model that ran, in order of first use over the texts."""
+        routes = self.routes if self.routes is not None else [self.route]
+        return list(dict.fromkeys(leg for route in routes for leg in route.legs))
 
 
 class Dispatcher:
@@ -103,11 +125,89 @@ class Dispatcher:
         target: str | None,
         options: DecodingOptions,
         glossary: Glossary | None = None,
+        each_text: bool = False,
     ) -> DispatchResult:
         """``glossary``: terms enforced on the request (service/text/glossary.py); a stored
-        one must be for the route's language pair."""
+        one must be for the language pair of every route the texts take. ``each_text``: with
+        a detected source, each text is detected and routed on its own (``/v1``), so a text's
+        translation does not depend on its neighbours; else one detection over all texts picks
+        one route (LibreTranslate's contract)."""
+        if each_text and len(texts) > 1 and self.detects_each(source):
+            routes, detections = await self.plan_each(texts, target, glossary)
+            if len(set(routes)) > 1:
+                batch = await self._run_each(texts, routes, options, glossary)
+            else:  # one route for all: one batch, as a request with a given source
+                batch = await self._run(texts, routes[0], options, glossary)
+            return DispatchResult(batch, routes[0], [detections[0]], routes, detections)
         route, detections = await self.plan(texts, source, target, glossary)
         return DispatchResult(await self._run(texts, route, options, glossary), route, detections)
+
+    def detects_each(self, source: str | None) -> bool:
+        """Whether ``source`` asks for detection among more than one served language."""
+        return (
+            (normalise_language_code(source) or AUTO) == AUTO
+            and self.detector is not None
+            and len(source_languages(self.registry.by_pair)) > 1
+        )
+
+    async def plan_each(
+        self, texts: Sequence[str], target: str | None, glossary: Glossary | None = None
+    ) -> tuple[list[Route], list[Detection]]:
+        """Each text's route and best detection, detected alone (routes counted once per
+        distinct route, as a request each)."""
+        self.limits.check_request_size(texts)
+        detector = self.detector
+        assert detector is not None  # detects_each
+        if sum(map(len, texts)) > _DETECT_IN_THREAD_CHARS:
+            ranked = await asyncio.to_thread(lambda: [detector.detect(text) for text in texts])
+        else:
+            ranked = [detector.detect(text) for text in texts]
+        detections = [candidates[0] for candidates in ranked]
+        target = normalise_language_code(target)
+        routes_by_source: dict[str, Route] = {}
+        for detection in detections:
+            if detection.language not in routes_by_source:
+                source = detection.language
+                route = self.route(source, target or self.default_target(source))
+                check_glossary_pair(glossary, route.source, route.target)
+                kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
+                self.registry.metrics.routes.labels(kind=kind).inc()
+                routes_by_source[source] = route
+        return [routes_by_source[d.language] for d in detections], detections
+
+    async def _run_each(
+        self,
+        texts: Sequence[str],
+        routes: Sequence[Route],
+        options: DecodingOptions,
+        glossary: Glossary | None = None,
+    ) -> TranslationBatch:
+        """Each route's texts as one batch, the routes side by side (their models decode
+        concurrently), the translations put back in input order."""
+        groups: dict[Route, list[int]] = {}
+        for index, route in enumerate(routes):
+            groups.setdefault(route, []).append(index)
+        async with asyncio.TaskGroup() as tasks:  # one refusal cancels the other routes
+            running = {
+                route: tasks.create_task(
+                    self._run([texts[i] for i in indices], route, options, glossary)
+                )
+                for route, indices in groups.items()
+            }
+        translations: list[TextTranslation | None] = [None] * len(texts)
+        batches = []
+        for route, indices in groups.items():
+            batch = running[route].result()
+            batches.append(batch)
+            for index, translation in zip(indices, batch.translations, strict=True):
+                translations[index] = translation
+        return TranslationBatch(
+            translations=[t for t in translations if t is not None],
+            input_tokens=sum(b.input_tokens for b in batches),
+            output_tokens=sum(b.output_tokens for b in batches),
+            decoded_sentences=sum(b.decoded_sentences for b in batches),
+            cached_sentences=sum(b.cached_sentences for b in batches),
+        )
 
     async def translate_with_alternatives(
         self,
@@ -143,7 +243,23 @@ class Dispatcher:
         Refusals (limits, language, queue full) raise here. The model stays leased until the
         stream ends or is closed. A pivot (or identity) route yields only the batch: a
         sentence is done when its second leg is, and the legs run text by text."""
-        route, detections = await self.plan(texts, source, target, glossary)
+        if len(texts) > 1 and self.detects_each(source):
+            # Detected text by text as /v1/translate does. Texts of more than one route give
+            # only the batch, as a pivot does: one stream is one model's.
+            routes, each = await self.plan_each(texts, target, glossary)
+            route, detections = routes[0], [each[0]]
+            if len(set(routes)) > 1:
+                return DispatchStream(
+                    route,
+                    detections,
+                    _once(lambda: self._run_each(texts, routes, options, glossary)),
+                    AsyncExitStack(),
+                    routes,
+                    each,
+                )
+        else:
+            route, detections = await self.plan(texts, source, target, glossary)
+            routes, each = None, None
         resources = AsyncExitStack()
         if len(route.legs) != 1:
             return DispatchStream(
@@ -151,6 +267,8 @@ class Dispatcher:
                 detections,
                 _once(lambda: self._run(texts, route, options, glossary)),
                 resources,
+                routes,
+                each,
             )
         try:
             [translator] = await resources.enter_async_context(self.registry.lease(route.legs))
@@ -158,7 +276,7 @@ class Dispatcher:
         except BaseException:
             await resources.aclose()
             raise
-        return DispatchStream(route, detections, items, resources)
+        return DispatchStream(route, detections, items, resources, routes, each)
 
     async def plan(
         self,
@@ -217,9 +335,13 @@ class DispatchStream:
         detections: list[Detection] | None,
         items: AsyncIterator[SentenceDone | TranslationBatch],
         resources: AsyncExitStack,
+        routes: list[Route] | None = None,
+        text_detections: list[Detection] | None = None,
     ) -> None:
         self.route = route
         self.detections = detections
+        self.routes = routes
+        self.text_detections = text_detections
         self._items = items
         self._resources = resources
 
@@ -228,6 +350,16 @@ class DispatchStream:
 
     async def __anext__(self) -> SentenceDone | TranslationBatch:
         return await anext(self._items)
+
+    def result(self, batch: TranslationBatch) -> DispatchResult:
+        """The stream's last item as a :class:`DispatchResult`."""
+        return DispatchResult(batch, self.route, self.detections, self.routes, self.text_detections)
+
+    @property
+    def models(self) -> list[str]:
+        """Every model that runs, in order of first use over the texts."""
+        routes = self.routes if self.routes is not None else [self.route]
+        return list(dict.fromkeys(leg for route in routes for leg in route.legs))
 
     async def aclose(self) -> None:
         try:

@@ -104,10 +104,26 @@ class GlossaryList(BaseModel):
     glossaries: list[GlossaryCard]
 
 
+class DetectedLanguage(BaseModel):
+    language: str
+    confidence: float = Field(description="0 to 100.")
+
+
 class Translation(BaseModel):
     text: str = Field(description="The translation; whitespace around sentences kept.")
     tokens: int = Field(description="Tokens generated for this text (all its sentences).")
     sentences: int = Field(description="Sentences the text was split into (rows decoded).")
+    source_lang: str | None = Field(
+        None,
+        description="This text's source language, set when the source was detected: each "
+        "text of a list is detected and routed on its own.",
+    )
+    models: list[str] | None = Field(
+        None, description="The models that translated this text, set with source_lang."
+    )
+    detected_language: DetectedLanguage | None = Field(
+        None, description="This text's detected language, set with source_lang."
+    )
 
 
 class Usage(BaseModel):
@@ -117,22 +133,24 @@ class Usage(BaseModel):
     cached_sentences: int = Field(0, description="Sentences answered from the translation cache.")
 
 
-class DetectedLanguage(BaseModel):
-    language: str
-    confidence: float = Field(description="0 to 100.")
-
-
 class TranslateResponse(BaseModel):
     translations: list[Translation] = Field(description="One per input text, in input order.")
     model: str = Field(description="The models that ran, joined by '+' (a pivot runs two).")
     models: list[str] = Field(
         description="The models that ran, in order: one (direct), two (pivot through "
-        "MT_PIVOT_LANG) or none (source and target are the same language)."
+        "MT_PIVOT_LANG) or none (source and target are the same language). A detected list "
+        "whose texts went different routes: every model that ran, in order of first use "
+        "(each translation names its own)."
     )
-    source_lang: str = Field(description="The source language (detected for 'auto').")
+    source_lang: str = Field(
+        description="The source language (detected for 'auto'; of the first text when the "
+        "texts of a list were detected one by one: each translation has its own)."
+    )
     target_lang: str
     detected_language: DetectedLanguage | None = Field(
-        None, description="Set when the source language was detected."
+        None,
+        description="Set when the source language was detected (for a list, the first "
+        "text's; each translation has its own).",
     )
     usage: Usage
     time_ms: float = Field(description="Time spent in the service for this request.")

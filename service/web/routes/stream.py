@@ -31,7 +31,7 @@ from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
-from service.translation.dispatch import DispatchResult, DispatchStream
+from service.translation.dispatch import DispatchStream
 from service.translation.translator import SentenceDone
 from service.web.deps import Access, Service, run_for_client
 from service.web.errors import ERROR_RESPONSES
@@ -59,7 +59,7 @@ async def translate_stream(
     texts, dispatcher, options, glossary = admit(body, request, service, access)
     work = dispatcher.stream(texts, body.source_lang, body.target_lang, options, glossary)
     stream = await run_for_client(request, service, work)
-    headers = {MODELS_HEADER: ",".join(stream.route.legs)}
+    headers = {MODELS_HEADER: ",".join(stream.models)}
     # The events close the stream when they end; the background task closes it too when the
     # client hung up before the first event (the event generator then never ran).
     return EventSourceResponse(
@@ -80,7 +80,7 @@ async def _events(
                     data = json.dumps(asdict(item), ensure_ascii=False)
                     yield {"event": "sentence", "data": data}
                     continue
-                result = DispatchResult(item, stream.route, stream.detections)
+                result = stream.result(item)
                 yield {
                     "event": "done",
                     "data": translate_response(result, started).model_dump_json(),

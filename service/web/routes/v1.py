@@ -7,7 +7,8 @@ import time
 from fastapi import APIRouter, Request, Response
 
 from service.text.glossary import Glossary
-from service.text.pipeline import DecodingOptions
+from service.text.pipeline import DecodingOptions, TextTranslation
+from service.translation.detection import Detection
 from service.translation.dispatch import Dispatcher, DispatchResult
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, run_for_client
@@ -43,9 +44,11 @@ async def translate(
 ) -> TranslateResponse:
     started = time.perf_counter()
     texts, dispatcher, options, glossary = admit(body, request, service, access)
-    work = dispatcher.translate(texts, body.source_lang, body.target_lang, options, glossary)
+    work = dispatcher.translate(
+        texts, body.source_lang, body.target_lang, options, glossary, each_text=True
+    )
     result = await run_for_client(request, service, work)
-    response.headers[MODELS_HEADER] = ",".join(result.route.legs)
+    response.headers[MODELS_HEADER] = ",".join(result.models)
     return translate_response(result, started)
 
 
@@ -66,19 +69,12 @@ def translate_response(result: DispatchResult, started: float) -> TranslateRespo
     batch, route = result.batch, result.route
     detected = result.detections[0] if result.detections else None
     return TranslateResponse(
-        translations=[
-            Translation(text=t.text, tokens=t.output_tokens, sentences=t.sentences)
-            for t in batch.translations
-        ],
-        model="+".join(route.legs),
-        models=list(route.legs),
+        translations=[_translation(result, index, t) for index, t in enumerate(batch.translations)],
+        model="+".join(result.models),
+        models=result.models,
         source_lang=route.source,
         target_lang=route.target,
-        detected_language=(
-            DetectedLanguage(language=detected.language, confidence=detected.confidence)
-            if detected is not None
-            else None
-        ),
+        detected_language=_detected(detected),
         usage=Usage(
             input_tokens=batch.input_tokens,
             output_tokens=batch.output_tokens,
@@ -87,6 +83,24 @@ def translate_response(result: DispatchResult, started: float) -> TranslateRespo
         ),
         time_ms=round((time.perf_counter() - started) * 1000, 3),
     )
+
+
+def _translation(result: DispatchResult, index: int, text: TextTranslation) -> Translation:
+    """One text's translation; with its own source, models and detection when detected."""
+    translation = Translation(text=text.text, tokens=text.output_tokens, sentences=text.sentences)
+    detected = result.detection_of(index)
+    if detected is not None:
+        route = result.route_of(index)
+        translation.source_lang = route.source
+        translation.models = list(route.legs)
+        translation.detected_language = _detected(detected)
+    return translation
+
+
+def _detected(detected: Detection | None) -> DetectedLanguage | None:
+    if detected is None:
+        return None
+    return DetectedLanguage(language=detected.language, confidence=detected.confidence)
 
 
 @router.get("/v1/models", response_model=ModelList, summary="The models this process serves")
