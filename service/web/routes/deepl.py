@@ -83,7 +83,37 @@ def _string(fields: dict[str, Any], name: str, required: bool = False) -> str | 
     return value
 
 
-@router.post("/translate", summary="Translate texts (DeepL API v2)")
+def _form(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAPI request body for a route that reads DeepL's form or JSON fields by hand."""
+    schema = {"type": "object", "required": required, "properties": properties}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": schema},
+                "application/x-www-form-urlencoded": {"schema": schema},
+            },
+        }
+    }
+
+
+_STRING = {"type": "string"}
+
+
+@router.post(
+    "/translate",
+    summary="Translate texts (DeepL API v2)",
+    openapi_extra=_form(
+        ["text", "target_lang"],
+        {
+            "text": {"oneOf": [_STRING, {"type": "array", "items": _STRING}]},
+            "source_lang": _STRING,
+            "target_lang": _STRING,
+            "glossary_id": _STRING,
+            "tag_handling": _STRING,
+        },
+    ),
+)
 async def translate(
     request: Request, response: Response, service: Service, access: Access
 ) -> dict[str, Any]:
@@ -169,7 +199,21 @@ async def glossary_pairs(request: Request, service: Service, access: Access) -> 
     }
 
 
-@router.post("/glossaries", status_code=201, summary="Create a glossary (DeepL API v2)")
+@router.post(
+    "/glossaries",
+    status_code=201,
+    summary="Create a glossary (DeepL API v2)",
+    openapi_extra=_form(
+        ["name", "source_lang", "target_lang", "entries"],
+        {
+            "name": _STRING,
+            "source_lang": _STRING,
+            "target_lang": _STRING,
+            "entries": _STRING,
+            "entries_format": {"type": "string", "enum": ["tsv", "csv"]},
+        },
+    ),
+)
 async def create(request: Request, service: Service, access: Access) -> dict[str, Any]:
     fields = await read_fields(request)
     admit(request, access, chars=0)

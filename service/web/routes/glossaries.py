@@ -120,6 +120,14 @@ def entries_of(body: GlossaryCreate) -> list[tuple[str, str]]:
     response_model=GlossaryCard,
     responses={**ERROR_RESPONSES, 404: ERROR_RESPONSES[400]},
     summary="Store a glossary for a language pair (JSON entries or a TSV/CSV upload)",
+    # The body is read by hand (JSON or a multipart upload); the schema still tells clients
+    # (and the fuzz tests) what it holds.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": GlossaryCreate.model_json_schema()}},
+        }
+    },
 )
 async def create(request: Request, service: Service, access: Access) -> GlossaryCard:
     body = await read_glossary_body(request)
