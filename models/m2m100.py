@@ -20,7 +20,7 @@ import torch
 
 from models.config import TransformerConfig
 from models.marian import _RENAMES as _LAYER_RENAMES
-from models.marian import _read_hf_weights
+from models.marian import imported_model, read_hf_weights
 from models.transformer import Transformer
 
 MODEL_TYPE = "m2m_100"
@@ -116,13 +116,9 @@ def load_m2m100(model_dir: str | Path) -> Transformer:
         raise ValueError(
             f"{model_dir} is not an M2M-100 checkpoint: {hf_config.get('model_type')!r}"
         )
-    hf_state = _read_hf_weights(model_dir)
+    hf_state = read_hf_weights(model_dir)
     config = m2m100_config(hf_config, hf_state)
-    model = Transformer(config)
-    missing, unexpected = model.load_state_dict(convert_state_dict(hf_state, config), strict=False)
-    if missing or unexpected:
-        raise ValueError(f"M2M-100 import mismatch: missing {missing}, unexpected {unexpected}")
-    return model.eval()
+    return imported_model(config, convert_state_dict(hf_state, config), "M2M-100")
 
 
 def main() -> None:

@@ -75,12 +75,24 @@ def _embedding_tables(hf_state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, 
     return src_table, tgt_table
 
 
-def _read_hf_weights(marian_dir: Path) -> dict[str, torch.Tensor]:
-    if (marian_dir / "model.safetensors").exists():
-        return load_file(str(marian_dir / "model.safetensors"))
-    if (marian_dir / "pytorch_model.bin").exists():
-        return torch.load(marian_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"{marian_dir} has neither model.safetensors nor pytorch_model.bin")
+def read_hf_weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    """A Hugging Face directory's weights (safetensors, else the pickled state dict)."""
+    if (model_dir / "model.safetensors").exists():
+        return load_file(str(model_dir / "model.safetensors"))
+    if (model_dir / "pytorch_model.bin").exists():
+        return torch.load(model_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"{model_dir} has neither model.safetensors nor pytorch_model.bin")
+
+
+def imported_model(
+    config: TransformerConfig, state: dict[str, torch.Tensor], kind: str
+) -> Transformer:
+    """Our model holding a converted checkpoint: every parameter filled, nothing left over."""
+    model = Transformer(config)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{kind} import mismatch: missing {missing}, unexpected {unexpected}")
+    return model.eval()
 
 
 def convert_state_dict(
@@ -107,14 +119,9 @@ def load_marian(marian_dir: str | Path) -> Transformer:
     hf_config = json.loads((marian_dir / "config.json").read_text())
     vocab_path = marian_dir / "vocab.json"
     vocab = json.loads(vocab_path.read_text()) if vocab_path.exists() else None
-    hf_state = _read_hf_weights(marian_dir)
+    hf_state = read_hf_weights(marian_dir)
     config = marian_config(hf_config, hf_state, vocab)
-    model = Transformer(config)
-    state = convert_state_dict(hf_state, config)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"Marian import mismatch: missing {missing}, unexpected {unexpected}")
-    return model.eval()
+    return imported_model(config, convert_state_dict(hf_state, config), "Marian")
 
 
 def main() -> None:

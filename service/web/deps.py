@@ -4,8 +4,9 @@ the batcher with the client's connection watched."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
@@ -30,6 +31,26 @@ async def get_access(request: Request) -> AccessPolicy:
 
 
 Access = Annotated[AccessPolicy, Depends(get_access)]
+
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def sends_form(request: Request) -> bool:
+    """Whether the body is form fields (the compatibility APIs take form or JSON)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return content_type in FORM_TYPES
+
+
+async def json_body(request: Request) -> Any:
+    """The body parsed as JSON (an empty body is ``{}``); 400 ``malformed_json`` otherwise."""
+    raw = await request.body()
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError as error:
+        raise ApiError(400, "malformed_json", f"malformed JSON body: {error}") from error
+    except RecursionError as error:
+        raise ApiError(400, "malformed_json", "malformed JSON body: nested too deeply") from error
 
 
 async def run_for_client(request: Request, service: ServiceState, work: Awaitable[T]) -> T:

@@ -18,7 +18,6 @@ answers. Errors carry DeepL's ``message`` field (service/web/errors.py).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -28,7 +27,7 @@ from service.text.glossary import entries_tsv, parse_entries
 from service.translation.languages import language_name
 from service.translation.routing import source_languages, targets_by_source
 from service.web.access import AccessPolicy
-from service.web.deps import Access, Service, run_for_client
+from service.web.deps import Access, Service, json_body, run_for_client, sends_form
 from service.web.lifecycle import ServiceState
 from service.web.routes.glossaries import card, create_glossary
 from service.web.routes.libretranslate import _translate_html
@@ -56,17 +55,12 @@ def admit(request: Request, access: AccessPolicy, chars: int) -> None:
 
 async def read_fields(request: Request) -> dict[str, Any]:
     """DeepL clients send JSON or form fields (``text`` repeated for a list)."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+    if sends_form(request):
         form = await request.form()
         fields: dict[str, Any] = {key: form.get(key) for key in form}
         fields["text"] = form.getlist("text")
         return fields
-    raw = await request.body()
-    try:
-        data = json.loads(raw) if raw else {}
-    except (ValueError, RecursionError) as error:
-        raise ApiError(400, "malformed_json", f"malformed JSON body: {error}") from error
+    data = await json_body(request)
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_request", "the body must be a JSON object")
     return data

@@ -10,7 +10,6 @@ a refused one leaves the stored ones as they were.
 from __future__ import annotations
 
 import datetime
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -20,7 +19,7 @@ from service.text.glossary import Glossary, GlossaryError, parse_entries
 from service.translation.glossaries import GlossaryInfo, GlossaryStore
 from service.translation.languages import normalise_language_code
 from service.translation.routing import plan_route
-from service.web.deps import Access, Service
+from service.web.deps import Access, Service, json_body, sends_form
 from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
 from service.web.lifecycle import ServiceState
 from service.web.schemas import GlossaryCard, GlossaryCreate, GlossaryList
@@ -78,9 +77,8 @@ def card(info: GlossaryInfo, entries: list[tuple[str, str]] | None = None) -> Gl
 async def read_glossary_body(request: Request) -> GlossaryCreate:
     """JSON, or form fields with the entries as an uploaded ``file`` (format from
     ``entries_format`` or the file name's ``.csv``/``.tsv``)."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     data: Any
-    if content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+    if sends_form(request):
         form = await request.form()
         data = {key: form.get(key) for key in form if key != "file"}
         upload = form.get("file")
@@ -94,10 +92,7 @@ async def read_glossary_body(request: Request) -> GlossaryCreate:
             if "entries_format" not in data and (upload.filename or "").lower().endswith(".csv"):
                 data["entries_format"] = "csv"
     else:
-        try:
-            data = json.loads(await request.body() or b"{}")
-        except (ValueError, RecursionError) as error:
-            raise ApiError(400, "malformed_json", f"malformed JSON body: {error}") from error
+        data = await json_body(request)
     try:
         return GlossaryCreate.model_validate(data)
     except ValidationError as error:

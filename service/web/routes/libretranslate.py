@@ -12,7 +12,6 @@ or through the pivot language).
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -27,7 +26,7 @@ from service.text.pipeline import DecodingOptions, TextTranslation, TranslationB
 from service.translation.dispatch import Dispatcher, DispatchResult
 from service.translation.languages import language_name
 from service.translation.routing import targets_by_source
-from service.web.deps import Access, Service, run_for_client
+from service.web.deps import Access, Service, json_body, run_for_client, sends_form
 from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
 from service.web.routes.v1 import MODELS_HEADER
 from service.web.schemas import (
@@ -184,23 +183,14 @@ async def detect(request: Request, service: Service, access: Access) -> list[Det
 
 async def read_body(request: Request, model: type[Body]) -> Body:
     """LibreTranslate clients send JSON or form fields; both end up in one model."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     data: Any
-    if content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+    if sends_form(request):
         form = await request.form()
         data = {key: form.get(key) for key in form}
         if len(questions := form.getlist("q")) > 1:
             data["q"] = questions  # q repeated: a list of texts
     else:
-        raw = await request.body()
-        try:
-            data = json.loads(raw) if raw else {}
-        except ValueError as error:
-            raise ApiError(400, "malformed_json", f"malformed JSON body: {error}") from error
-        except RecursionError as error:
-            raise ApiError(
-                400, "malformed_json", "malformed JSON body: nested too deeply"
-            ) from error
+        data = await json_body(request)
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_request", "Invalid request: the body must be a JSON object")
     if not data.get("q"):
