@@ -12,7 +12,7 @@ space  := $(subst ,, )
 HOST   ?= 0.0.0.0
 PORT   ?= 8000
 
-.PHONY: serve test lint onnx venv clean fuzz
+.PHONY: serve test lint typecheck onnx venv clean fuzz
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,12 +33,21 @@ onnx: $(addsuffix /decoder.onnx,$(EXPORTS))
 serve: onnx
 	MT_MODEL_DIRS=$(subst $(space),$(comma),$(EXPORTS)) $(PY) -m service --host $(HOST) --port $(PORT)
 
+# The type checker over the service and the exporter (settings in pyproject.toml [tool.mypy]);
+# `lint` and `test` (what CI runs) both run it.
+TYPECHECK := $(PY) -m mypy service export
+
+typecheck: $(VENV)/.installed
+	$(TYPECHECK)
+
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(TYPECHECK)
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(TYPECHECK)
 	$(PY) -m pytest -q
 
 clean:

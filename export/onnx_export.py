@@ -43,9 +43,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import onnx
 import torch
@@ -55,7 +56,7 @@ from torch import Tensor, nn
 from export.search_head import add_search_head
 from export.vocab_screen import DEFAULT_MAX_ROWS, MIN_VOCAB, add_vocab_screen
 from models.checkpoint import copy_tokenizer_files, language_pair, load_pretrained
-from models.transformer import MultiHeadAttention, Transformer
+from models.transformer import DecoderLayer, MultiHeadAttention, Transformer
 from service.runtime.contract import (
     CONFIG_FILE,
     DECODER_FILE,
@@ -150,7 +151,7 @@ def written_out_attention(model: Transformer) -> Iterator[None]:
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     decoder_modules = [
         attention
-        for layer in model.decoder_layers
+        for layer in cast(Iterable[DecoderLayer], model.decoder_layers)
         for attention in (layer.self_attn, layer.encoder_attn)
     ]
     for module in modules:

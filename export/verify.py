@@ -26,6 +26,7 @@ from models.checkpoint import load_pretrained
 from models.search import beam_search, greedy_search
 from models.transformer import Transformer
 from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES, SCREEN_INPUT
+from service.runtime.onnx_model import ProviderName
 
 
 @dataclass
@@ -80,13 +81,13 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
     names = [o.name for o in encoder.get_outputs()]
     errors = {"encoder_cross_kv": 0.0}
     for i in range(layers):
-        for name, expected in (
+        for name, expected_kv in (
             (f"cross_key_{i}", cross_keys[i]),
             (f"cross_value_{i}", cross_values[i]),
         ):
             got = outputs[names.index(name)]
             errors["encoder_cross_kv"] = max(
-                errors["encoder_cross_kv"], float(np.abs(got - expected.numpy()).max())
+                errors["encoder_cross_kv"], float(np.abs(got - expected_kv.numpy()).max())
             )
 
     generator = torch.Generator().manual_seed(2)
@@ -174,7 +175,7 @@ def decode_agreement(
     lengths: list[int],
     beam_sizes=(1, 4),
     max_new_tokens: int = 16,
-    provider: str = "cpu",
+    provider: ProviderName = "cpu",
 ) -> dict[str, float]:
     """Fraction of sentences whose engine output equals models.search's (greedy, beam)."""
     from service.runtime.engine import Engine

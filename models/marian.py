@@ -14,10 +14,15 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from models.config import TransformerConfig
+from models.config import Activation, TransformerConfig
 from models.transformer import Transformer
 
-_ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
+_ACTIVATIONS: dict[str, Activation] = {
+    "swish": "swish",
+    "silu": "swish",
+    "gelu": "gelu",
+    "relu": "relu",
+}
 
 # Hugging Face parameter name (after the "model." prefix) -> ours, as regex substitutions.
 _RENAMES = [

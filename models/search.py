@@ -118,7 +118,7 @@ def beam_search(
                 continue
             for rank in range(num_beams):
                 if ends[sentence, rank]:
-                    beam = top_beam[sentence, rank].item()
+                    beam = int(top_beam[sentence, rank].item())
                     hypothesis = running_tokens[sentence, beam].tolist()
                     if top_token[sentence, rank].item() != eos:
                         hypothesis.append(top_token[sentence, rank].item())

@@ -25,6 +25,8 @@ positions): one model, switched by ``TransformerConfig``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -67,7 +69,11 @@ def additive_mask(keep: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.where(keep, allowed, hidden)  # exported: one Where, no zeros tensor to fill
 
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "swish": F.silu,
+}
 
 
 class MultiHeadAttention(nn.Module):
@@ -76,6 +82,12 @@ class MultiHeadAttention(nn.Module):
     Q, K and V are each one D x D projection whose output is split logically into H heads of
     size Dh; the heads' outputs are concatenated back to D and projected by ``out_proj``.
     """
+
+    # Buffers that ``fuse_for_export`` registers and ``unfuse`` drops.
+    fused_q_weight: Tensor
+    fused_q_bias: Tensor
+    fused_qkv_weight: Tensor
+    fused_qkv_bias: Tensor
 
     def __init__(self, d_model: int, num_heads: int, dropout: float) -> None:
         super().__init__()
@@ -294,6 +306,8 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
+    position_table: Tensor  # a buffer (N, D)
+
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = config
@@ -376,7 +390,10 @@ class Transformer(nn.Module):
         for layer in self.encoder_layers:
             x = layer(x, src_bias)
         memory = self.encoder_final_norm(x)
-        cross = [layer.encoder_attn.project_keys_values(memory) for layer in self.decoder_layers]
+        cross = [
+            cast(DecoderLayer, layer).encoder_attn.project_keys_values(memory)
+            for layer in self.decoder_layers
+        ]
         cross_keys = tuple(keys for keys, _ in cross)
         cross_values = tuple(values for _, values in cross)
         return memory, cross_keys, cross_values

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from service.config import Settings, get_settings
 from service.web.request_id import install_request_id_logging
@@ -34,7 +35,7 @@ class GracefulServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
+def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
     """uvicorn's configuration from the service's settings."""
     return uvicorn.Config(
         app,

@@ -22,6 +22,7 @@ import threading
 from collections import deque
 
 import numpy as np
+import numpy.typing as npt
 
 # New buffers get this much headroom: a cache that grows by a few slots at a time then finds,
 # every other time, a buffer it can reuse instead of fresh pages.
@@ -35,7 +36,7 @@ DEFAULT_MAX_FREE_BYTES = 1 << 30
 class BufferPool:
     """Flat host buffers of one dtype, lent out as arrays of any shape that fits."""
 
-    def __init__(self, dtype: np.dtype, max_free_bytes: int = DEFAULT_MAX_FREE_BYTES) -> None:
+    def __init__(self, dtype: npt.DTypeLike, max_free_bytes: int = DEFAULT_MAX_FREE_BYTES) -> None:
         self.dtype = np.dtype(dtype)
         self.max_free_bytes = max_free_bytes
         self._free: deque[np.ndarray] = deque()  # 1-D buffers, oldest first

@@ -305,7 +305,7 @@ class HostKV:
             feeds[SCREEN_INPUT] = model.vocab_screen_feed
         outputs = model.decoder.run(SEARCH_OUTPUTS + model.new_names, feeds)
         del feeds  # it refers to the caches: a full one's buffers go back to the pool below
-        head = StepOutput(*outputs[:3], inputs.watch_ids)
+        head = StepOutput(outputs[0], outputs[1], outputs[2], inputs.watch_ids)
         new = outputs[3:]  # 2L x (N, H, T, Dh)
         grown = length + new[0].shape[2]
         tensors = past.consume()
@@ -435,7 +435,8 @@ class DeviceKV:
             binding.bind_output(name, "cpu")
         self._bind_outputs(binding, model.new_names)
         outputs = self._run(model.decoder, binding)
-        head = StepOutput(*(value.numpy() for value in outputs[:3]), inputs.watch_ids)
+        top_log_probs, top_ids, watch_log_probs = (value.numpy() for value in outputs[:3])
+        head = StepOutput(top_log_probs, top_ids, watch_log_probs, inputs.watch_ids)
         new = outputs[3:]  # 2L x (N, H, T, Dh) on the device
         binding = self.kv_append.io_binding()
         for j, (value, added) in enumerate(zip(past.tensors, new, strict=True)):

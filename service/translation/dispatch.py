@@ -132,6 +132,7 @@ class Dispatcher:
         a detected source, each text is detected and routed on its own (``/v1``), so a text's
         translation does not depend on its neighbours; else one detection over all texts picks
         one route (LibreTranslate's contract)."""
+        detections: list[Detection] | None
         if each_text and len(texts) > 1 and self.detects_each(source):
             routes, detections = await self.plan_each(texts, target, glossary)
             if len(set(routes)) > 1:
@@ -243,6 +244,7 @@ class Dispatcher:
         Refusals (limits, language, queue full) raise here. The model stays leased until the
         stream ends or is closed. A pivot (or identity) route yields only the batch: a
         sentence is done when its second leg is, and the legs run text by text."""
+        detections: list[Detection] | None
         if len(texts) > 1 and self.detects_each(source):
             # Detected text by text as /v1/translate does. Texts of more than one route give
             # only the batch, as a pivot does: one stream is one model's.

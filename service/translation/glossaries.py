@@ -13,6 +13,7 @@ connection safe should a worker thread use it too.
 
 from __future__ import annotations
 
+import builtins
 import sqlite3
 import threading
 import time
@@ -118,7 +119,8 @@ class GlossaryStore:
             raise NotFound(f"no glossary with id {glossary_id!r}", "glossary_not_found")
         return GlossaryInfo(*row)
 
-    def entries(self, glossary_id: str) -> list[tuple[str, str]]:
+    # ``builtins.list``: the class's own ``list`` method shadows the type here.
+    def entries(self, glossary_id: str) -> builtins.list[tuple[str, str]]:
         self.info(glossary_id)  # 404 for an unknown id rather than an empty list
         with self._lock:
             rows = self._db().execute(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +82,7 @@ def error_response(
     status: int,
     code: str,
     message: str,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
     request: Request | None = None,
 ) -> JSONResponse:
     body = {"error": message, "code": code}
@@ -102,7 +103,7 @@ def install_error_handlers(
 
     @app.exception_handler(TimeoutError)
     async def timed_out(request: Request, error: TimeoutError) -> JSONResponse:
-        return await service_error(request, error)  # type: ignore[arg-type]
+        return await service_error(request, error)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:

@@ -105,7 +105,7 @@ def _attributes(element: etree._Element) -> tuple[tuple[str, str], ...]:
 def _properties_key(run: etree._Element) -> Hashable:
     for child in run:
         if _local(child.tag) == "rPr":
-            parts = [_attributes(child)]
+            parts: list[Hashable] = [_attributes(child)]
             for prop in child.iter():
                 if prop is child or _local(prop.tag) in _UNSEEN_PROPERTIES:
                     continue

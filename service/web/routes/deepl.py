@@ -130,8 +130,8 @@ async def translate(
         work = _translate_html(dispatcher, texts, source, target, options, glossary)
         result, translated = await run_for_client(request, service, work)
     else:
-        work = dispatcher.translate(texts, source, target, options, glossary)
-        result = await run_for_client(request, service, work)
+        plain = dispatcher.translate(texts, source, target, options, glossary)
+        result = await run_for_client(request, service, plain)
         translated = [t.text for t in result.batch.translations]
     service.characters_translated += sum(map(len, texts))
     response.headers[MODELS_HEADER] = ",".join(result.route.legs)

@@ -78,13 +78,13 @@ async def translate(
         if alternatives:
             # The n-best needs a beam of at least alternatives + 1 (LibreTranslate: hypotheses).
             options = replace(options, beam_size=max(options.beam_size, alternatives + 1))
-            work = dispatcher.translate_with_alternatives(
+            n_best = dispatcher.translate_with_alternatives(
                 texts, body.source, body.target, options, alternatives
             )
-            result, others = await run_for_client(request, service, work)
+            result, others = await run_for_client(request, service, n_best)
         else:
-            work = dispatcher.translate(texts, body.source, body.target, options)
-            result = await run_for_client(request, service, work)
+            plain = dispatcher.translate(texts, body.source, body.target, options)
+            result = await run_for_client(request, service, plain)
         translated = [t.text for t in result.batch.translations]
     response.headers[MODELS_HEADER] = ",".join(result.route.legs)
     detected = None
