@@ -41,6 +41,7 @@ LONG_TEXT_CHARS = 100
 sys.path.insert(0, str(ROOT))
 
 from service.runtime.engine import DecodeRequest, Engine  # noqa: E402
+from service.runtime.groups import Group  # noqa: E402
 from service.text.tokenizer import Tokenizer  # noqa: E402
 
 LONG_TEXT = (
@@ -119,7 +120,7 @@ def instrument(engine: Engine) -> Timers:
     timers.wrap(backend, "decode", "decode")
     for name in ("select", "merge", "concat"):
         timers.wrap(backend, name, "kv_select" if name == "select" else "kv_merge")
-    timers.wrap(engine, "_rearrange", "rearrange")
+    timers.wrap(Group, "rearrange", "rearrange")
     return timers
 
 

@@ -139,29 +139,22 @@ class Settings(BaseSettings):
         "for a full batch while the engine is idle (Triton's max_queue_delay).",
     )
 
-    admission_ratio: float = Field(
-        0.25,
-        ge=0,
-        description="`continuous` batching only: while the batch is running, queued sentences "
-        "join it once their rows are at least this fraction of the running rows (or would fill "
-        "the batch, or the oldest has waited admission_max_wait_ms); one encoder call and one "
-        "cache merge then serve several newcomers. With admission_cost_aware and a backlog "
-        "at the knee: once this fraction of the knee's rows is free. 0 admits at every step.",
-    )
-    admission_max_wait_ms: float = Field(
-        5.0,
-        ge=0,
-        description="`continuous` batching only: longest time the oldest queued sentence waits "
-        "for admission into a running batch (see admission_ratio).",
+    admission_max_stall_steps: float = Field(
+        2.0,
+        gt=0,
+        description="`continuous` batching without a spare core (the encoder runs in line): "
+        "one admission's encoder call and merge stall the running rows for at most this many "
+        "of their predicted steps; a bigger admission is cut into chunks between steps.",
     )
 
     admission_cost_aware: bool = Field(
         True,
-        description="`continuous` batching only: the engine's step-cost model (calibrated at "
-        "start-up, refitted from live step timings) decides how rows are grouped into decoder "
-        "calls, and newcomers join the running batch only while it stays within the row count "
-        "where this machine's tokens/s peak (within admission_cost_tolerance); past that knee "
-        "the others wait in the queue instead of slowing every row.",
+        description="`continuous` batching only: the engine's cost models (calibrated at "
+        "start-up, refitted from live timings) decide how rows are grouped into decoder calls "
+        "and who joins the running batch: newcomers join while it stays within the row count "
+        "where this machine's tokens/s peak (within admission_cost_tolerance), and only when "
+        "the delay summed over running rows and newcomers is lower joining now than waiting "
+        "for the batch to drain. Off: every newcomer that fits joins at once.",
     )
     admission_cost_tolerance: float = Field(
         0.05,
@@ -181,7 +174,8 @@ class Settings(BaseSettings):
         True,
         description="Continuous batching: newcomers are encoded on a second thread while the "
         "running rows take their decoder steps, and join the batch once encoded, so running "
-        "rows do not wait for admissions' encoder calls.",
+        "rows do not wait for admissions' encoder calls. Only where a core is spare: with "
+        "one CPU (affinity and cgroup quota) the encoder runs in line whatever this says.",
     )
     encoder_idle_priority: bool = Field(
         True,

@@ -69,12 +69,12 @@ def batching_config(settings: Settings) -> BatchingConfig:
         max_queue=settings.max_queue,
         batching=settings.batching,
         static_max_wait_s=settings.static_max_wait_ms / 1000,
-        admission_ratio=settings.admission_ratio,
-        admission_max_wait_s=settings.admission_max_wait_ms / 1000,
+        max_stall_steps=settings.admission_max_stall_steps,
         cost_aware=settings.admission_cost_aware,
         cost_tolerance=settings.admission_cost_tolerance,
         max_admit_tokens=settings.admission_max_tokens,
-        encoder_overlap=settings.encoder_overlap,
+        # an encoder thread needs a core of its own: with one, it would only take turns
+        encoder_overlap=settings.encoder_overlap and cpu_budget().cpus >= 2,
         encoder_idle_priority=settings.encoder_idle_priority,
         encoder_max_lag_s=settings.encoder_max_lag_ms / 1000,
     )

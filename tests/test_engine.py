@@ -216,14 +216,14 @@ def test_columns_no_row_needs_are_trimmed(one_group, exported):
     engine.step()
     engine.step()
     engine.add([DecodeRequest("short", short_source, 2, MAX_NEW)])
-    batch = engine._groups[-1].batch
+    batch = engine.group_tensors[-1]
     assert batch.encoder_mask.shape == (3, 12) and batch.self_mask.shape == (3, 2)
     finished = []
     while not any(done.request_id == "long" for done in finished):
         finished += engine.step()
     # "short" still runs (beam 2 cannot finish after 1 step): its 2 beams only, no padding
     assert engine.active_requests == 1
-    batch = engine._groups[-1].batch
+    batch = engine.group_tensors[-1]
     assert batch.encoder_mask.shape == (2, 3)
     assert batch.self_mask.shape == (2, 1)  # the slots only "long" used are gone
     self_cache = engine.kv.to_numpy(batch.self_cache)[0]
@@ -259,7 +259,7 @@ def test_host_and_device_cache_paths_give_identical_tokens_and_caches(exported):
             if step == 5:
                 engine.drop([4])
             finished.update({done.request_id: done.tokens for done in engine.step()})
-            batch = engine._groups[-1].batch if engine._groups else None
+            batch = engine.group_tensors[-1] if engine.group_tensors else None
             if batch is not None:
                 snapshots.append(
                     [v.copy() for v in engine.kv.to_numpy(batch.self_cache)]

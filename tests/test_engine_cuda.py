@@ -51,7 +51,7 @@ def test_cuda_caches_stay_on_the_device(cuda_engine, exported):
         [DecodeRequest("a", sources[0], 2, MAX_NEW), DecodeRequest("b", sources[1], 1, MAX_NEW)]
     )
     cuda_engine.step()
-    batches = [group.batch for group in cuda_engine._groups]
+    batches = cuda_engine.group_tensors
     assert batches  # both requests are still decoding after one step
     for batch in batches:
         tensors = batch.self_cache.tensors + batch.cross_cache.tensors

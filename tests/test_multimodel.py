@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Hashable
 from functools import partial
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -408,9 +409,26 @@ class LoggedEngine:
             self._active[request.request_id] = (list(reversed(request.src_ids)), [])
         return []  # none refused
 
+    @property
+    def groups(self) -> int:
+        return 1 if self._active else 0
+
+    def encode(self, requests: list[DecodeRequest]) -> SimpleNamespace:
+        return SimpleNamespace(requests=list(requests), rejected=[])
+
+    def place(self, encoded: SimpleNamespace) -> None:
+        self.add(encoded.requests)
+
     def estimate(self, newcomers=(), max_rows: int = 64, tolerance: float = 0.0) -> BatchEstimate:
         rows = self.active_rows + sum(new_rows for new_rows, _ in newcomers)
         return BatchEstimate(rows, 0)  # no token budget, no cost model
+
+    def plan(self, max_rows: int = 64, tolerance: float = 0.0) -> SimpleNamespace:
+        taken: list[tuple[int, int]] = []
+        return SimpleNamespace(
+            estimate=lambda newcomers: self.estimate([*taken, *newcomers]),
+            take=taken.extend,
+        )
 
     def step(self) -> list[FinishedRequest]:
         if self.quiet_done is not None:

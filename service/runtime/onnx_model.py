@@ -524,7 +524,9 @@ class OnnxSeq2Seq:
         # intra-op thread pool, and a pool's workers spin for a while after a call: a spinning
         # encoder worker takes a core from the decoder steps that follow (BENCHMARKS.md).
         self.encoder_options = _session_options(intra_op_threads, spinning=False)
-        self.provider, self.encoder = self._first_session(self.model_dir / contract.ENCODER_FILE, provider)
+        self.provider, self.encoder = self._first_session(
+            self.model_dir / contract.ENCODER_FILE, provider
+        )
         self.session_providers = self._providers(self.provider)
         self.decoder = ort.InferenceSession(
             str(self.model_dir / contract.DECODER_FILE), options, providers=self.session_providers

@@ -170,3 +170,63 @@ class StepCostModel:
             self._knees[key] = knee
         return knee
 
+
+class CallCostModel:
+    """Seconds of a call as a non-negative linear function of a few features, fitted over a
+    window of recent calls (the encoder call of newcomers, the merge that places them).
+
+    The admission policy asks what letting newcomers in costs the running rows; these calls
+    are what it costs besides the wider steps. Thread-safe: the encoder thread observes its
+    calls while the engine thread predicts."""
+
+    def __init__(self, features: int, window: int = 256, refit_every: int = 8) -> None:
+        self._samples: deque[tuple[tuple[float, ...], float]] = deque(maxlen=window)
+        self._features = features
+        self._refit_every = refit_every
+        self._since_fit = 0
+        self._coefficients: list[float] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def fitted(self) -> bool:
+        return self._coefficients is not None
+
+    @property
+    def coefficients(self) -> list[float]:
+        return list(self._coefficients or [])
+
+    def observe(self, features: tuple[float, ...], seconds: float) -> None:
+        with self._lock:
+            self._samples.append((features, seconds))
+            self._since_fit += 1
+            if self._since_fit >= self._refit_every or self._coefficients is None:
+                self._fit()
+
+    def _fit(self) -> None:
+        self._since_fit = 0
+        if len(self._samples) < 4:
+            return
+        features = np.array([f for f, _ in self._samples])
+        seconds = np.array([s for _, s in self._samples])
+        weights = 1.0 / np.maximum(seconds, 1e-5)  # relative error, as the step fit
+        fit = _non_negative_least_squares(features * weights[:, None], seconds * weights)
+        self._coefficients = [float(c) for c in fit]
+
+    def predict(self, features: tuple[float, ...]) -> float:
+        """Seconds (0 before any fit: nothing is known, so nothing is charged)."""
+        coefficients = self._coefficients
+        if coefficients is None:
+            return 0.0
+        return sum(c * f for c, f in zip(coefficients, features, strict=True))
+
+
+def encode_features(calls: int, tokens: int, squared: int) -> tuple[float, float, float]:
+    """An admission's encoder work: calls (one per length class), source tokens over all
+    rows, and the sum of rows x S^2 (self-attention over each source)."""
+    return (float(calls), tokens / 64.0, squared / 4096.0)
+
+
+def merge_features(calls: int, copied: int) -> tuple[float, float]:
+    """Placing encoded newcomers: merges, and the cache positions copied (rows x (P + S) of
+    every group they join)."""
+    return (float(calls), copied / 64.0)

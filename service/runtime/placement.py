@@ -1,0 +1,137 @@
+"""Where newcomers go among the running groups, and which groups merge.
+
+Rows that joined at about the same time *and* have sources of about the same length share one
+dense batch (one decoder call per group and step). A newcomer is then padded neither to the past
+length of a row that has decoded for a hundred steps nor to a paragraph's source: a UI string
+never attends over a paragraph's padding. Newcomers are split into length classes (one encoder
+call each) and each class joins a group of its age and length, or opens one (at most
+``max_groups``; beyond that, the group it pads least); groups whose pasts and lengths come close
+merge.
+
+With a fitted step-cost model (service/runtime/step_cost.py) both decisions are by predicted
+time: a newcomer joins whichever group adds least to the step (another decoder call's fixed
+overhead against padding an existing group), and two groups merge when one call costs less
+than two. Before the model is fitted, by the length and age rules above.
+
+The rules see groups only as ``GroupSpan`` (shape and shortest source): the engine hands them
+in, so a plan can place hypothetical newcomers without touching a tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from service.runtime.groups import GroupSpan
+from service.runtime.step_cost import StepCostModel, StepShape
+
+
+def similar_lengths(shortest: int, longest: int, slack: int) -> bool:
+    """Sources that may share a padded batch: the padding stays below about half of it."""
+    return longest - shortest <= max(slack, shortest)
+
+
+@dataclass
+class PlacementRules:
+    """``max_groups`` = 1: one batch for everyone. Newcomers join a group whose past is at most
+    ``merge_past`` and whose sources are of similar length (``similar_lengths`` with
+    ``length_slack``); groups that come that close merge."""
+
+    step_cost: StepCostModel
+    max_groups: int = 4
+    merge_past: int = 8
+    length_slack: int = 8
+
+    def join_target(
+        self, spans: Sequence[GroupSpan], shortest: int, longest: int, rows: int, groups: int
+    ) -> int | None:
+        """The index in ``spans`` of the group ``rows`` newcomers with sources of
+        ``shortest..longest`` tokens join, or None (they open a group of their own);
+        ``groups``: how many groups exist, counting ones newcomers would open."""
+        if not spans:
+            return None
+        if self.step_cost.fitted:
+            return self._cheapest(spans, rows, longest, groups)
+        for index, span in enumerate(spans):
+            if span.shape.past_len <= self.merge_past and similar_lengths(
+                min(span.shortest, shortest), max(span.shape.width, longest), self.length_slack
+            ):
+                return index
+        if groups < self.max_groups:
+            return None
+
+        # No group fits and no room for another: the one that grows least in padded tokens.
+        def added_padding(index: int) -> int:
+            shape = spans[index].shape
+            width = max(shape.width, longest)
+            return shape.rows * (width - shape.width) + width - shortest + shape.past_len
+
+        return min(range(len(spans)), key=added_padding)
+
+    def _cheapest(
+        self, spans: Sequence[GroupSpan], rows: int, width: int, groups: int
+    ) -> int | None:
+        predict = self.step_cost.predict
+        best: int | None = None
+        best_cost = predict(StepShape(rows, 0, width)) if groups < self.max_groups else None
+        for index, span in enumerate(spans):
+            shape = span.shape
+            joined = StepShape(shape.rows + rows, shape.past_len, max(shape.width, width))
+            cost = predict(joined) - predict(shape)
+            if best_cost is None or cost < best_cost:
+                best, best_cost = index, cost
+        return best
+
+    def worth_merging(self, first: GroupSpan, second: GroupSpan) -> bool:
+        """One decoder call for both costs less than two (by the step-cost model once it is
+        fitted; before, when pasts and source lengths are close)."""
+        a, b = first.shape, second.shape
+        if self.step_cost.fitted:
+            merged = StepShape(a.rows + b.rows, max(a.past_len, b.past_len), max(a.width, b.width))
+            predict = self.step_cost.predict
+            return predict(merged) <= predict(a) + predict(b)
+        return abs(a.past_len - b.past_len) <= self.merge_past and similar_lengths(
+            min(first.shortest, second.shortest), max(a.width, b.width), self.length_slack
+        )
+
+
+class Placement:
+    """The groups' shapes once newcomers ``(rows, src_len)`` are placed as the engine would
+    place them, and the groups they would open; nothing moves."""
+
+    def __init__(self, rules: PlacementRules, spans: Sequence[GroupSpan]) -> None:
+        self.rules = rules
+        self.spans = list(spans)
+        self.opened: list[GroupSpan] = []  # groups the newcomers would open (past 0)
+
+    def copy(self) -> Placement:
+        trial = Placement(self.rules, self.spans)
+        trial.opened = list(self.opened)
+        return trial
+
+    def place(self, rows: int, src_len: int) -> None:
+        groups = len(self.spans) + len(self.opened)
+        target = self.rules.join_target(self.spans, src_len, src_len, rows, groups)
+        if target is not None:
+            self.spans[target] = _joined(self.spans[target], rows, src_len)
+            return
+        for index, opened in enumerate(self.opened):
+            if similar_lengths(
+                min(opened.shortest, src_len),
+                max(opened.shape.width, src_len),
+                self.rules.length_slack,
+            ):
+                self.opened[index] = _joined(opened, rows, src_len)
+                return
+        self.opened.append(GroupSpan(StepShape(rows, 0, src_len), src_len))
+
+    def shapes(self) -> list[StepShape]:
+        return [span.shape for span in self.spans] + [span.shape for span in self.opened]
+
+
+def _joined(span: GroupSpan, rows: int, src_len: int) -> GroupSpan:
+    shape = span.shape
+    return GroupSpan(
+        StepShape(shape.rows + rows, shape.past_len, max(shape.width, src_len)),
+        min(span.shortest, src_len),
+    )

@@ -1,0 +1,204 @@
+"""Who joins the running batch at a step boundary, and whether joining now beats waiting.
+
+Three parts, each with one job:
+
+``Admitter``
+    Fills one admission, unit by unit (the sentences of one request), like SGLang's
+    ``PrefillAdder``: ``try_unit`` answers ``TAKEN``, ``NO_ROOM`` (rows or padded tokens) or
+    ``OVER_BUDGET`` (past this machine's knee, or more encoder work than one admission may
+    stall the running rows for). It asks the engine's plan what the batch would look like.
+``LatencyBudget``
+    The continuous policy's judgement of a filled admission. Joining now costs the running
+    rows: the stall while the newcomers are encoded (unless a spare core overlaps it) and
+    merged, and a slower step for every step they share. Waiting costs the newcomers the time
+    until the running batch drains, when joining costs no one. The newcomers join when the
+    delay summed over every row is lower that way. On one core with short strings the stall
+    dominates and newcomers coalesce as under static batching; where steps are nearly flat in
+    rows (a GPU) or a spare core encodes, they join at once.
+``OutputLengths``
+    How many steps a sentence takes, learned from the ones that finished (generated tokens
+    per source token), for the remaining steps of the running rows and the newcomers.
+
+The static and continuous policies (service/scheduling/policies.py) decide *when* an admission
+is open; these decide *who*.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from service.runtime.engine import BatchEstimate
+from service.scheduling.sentences import Sentence
+
+
+class AdmissionPlan(Protocol):
+    """The running batch as one admission fills it (``Engine.plan``)."""
+
+    def estimate(self, newcomers: Sequence[tuple[int, int]]) -> BatchEstimate: ...
+    def take(self, newcomers: Sequence[tuple[int, int]]) -> None: ...
+
+
+class Verdict(enum.Enum):
+    TAKEN = "taken"
+    NO_ROOM = "no room"
+    OVER_BUDGET = "over budget"
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    max_rows: int
+    max_tokens: int  # padded tokens of the batch (rows x (past + source), summed over groups)
+    # Source tokens one admission may encode on the encoder thread (a spare core).
+    max_encode_tokens: int
+    # Seconds one admission may stall the running rows for (encoder call in line, merge);
+    # None: not bounded (static batching, or nothing is running).
+    max_stall_s: float | None
+    judge_knee: bool  # refuse rows past the step-cost model's knee (``row_limit``)
+    encode_in_line: bool  # no spare core: the encoder call stalls the running rows
+
+
+def pairs(sentences: Sequence[Sentence]) -> list[tuple[int, int]]:
+    """``(rows, source length)`` of each sentence, as the engine's plan takes them."""
+    return [(sentence.rows, sentence.src_len) for sentence in sentences]
+
+
+class Admitter:
+    """One admission between two steps, filled unit by unit."""
+
+    def __init__(self, plan: AdmissionPlan, running_rows: int, limits: AdmissionLimits) -> None:
+        self._plan = plan
+        self._limits = limits
+        self.running_rows = running_rows
+        self.rows = running_rows
+        self.chosen: list[Sentence] = []
+        self.estimate: BatchEstimate | None = None  # the batch with ``chosen`` joined
+        self._encode_tokens = 0
+        # The last unit refused was over the stall bound: more encoder work than one admission
+        # may do in line, so it never joins whole while rows are running.
+        self.over_stall = False
+
+    def stall_s(self, estimate: BatchEstimate) -> float:
+        """What the admission would stall the running rows for."""
+        encode_s = estimate.encode_s if self._limits.encode_in_line else 0.0
+        return encode_s + estimate.place_s
+
+    def try_unit(self, unit: Sequence[Sentence]) -> Verdict:
+        limits = self._limits
+        rows = sum(sentence.rows for sentence in unit)
+        if self.rows + rows > limits.max_rows:
+            return Verdict.NO_ROOM
+        estimate = self._plan.estimate(pairs(unit))
+        if estimate.padded_tokens > limits.max_tokens:
+            return Verdict.NO_ROOM
+        anyone_else = self.running_rows > 0 or bool(self.chosen)  # an empty batch takes the head
+        if anyone_else and self._over_budget(unit, estimate):
+            return Verdict.OVER_BUDGET
+        self.take(unit, estimate)
+        return Verdict.TAKEN
+
+    def _over_budget(self, unit: Sequence[Sentence], estimate: BatchEstimate) -> bool:
+        limits = self._limits
+        self.over_stall = False
+        if (
+            limits.judge_knee
+            and estimate.row_limit is not None
+            and estimate.rows > estimate.row_limit
+        ):
+            return True
+        if limits.encode_in_line:
+            bound = limits.max_stall_s
+            self.over_stall = (
+                self.running_rows > 0 and bound is not None and self.stall_s(estimate) > bound
+            )
+            return self.over_stall
+        tokens = self._encode_tokens + sum(sentence.src_len for sentence in unit)
+        return bool(self.chosen) and tokens > limits.max_encode_tokens
+
+    def take(self, unit: Sequence[Sentence], estimate: BatchEstimate | None = None) -> None:
+        """Take ``unit`` whatever the budgets (an empty batch takes the head sentence: a
+        sentence that passed the request limits must run, whatever the batch settings)."""
+        estimate = estimate or self._plan.estimate(pairs(unit))
+        self._plan.take(pairs(unit))
+        self.chosen.extend(unit)
+        self.rows += sum(sentence.rows for sentence in unit)
+        self._encode_tokens += sum(sentence.src_len for sentence in unit)
+        self.estimate = estimate
+
+    def never_fits_whole(self, unit: Sequence[Sentence], knee: int | None) -> bool:
+        """A unit too big to join whole even a batch of its own size: it joins sentence by
+        sentence (more rows than the row budget or the knee)."""
+        limit = self._limits.max_rows
+        if self._limits.judge_knee and knee is not None:
+            limit = min(limit, knee)
+        return sum(sentence.rows for sentence in unit) > limit
+
+
+class OutputLengths:
+    """Steps a sentence takes, from the sentences that finished: an exponential average of
+    generated tokens per source token (a translation is about as long as its source)."""
+
+    def __init__(self, ratio: float = 1.2, weight: float = 0.05) -> None:
+        self.ratio = ratio
+        self._weight = weight
+
+    def observe(self, src_len: int, steps: int) -> None:
+        if src_len > 0:
+            self.ratio += self._weight * (steps / src_len - self.ratio)
+
+    def expected(self, sentence: Sentence) -> int:
+        return min(sentence.row.max_new_tokens, max(1, round(self.ratio * sentence.src_len)))
+
+    def remaining(self, sentence: Sentence, steps_done: int) -> int:
+        """Steps left; a sentence past its expected length is expected to end soon."""
+        left = self.expected(sentence) - steps_done
+        if left <= 0:
+            left = max(2, steps_done // 4)
+        return max(1, min(sentence.row.max_new_tokens - steps_done, left))
+
+
+@dataclass(frozen=True)
+class RunningRow:
+    rows: int  # 1 greedy, K beams
+    remaining_steps: int
+
+
+class LatencyBudget:
+    """Join now or wait for the running batch to drain: whichever adds less delay summed over
+    every row (module docstring)."""
+
+    # A step of a few rows costs at least this share of a full one (the fixed per-call cost:
+    # projections of tiny matrices, the search, Python): the drain time's floor per step.
+    FIXED_SHARE = 0.3
+
+    def worth_joining(
+        self,
+        now: BatchEstimate,
+        joined: BatchEstimate,
+        stall_s: float,
+        running: Sequence[RunningRow],
+        newcomer_rows: int,
+        newcomer_steps: int,
+    ) -> bool:
+        if not running or now.step_s <= 0:
+            return True  # nobody to slow down, or nothing known yet
+        slower_s = max(0.0, joined.step_s - now.step_s)
+        cost = sum(
+            row.rows * (stall_s + slower_s * min(row.remaining_steps, newcomer_steps))
+            for row in running
+        )
+        benefit = newcomer_rows * self.drain_s(now.step_s, running)
+        return benefit >= cost
+
+    def drain_s(self, step_s: float, running: Sequence[RunningRow]) -> float:
+        """Predicted seconds until every running row has finished: a step's time shrinks with
+        the rows still in it, down to its fixed share."""
+        total_rows = sum(row.rows for row in running)
+        longest = max(row.remaining_steps for row in running)
+        seconds = 0.0
+        for step in range(longest):
+            alive = sum(row.rows for row in running if row.remaining_steps > step)
+            seconds += step_s * max(alive / total_rows, self.FIXED_SHARE)
+        return seconds

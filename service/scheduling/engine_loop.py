@@ -1,0 +1,283 @@
+"""The engine thread: one loop that owns the engine, like vLLM's ``step()``::
+
+    schedule   wait for work; drop cancelled sentences; choose who joins (policy, scheduler)
+    execute    encode and place the newcomers (in line, or on the encoder thread); one step
+    update     resolve the futures of the sentences that finished
+
+Engine errors fail the sentences they concern and the loop goes on; a bug in the loop itself
+fails everything and refuses new work (``queue.death``), which the health checks see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from service.errors import EngineFailure, InvalidRow, NotAccepting
+from service.metrics import ServiceMetrics
+from service.runtime.engine import FinishedRequest, RejectedRequest
+from service.scheduling.overlap import EncoderOverlap, EncodingFailed
+from service.scheduling.policies import AdmissionPolicy
+from service.scheduling.scheduler import Scheduler
+from service.scheduling.sentences import RowResult, Sentence, SentenceQueue
+
+if TYPE_CHECKING:
+    from service.scheduling.batcher import DecodeEngine
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Schedule:
+    """What the engine thread does between two boundaries."""
+
+    dropped: list[int]
+    newcomers: list[Sentence]
+
+
+class EngineLoop:
+    """The engine thread's state and loop (every method runs on the engine thread)."""
+
+    def __init__(
+        self,
+        engine: DecodeEngine,
+        queue: SentenceQueue,
+        policy: AdmissionPolicy,
+        scheduler: Scheduler,
+        overlap: EncoderOverlap | None,
+        metrics: ServiceMetrics,
+        *,
+        idle: threading.Event,
+        clock: Callable[[], float],
+        turn: Callable[[], AbstractContextManager[object]],
+        admission_window: int,
+        track_knee: bool,
+    ) -> None:
+        self.engine = engine
+        self.queue = queue
+        self.policy = policy
+        self.scheduler = scheduler
+        self.overlap = overlap
+        self.metrics = metrics
+        self._idle = idle  # set while there is no work at all
+        self._clock = clock
+        self._turn = turn
+        # How far past the head of the queue admission looks for sentences that fit the
+        # running batch's width; bounded, so a sentence is overtaken only so often.
+        self.admission_window = admission_window
+        self._track_knee = track_knee
+        self._running: dict[int, Sentence] = {}
+
+    def run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as error:
+            # A bug in the loop itself (engine errors are caught where they happen): nothing
+            # would ever resolve the futures. Fail them all, refuse new work, let ``alive``
+            # tell the health checks.
+            logger.critical("the engine thread died", exc_info=error)
+            with self.queue.cond:
+                self.queue.death = error
+                self.queue.accepting = False
+            failure = EngineFailure(f"the engine thread stopped ({type(error).__name__})")
+            self._stop(failure)
+
+    def _serve(self) -> None:
+        while (schedule := self._schedule()) is not None:
+            if schedule.dropped:
+                self._drop(schedule.dropped)
+            if schedule.newcomers or self._running or self._encoding:
+                with self._turn():
+                    busy_since = time.perf_counter()
+                    self._execute(schedule.newcomers)
+                    self.metrics.engine_busy.inc(time.perf_counter() - busy_since)
+        self._stop(NotAccepting("shutting_down"))
+
+    @property
+    def _encoding(self) -> bool:
+        return self.overlap is not None and self.overlap.in_flight is not None
+
+    def _schedule(self) -> Schedule | None:
+        """Wait for work; the sentences to drop and to admit at this boundary (None: stop)."""
+        queue = self.queue
+        with queue.cond:
+            while not (self._running or self._encoding or queue.to_drop or queue.stopping):
+                if not queue.waiting:
+                    self._idle.set()
+                    queue.cond.wait()
+                elif (wait_s := self.policy.wait_s(queue)) > 0:
+                    queue.cond.wait(wait_s)  # a submit wakes it earlier
+                else:
+                    break
+            if queue.stopping:
+                return None
+            dropped = [sentence_id for sentence_id in queue.to_drop if sentence_id in self._running]
+            # ids of an admission still being encoded are dropped once it has joined
+            encoding = self.overlap.in_flight if self.overlap is not None else None
+            in_flight = encoding.sentence_ids if encoding is not None else set()
+            queue.to_drop = {i for i in queue.to_drop if i in in_flight}
+            units = (
+                queue.units(self.admission_window)
+                if encoding is None and self.policy.open(queue, self._running_rows(dropped))
+                else {}
+            )
+        staying = [s for i, s in self._running.items() if i not in dropped]
+        newcomers = self.scheduler.choose(list(units.values()), staying) if units else []
+        if newcomers:
+            with queue.cond:
+                newcomers = queue.take(newcomers)
+                self.metrics.queue_depth.set(len(queue))
+        return Schedule(dropped, newcomers)
+
+    def _running_rows(self, dropped: Sequence[int] = ()) -> int:
+        return sum(s.rows for i, s in self._running.items() if i not in dropped)
+
+    def _execute(self, newcomers: list[Sentence]) -> None:
+        """Admit (in line or on the encoder thread), then one step over the running rows."""
+        overlap = self.overlap
+        if overlap is not None and overlap.in_flight is not None:
+            if not self._running or overlap.lagging():
+                # nothing to step meanwhile, or the encoder call is not getting a core
+                overlap.wait()
+            if overlap.done:
+                self._place_encoded(overlap)
+        if newcomers:
+            if overlap is not None and self._running:
+                overlap.start(newcomers)
+            else:
+                self._admit_in_line(newcomers)
+        if self._running:
+            self._step()
+
+    def _admit_in_line(self, newcomers: list[Sentence]) -> None:
+        admitted_step, now = self.engine.steps, self._clock()
+        try:
+            encoded = self.engine.encode([s.row for s in newcomers])
+            self.engine.place(encoded)
+        except Exception as error:
+            self._fail_admission(newcomers, error)
+            return
+        self._admitted(newcomers, encoded.rejected, admitted_step, now)
+
+    def _place_encoded(self, overlap: EncoderOverlap) -> None:
+        """The admission encoded on the encoder thread joins the batch."""
+        try:
+            encoding, encoded = overlap.finish()
+            self.engine.place(encoded)
+        except EncodingFailed as failure:
+            self._fail_admission(failure.encoding.sentences, failure.__cause__)
+            return
+        except Exception as error:
+            self._fail_admission(encoding.sentences, error)
+            return
+        # the queue wait ends when the admission was chosen; the rows join the batch now
+        self._admitted(
+            encoding.sentences, encoded.rejected, self.engine.steps, encoding.admitted_at
+        )
+
+    def _fail_admission(self, newcomers: list[Sentence], error: BaseException | None) -> None:
+        logger.error("admitting %d sentences failed", len(newcomers), exc_info=error)
+        self.metrics.engine_errors.inc()
+        self._drop([s.sentence_id for s in newcomers])
+        name = type(error).__name__
+        for sentence in newcomers:
+            sentence.deliver(None, EngineFailure(f"the engine failed to encode the input ({name})"))
+
+    def _admitted(
+        self,
+        newcomers: list[Sentence],
+        rejected: Sequence[RejectedRequest],
+        admitted_step: int,
+        admitted_at: float,
+    ) -> None:
+        refused = {rejection.request_id: rejection.reason for rejection in rejected}
+        for sentence in newcomers:
+            if sentence.sentence_id in refused:
+                reason = refused[sentence.sentence_id]
+                sentence.deliver(None, InvalidRow(f"the sentence cannot be decoded: {reason}"))
+                continue
+            sentence.admitted_step = admitted_step
+            sentence.queue_wait_s = admitted_at - sentence.enqueued_at
+            self._running[sentence.sentence_id] = sentence
+            self.metrics.queue_wait.observe(sentence.queue_wait_s)
+            self.metrics.input_tokens.inc(sentence.src_len)
+        self.metrics.admitted_rows.observe(
+            sum(s.rows for s in newcomers if s.sentence_id not in refused)
+        )
+
+    def _step(self) -> None:
+        rows_in_step, calls_in_step = self.engine.active_rows, self.engine.groups
+        try:
+            finished = self.engine.step()
+        except Exception as error:
+            # The batch state is unknown now: fail every row in it and start afresh.
+            logger.exception("engine.step failed with %d rows", rows_in_step)
+            self.metrics.engine_errors.inc()
+            failed = list(self._running.values())
+            self._drop(list(self._running))
+            name = type(error).__name__
+            for sentence in failed:
+                sentence.deliver(None, EngineFailure(f"the engine failed during decoding ({name})"))
+            return
+        self.metrics.batch_rows.observe(rows_in_step)
+        self.metrics.decode_steps.inc()
+        self.metrics.decoder_calls.inc(calls_in_step)
+        self._update(finished)
+
+    def _update(self, finished: list[FinishedRequest]) -> None:
+        """Finished sentences get their results."""
+        finished_step = self.engine.steps
+        for done in finished:
+            sentence = self._running.pop(done.request_id, None)  # type: ignore[call-overload]
+            if sentence is None:
+                continue  # dropped meanwhile
+            tokens = list(done.tokens)
+            self.scheduler.lengths.observe(sentence.src_len, done.steps)
+            self.metrics.generated_tokens.inc(len(tokens))
+            self.metrics.sentences.inc()
+            sentence.deliver(
+                RowResult(
+                    tokens,
+                    sentence.admitted_step,
+                    finished_step,
+                    sentence.queue_wait_s,
+                    list(done.hypotheses),
+                )
+            )
+        self.metrics.inflight_rows.set(self.engine.active_rows)
+        if self._track_knee and finished_step % 16 == 0:
+            scheduler = self.scheduler
+            knee = self.engine.estimate((), scheduler.max_rows, scheduler.cost_tolerance)
+            self.metrics.row_limit.set(knee.row_limit or 0)
+
+    def _drop(self, sentence_ids: list[int]) -> None:
+        if not sentence_ids:
+            return
+        for sentence_id in sentence_ids:
+            self._running.pop(sentence_id, None)
+        try:
+            self.engine.drop(sentence_ids)
+        except Exception:
+            logger.exception("engine.drop failed")
+            self.metrics.engine_errors.inc()
+        self.metrics.inflight_rows.set(self.engine.active_rows)
+
+    def _stop(self, error: BaseException) -> None:
+        """Fail everything queued, encoding or running with ``error`` (engine thread, last)."""
+        with self.queue.cond:
+            leftovers = self.queue.drain()
+        if self.overlap is not None:
+            leftovers += self.overlap.close()
+        leftovers += list(self._running.values())
+        with contextlib.suppress(Exception):
+            self._drop(list(self._running))
+        for sentence in leftovers:
+            sentence.deliver(None, error)
+        self.metrics.queue_depth.set(0)
+        self._idle.set()

@@ -1,0 +1,69 @@
+"""When queued sentences may join the batch: the continuous and static policies (``MT_BATCHING``).
+
+``ContinuousPolicy`` (default)
+    Admission is open at every step; the latency budget (service/scheduling/admission.py)
+    decides whether a filled admission joins now or waits for the batch to drain.
+``StaticPolicy``
+    The request-level "dynamic batcher" of Triton and most serving stacks, kept as a baseline
+    to measure the continuous policy against (``python -m loadtest compare``). While the
+    engine is idle, queued sentences wait until ``max_batch_rows`` rows are queued or the
+    oldest has waited ``max_wait_s`` (``MT_STATIC_MAX_WAIT_MS``, like Triton's
+    ``max_queue_delay_microseconds``); then one batch is admitted (same row and token
+    budgets) and stepped until every row in it has finished, with admission closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal, Protocol
+
+from service.scheduling.sentences import SentenceQueue
+
+BatchingPolicy = Literal["continuous", "static"]
+
+
+class AdmissionPolicy(Protocol):
+    name: BatchingPolicy
+    # Whether admissions are judged by cost (knee, stall bound, latency budget): a static
+    # batch is admitted whole by the row and token budgets alone.
+    judges_cost: bool
+
+    def wait_s(self, queue: SentenceQueue) -> float:
+        """Seconds until the queue may enter an idle engine (the queue is not empty)."""
+        ...
+
+    def open(self, queue: SentenceQueue, running_rows: int) -> bool:
+        """Whether queued sentences may join at this step."""
+        ...
+
+
+class ContinuousPolicy:
+    name: BatchingPolicy = "continuous"
+    judges_cost = True
+
+    def wait_s(self, queue: SentenceQueue) -> float:
+        return 0.0
+
+    def open(self, queue: SentenceQueue, running_rows: int) -> bool:
+        return len(queue) > 0
+
+
+class StaticPolicy:
+    name: BatchingPolicy = "static"
+    judges_cost = False
+
+    def __init__(self, max_rows: int, max_wait_s: float, clock: Callable[[], float]) -> None:
+        self.max_rows = max_rows
+        self.max_wait_s = max_wait_s
+        self._clock = clock
+
+    def wait_s(self, queue: SentenceQueue) -> float:
+        if queue.rows() >= self.max_rows:
+            return 0.0
+        due = queue.waiting[0].enqueued_at + self.max_wait_s
+        return max(0.0, due - self._clock())
+
+    def open(self, queue: SentenceQueue, running_rows: int) -> bool:
+        """Only into an idle engine, once the batch is due: the running batch takes no one
+        until all of its rows have finished."""
+        return len(queue) > 0 and running_rows == 0 and self.wait_s(queue) <= 0

@@ -1,0 +1,142 @@
+"""Who joins the running batch at one step boundary: the admission, filled and judged.
+
+The head of the queue goes first whenever it fits, so nothing starves; then units that do
+not widen the batch (less padding for every row), then the others in arrival order, each
+tried with the ``Admitter`` (service/scheduling/admission.py). Whole units join together; a
+unit that can never join whole (more rows than the budget or the knee, or more encoder work
+than one in-line admission may stall the running rows for) joins sentence by sentence. Under
+the continuous policy the filled admission then faces the ``LatencyBudget``: it joins now only
+where that adds less delay, summed over every row, than waiting for the batch to drain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Protocol
+
+from service.metrics import ServiceMetrics
+from service.runtime.engine import BatchEstimate
+from service.scheduling.admission import (
+    AdmissionLimits,
+    AdmissionPlan,
+    Admitter,
+    LatencyBudget,
+    OutputLengths,
+    RunningRow,
+    Verdict,
+)
+from service.scheduling.sentences import Sentence
+
+
+class CostedEngine(Protocol):
+    """What choosing newcomers asks of the engine (part of ``DecodeEngine``)."""
+
+    @property
+    def steps(self) -> int: ...
+    def estimate(
+        self, newcomers: Sequence[tuple[int, int]] = (), max_rows: int = 64, tolerance: float = 0.0
+    ) -> BatchEstimate: ...
+    def plan(self, max_rows: int = 64, tolerance: float = 0.0) -> AdmissionPlan: ...
+    def drop(self, request_ids: Iterable[Hashable]) -> None: ...
+
+
+class Scheduler:
+    """Chooses each admission (engine thread only)."""
+
+    # Units that may be tried in a row without one fitting before admission stops looking:
+    # admission runs between two steps, so its scan of a long queue must stay short.
+    MAX_ADMISSION_MISSES = 8
+
+    def __init__(
+        self,
+        engine: CostedEngine,
+        *,
+        max_rows: int,
+        max_tokens: int,
+        max_encode_tokens: int,
+        max_stall_steps: float,
+        cost_tolerance: float,
+        judges_cost: bool,
+        encode_in_line: bool,
+        metrics: ServiceMetrics,
+    ) -> None:
+        self.engine = engine
+        self.max_rows = max_rows
+        self.max_tokens = max_tokens
+        self.max_encode_tokens = max_encode_tokens
+        self.max_stall_steps = max_stall_steps
+        self.cost_tolerance = cost_tolerance
+        self.judges_cost = judges_cost
+        self.encode_in_line = encode_in_line
+        self.metrics = metrics
+        self.budget = LatencyBudget()
+        self.lengths = OutputLengths()
+
+    def choose(self, units: list[list[Sentence]], staying: list[Sentence]) -> list[Sentence]:
+        """The sentences of ``units`` (queued, by unit, in arrival order) that join the
+        ``staying`` running sentences at this boundary; [] when none does (a deferral)."""
+        chosen = self._fill(units, staying)
+        if not chosen:
+            self.metrics.admission_deferrals.inc()
+        return chosen
+
+    def _fill(self, units: list[list[Sentence]], staying: list[Sentence]) -> list[Sentence]:
+        running_rows = sum(s.rows for s in staying)
+        now = self.engine.estimate((), self.max_rows, self.cost_tolerance)
+        judges_cost = self.judges_cost
+        limits = AdmissionLimits(
+            max_rows=self.max_rows,
+            max_tokens=self.max_tokens,
+            max_encode_tokens=self.max_encode_tokens,
+            max_stall_s=self.max_stall_steps * now.step_s if judges_cost and now.step_s else None,
+            judge_knee=judges_cost,
+            encode_in_line=self.encode_in_line,
+        )
+        admitter = Admitter(
+            self.engine.plan(self.max_rows, self.cost_tolerance), running_rows, limits
+        )
+        head, *others = units
+        if admitter.try_unit(head) is not Verdict.TAKEN:
+            if not staying:
+                admitter.take(head[:1])
+            too_big = admitter.over_stall or admitter.never_fits_whole(head, now.row_limit)
+            if not admitter.chosen and not too_big:
+                return []
+            for sentence in head[len(admitter.chosen) :]:  # sentence by sentence
+                if admitter.try_unit([sentence]) is not Verdict.TAKEN:
+                    break
+            if not admitter.chosen:
+                return []
+        width = max((s.src_len for s in staying + admitter.chosen), default=0)
+        misses = 0
+        # stable sort: arrival order kept among units that widen the batch and among the rest
+        for unit in sorted(others, key=lambda unit: max(s.src_len for s in unit) > width):
+            if admitter.rows >= self.max_rows or misses >= self.MAX_ADMISSION_MISSES:
+                break
+            verdict = admitter.try_unit(unit)
+            if verdict is Verdict.TAKEN:
+                misses = 0
+            elif verdict is Verdict.OVER_BUDGET and len(unit) == 1 and unit[0].rows == 1:
+                break  # one row already passes the budget: so would every other unit
+            else:
+                misses += 1
+        if judges_cost and staying and not self._joins_now(admitter, now, staying):
+            return []
+        return admitter.chosen
+
+    def _joins_now(self, admitter: Admitter, now: BatchEstimate, staying: list[Sentence]) -> bool:
+        joined = admitter.estimate
+        if joined is None:
+            return True
+        steps = self.engine.steps
+        running = [
+            RunningRow(s.rows, self.lengths.remaining(s, steps - s.admitted_step)) for s in staying
+        ]
+        return self.budget.worth_joining(
+            now,
+            joined,
+            admitter.stall_s(joined),
+            running,
+            newcomer_rows=sum(s.rows for s in admitter.chosen),
+            newcomer_steps=max(self.lengths.expected(s) for s in admitter.chosen),
+        )

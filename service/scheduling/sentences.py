@@ -1,0 +1,156 @@
+"""A sentence in flight, from the queue to its result, and the queue it waits in.
+
+A ``Sentence`` is what one decode row of a request is called everywhere in the scheduler:
+``submit`` queues it, admission takes it, the engine decodes it (its ``row`` carries
+``request_id == sentence_id``), and its future gets the ``RowResult``. The event loop and the
+engine thread share only the ``SentenceQueue`` (under its condition variable) and the
+futures (resolved with ``call_soon_threadsafe``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from service.errors import NotAccepting, QueueFull
+from service.runtime.engine import DecodeRequest
+
+
+@dataclass(frozen=True)
+class RowResult:
+    tokens: list[int]
+    admitted_step: int  # engine.steps when the row joined the batch (before its first step)
+    finished_step: int  # engine.steps after the step that finished it
+    queue_wait_s: float
+    hypotheses: list[list[int]] = field(default_factory=list)  # n-best (beam), best first
+
+
+@dataclass(eq=False)
+class Sentence:
+    """One sentence from submission to result."""
+
+    sentence_id: int
+    row: DecodeRequest  # request_id == sentence_id
+    future: asyncio.Future[RowResult]
+    loop: asyncio.AbstractEventLoop
+    enqueued_at: float = field(default_factory=time.monotonic)
+    admitted_step: int = -1
+    queue_wait_s: float = 0.0
+    # The sentences of one ``submit`` call (a paragraph, a list of texts) form one unit,
+    # admitted together where it fits: a request does not wait for its last sentence to
+    # trickle into the batch (its latency is its slowest sentence's).
+    unit: int = -1
+
+    @property
+    def rows(self) -> int:
+        return self.row.beam_size
+
+    @property
+    def src_len(self) -> int:
+        return len(self.row.src_ids)
+
+    def deliver(self, result: RowResult | None, error: BaseException | None = None) -> None:
+        """Resolve the future on its event loop (from any thread)."""
+
+        def settle() -> None:
+            if self.future.done():
+                return  # the request was cancelled or timed out meanwhile
+            if error is not None:
+                self.future.set_exception(error)
+            elif result is not None:
+                self.future.set_result(result)
+
+        # A closed event loop raises RuntimeError: nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(settle)
+
+
+Units = dict[int, list[Sentence]]
+
+
+class SentenceQueue:
+    """Waiting sentences, the ids to drop from the batch, and whether new work is accepted.
+
+    Every field is guarded by ``cond``; the engine thread holds it while it chooses newcomers,
+    ``submit`` and cancellations take it briefly."""
+
+    def __init__(self, max_queue: int, clock: Callable[[], float]) -> None:
+        self.max_queue = max_queue
+        self.clock = clock
+        self.cond = threading.Condition()
+        self.waiting: deque[Sentence] = deque()
+        self.to_drop: set[int] = set()
+        self.accepting = True
+        self.stopping = False
+        self.death: BaseException | None = None  # why the engine thread died, if it did
+        self._ids = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self.waiting)
+
+    def rows(self) -> int:
+        return sum(sentence.rows for sentence in self.waiting)
+
+    def put(self, rows: Sequence[DecodeRequest]) -> list[Sentence]:
+        """One sentence per row, all queued or none (:class:`QueueFull`, :class:`NotAccepting`)."""
+        loop = asyncio.get_running_loop()
+        now = self.clock()
+        sentences: list[Sentence] = []
+        for row in rows:
+            sentence_id = next(self._ids)
+            request = replace(row, request_id=sentence_id, src_ids=tuple(row.src_ids))
+            unit = sentences[0].sentence_id if sentences else sentence_id
+            future: asyncio.Future[RowResult] = loop.create_future()
+            sentences.append(Sentence(sentence_id, request, future, loop, now, unit=unit))
+        with self.cond:
+            if self.death is not None:
+                raise NotAccepting("engine_stopped")
+            if not self.accepting:
+                raise NotAccepting("shutting_down")
+            if len(self.waiting) + len(sentences) > self.max_queue:
+                raise QueueFull(
+                    f"the queue is full ({len(self.waiting)} of MT_MAX_QUEUE={self.max_queue} "
+                    f"sentences waiting; this request has {len(sentences)})"
+                )
+            self.waiting.extend(sentences)
+            self.cond.notify()
+        return sentences
+
+    def withdraw(self, sentence_ids: set[int]) -> int:
+        """Remove these sentences from the queue (holds ``cond``); how many were queued. The
+        others are in the batch or being admitted: the engine thread drops them."""
+        before = len(self.waiting)
+        self.waiting = deque(s for s in self.waiting if s.sentence_id not in sentence_ids)
+        removed = before - len(self.waiting)
+        if removed < len(sentence_ids):
+            self.to_drop.update(sentence_ids)
+        self.cond.notify()
+        return removed
+
+    def units(self, window: int) -> Units:
+        """The first ``window`` + 1 queued sentences by unit, in arrival order (holds ``cond``)."""
+        units: Units = {}
+        for sentence in itertools.islice(self.waiting, 0, 1 + window):
+            units.setdefault(sentence.unit, []).append(sentence)
+        return units
+
+    def take(self, chosen: list[Sentence]) -> list[Sentence]:
+        """Chosen sentences leave the queue (holds ``cond``); those abandoned while they were
+        chosen (no longer queued) are left out."""
+        ids = {sentence.sentence_id for sentence in chosen}
+        queued = {sentence.sentence_id for sentence in self.waiting}
+        self.waiting = deque(s for s in self.waiting if s.sentence_id not in ids)
+        self.to_drop -= ids
+        return [sentence for sentence in chosen if sentence.sentence_id in queued]
+
+    def drain(self) -> list[Sentence]:
+        """Every queued sentence leaves (holds ``cond``): shutdown or death."""
+        leftovers = list(self.waiting)
+        self.waiting.clear()
+        return leftovers

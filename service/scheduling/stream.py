@@ -1,0 +1,71 @@
+"""Results of one ``submit_as_completed`` call, in the order its sentences finish."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Protocol
+
+from service.scheduling.sentences import RowResult, Sentence
+
+
+class Abandons(Protocol):
+    def abandon(self, sentences: Sequence[Sentence]) -> None: ...
+
+
+class RowStream:
+    """Results of one :meth:`ContinuousBatcher.submit_as_completed` call as rows finish.
+
+    An async iterator with ``aclose()`` (use ``contextlib.aclosing``): closing it before the
+    end abandons the unfinished rows, whether or not iteration ever started.
+    """
+
+    def __init__(
+        self, batcher: Abandons, sentences: list[Sentence], timeout_s: float | None
+    ) -> None:
+        self._batcher = batcher
+        self._sentences = sentences
+        self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._index_of = {s.future: index for index, s in enumerate(sentences)}
+        self._pending: set[asyncio.Future[RowResult]] = set(self._index_of)
+        self._ready: deque[asyncio.Future[RowResult]] = deque()
+
+    def __aiter__(self) -> RowStream:
+        return self
+
+    async def __anext__(self) -> tuple[int, RowResult]:
+        try:
+            while not self._ready:
+                if not self._pending:
+                    raise StopAsyncIteration
+                wait_s = None if self._deadline is None else self._deadline - time.monotonic()
+                if wait_s is not None and wait_s <= 0:
+                    raise TimeoutError
+                done, self._pending = await asyncio.wait(
+                    self._pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                # Several may finish in one step (or while the consumer was busy): hand them
+                # out in the order they finished.
+                self._ready.extend(sorted(done, key=self._finish_order))
+            future = self._ready.popleft()
+            return self._index_of[future], future.result()
+        except StopAsyncIteration:
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+    def _finish_order(self, future: asyncio.Future[RowResult]) -> tuple[int, int]:
+        step = -1 if future.exception() is not None else future.result().finished_step
+        return step, self._index_of[future]
+
+    def close(self) -> None:
+        """Abandon the rows that have not finished (no-op once all have)."""
+        if self._pending:
+            self._pending = set()
+            self._batcher.abandon(self._sentences)
+
+    async def aclose(self) -> None:
+        self.close()
