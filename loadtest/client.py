@@ -355,6 +355,17 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_name: str) 
         "--ready-timeout", type=float, default=300.0, help="seconds to wait for /ready"
     )
     target.add_argument(
+        "--server-cpus",
+        metavar="LIST",
+        help="with --spawn-server: run the service under `taskset -c LIST` (e.g. 0, or 0-1): "
+        "a pod of that many CPUs; the service counts its cores from the affinity",
+    )
+    target.add_argument(
+        "--client-cpus",
+        metavar="LIST",
+        help="pin this load generator to these CPUs (e.g. 1), away from the server's",
+    )
+    target.add_argument(
         "--allow-remote", action="store_true", help="allow a non-loopback --url (default: refuse)"
     )
 
@@ -401,16 +412,51 @@ def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
     return env
 
 
+def cpu_list(text: str) -> set[int]:
+    """``taskset``'s list syntax: ``0``, ``0-3``, ``0,2,5-7``."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise SystemExit(f"not a CPU list: {text!r} (want e.g. 0, 0-3 or 0,2)")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def server_command(args: argparse.Namespace) -> list[str] | None:
+    """The spawned service's command line: ``--server-command`` or the default, under
+    ``taskset -c`` with ``--server-cpus`` (``{port}`` is left for ``spawned_process``)."""
+    command = shlex.split(args.server_command) if args.server_command else None
+    if not getattr(args, "server_cpus", None):
+        return command
+    cpu_list(args.server_cpus)  # refuse a bad list before starting anything
+    base = command or service_command(0)[:-1] + ["{port}"]
+    return ["taskset", "-c", args.server_cpus, *base]
+
+
+def pin_client(args: argparse.Namespace) -> None:
+    """Pin this process (the load generator) to ``--client-cpus``, and say where both run."""
+    if getattr(args, "client_cpus", None):
+        os.sched_setaffinity(0, cpu_list(args.client_cpus))
+    if getattr(args, "server_cpus", None) or getattr(args, "client_cpus", None):
+        print(
+            f"server on CPUs {args.server_cpus or 'any'}, load generator on CPUs "
+            f"{sorted(os.sched_getaffinity(0))}",
+            flush=True,
+        )
+
+
 @contextlib.contextmanager
 def target_url(args: argparse.Namespace) -> Iterator[str]:
     """The URL to load: a spawned server's (stopped on exit) or ``--url`` after the loopback check."""
+    pin_client(args)
     if args.spawn_server:
         args.results_dir.mkdir(parents=True, exist_ok=True)
         log_path = args.results_dir / f"{args.name}.server.log"
         print(f"starting the service on {args.spawn_server} (log: {log_path}) ...", flush=True)
         with spawned_server(
             args.spawn_server,
-            command=shlex.split(args.server_command) if args.server_command else None,
+            command=server_command(args),
             extra_env=parse_env_pairs(args.server_env),
             ready_timeout_s=args.ready_timeout,
             log_path=log_path,

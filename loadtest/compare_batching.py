@@ -36,7 +36,6 @@ import argparse
 import contextlib
 import json
 import math
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,9 +47,11 @@ from loadtest.client import (
     add_common_arguments,
     make_client,
     parse_env_pairs,
+    pin_client,
     run_async,
     sampler_from_args,
     scrape_metrics,
+    server_command,
     spawned_server,
 )
 from loadtest.open_loop import (
@@ -230,7 +231,7 @@ def policy_server(args: argparse.Namespace, policy: str) -> contextlib.AbstractC
     print(f"\n=== {policy}: starting the service (log: {log_path}) ...", flush=True)
     return spawned_server(
         args.spawn_server,
-        command=shlex.split(args.server_command) if args.server_command else None,
+        command=server_command(args),
         extra_env=policy_env(policy, args.static_max_wait_ms, parse_env_pairs(args.server_env)),
         ready_timeout_s=args.ready_timeout,
         log_path=log_path,
@@ -403,6 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.interleave < 0:
         parser.error("--interleave must be 0 or more")
     rate, rate_source = resolve_rate(args.rate, args.sweep_json)
+    pin_client(args)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(
@@ -445,6 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "timeout_s": args.timeout,
             "model_dir": args.spawn_server,
             "server_env": parse_env_pairs(args.server_env),
+            "server_cpus": args.server_cpus,
+            "client_cpus": args.client_cpus,
             "inputs": sampler_from_args(args).describe(),
         },
         "comparison": table,

@@ -680,3 +680,24 @@ def test_every_result_json_records_the_machine(tmp_path):
     # a document that names its machine keeps it
     kept = write_json(tmp_path / "own.json", {"machine": {"cpu": "given"}})
     assert json.loads(kept.read_text())["machine"] == {"cpu": "given"}
+
+
+def test_the_server_runs_under_taskset_and_the_generator_is_pinned_elsewhere(monkeypatch):
+    import argparse
+
+    from loadtest.client import cpu_list, pin_client, server_command
+
+    assert cpu_list("0,2-3") == {0, 2, 3}
+    with pytest.raises(SystemExit, match="not a CPU list"):
+        cpu_list("zero")
+    args = argparse.Namespace(server_command=None, server_cpus="0", client_cpus="1")
+    command = server_command(args)
+    assert command[:3] == ["taskset", "-c", "0"] and "{port}" in command
+    assert command[3:6] == [sys.executable, "-m", "service"]
+    pinned: list[set[int]] = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: pinned.append(set(cpus)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1})
+    pin_client(args)
+    assert pinned == [{1}]
+    no_pinning = argparse.Namespace(server_command="stub {port}", server_cpus=None)
+    assert server_command(no_pinning) == ["stub", "{port}"]
