@@ -253,8 +253,8 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         Path("data"),
-        description="Where stored glossaries live (SQLite, glossaries.sqlite3), kept across "
-        "restarts; created on first use.",
+        description="Where stored glossaries and translation memories live (SQLite, "
+        "mtserve.sqlite3), kept across restarts; created on first use.",
     )
     max_glossary_entries: int = Field(
         5000,
