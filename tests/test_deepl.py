@@ -1,7 +1,8 @@
 """DeepL API v2 beyond glossaries (those are in test_glossary.py): ``formality`` and
 ``context`` checked as DeepL checks them, in JSON and form bodies; DeepL's statuses and
 ``message`` for a bad key (403), too many requests (429: the rate limits and the in-flight
-bound) and the official client's exceptions for them.
+bound) and the character quota (456, per key and month, across a restart), and the official
+client's exceptions for them.
 """
 
 from __future__ import annotations
@@ -182,3 +183,68 @@ def _metrics():
     from service.metrics import ServiceMetrics
 
     return ServiceMetrics()
+
+
+# --- the character quota -----------------------------------------------------------------------
+
+
+def test_the_quota_is_456_past_the_limit_per_key_and_month_and_survives_a_restart(
+    model_dir, tmp_path
+):
+    settings = make_settings(model_dir, tmp_path, api_keys="k1,k2", deepl_character_limit=20)
+    k1 = {"Authorization": "DeepL-Auth-Key k1"}
+    k2 = {"Authorization": "DeepL-Auth-Key k2"}
+    with TestClient(create_app(settings)) as first:
+        ready(first)
+        body = {"text": ["Save the file."], "target_lang": "DE"}  # 14 characters
+        assert first.post("/v2/translate", json=body, headers=k1).status_code == 200
+        assert first.get("/v2/usage", headers=k1).json()["character_count"] == 14
+        assert first.get("/v2/usage", headers=k1).json()["character_limit"] == 20
+        over = first.post("/v2/translate", data=body, headers=k1)  # 28 > 20
+        assert over.status_code == 456
+        assert over.json()["message"] == "Quota exceeded. The character limit has been reached."
+        assert first.get("/v2/usage", headers=k1).json()["character_count"] == 14  # not counted
+        short = {"text": ["Save."], "target_lang": "DE"}  # 19 <= 20: still allowed
+        assert first.post("/v2/translate", json=short, headers=k1).status_code == 200
+        assert first.post("/v2/translate", json=body, headers=k2).status_code == 200  # own quota
+    with TestClient(create_app(settings)) as second:
+        ready(second)
+        assert second.get("/v2/usage", headers=k1).json()["character_count"] == 19
+        refused = second.post(
+            "/v2/translate", json={"text": ["Hi there"], "target_lang": "DE"}, headers=k1
+        )
+        assert refused.status_code == 456
+
+
+def test_the_quota_starts_again_each_month(tmp_path):
+    from service.translation.database import Database
+    from service.web.errors import ApiError
+    from service.web.quota import CharacterQuota
+
+    now = [1_767_225_599.0]  # 2025-12-31 23:59:59 UTC
+    quota = CharacterQuota(Database(tmp_path), limit=10, clock=lambda: now[0])
+    quota.record("key:a", 10, 1)
+    with pytest.raises(ApiError) as refused:
+        quota.check("key:a", 1)
+    assert refused.value.status == 456
+    quota.check("key:b", 10)  # another client's own quota
+    now[0] += 1  # 2026-01-01
+    quota.check("key:a", 10)
+    assert quota.usage("key:a").characters == 0
+
+
+def test_the_official_client_sees_the_quota(model_dir, tmp_path):
+    deepl = pytest.importorskip("deepl")
+    from tests.live_server import live_server
+
+    settings = make_settings(model_dir, tmp_path, api_keys="k1", deepl_character_limit=10)
+    with live_server(settings) as base:
+        translator = deepl.Translator("k1", server_url=base.rstrip("/"))
+        assert translator.translate_text("Save it.", target_lang="DE").text  # 8 of 10
+        usage = translator.get_usage()
+        assert (usage.character.count, usage.character.limit) == (8, 10)
+        assert not usage.any_limit_reached
+        with pytest.raises(deepl.QuotaExceededException):
+            translator.translate_text("Open the file.", target_lang="DE")
+        translator.translate_text("Ok", target_lang="DE")
+        assert translator.get_usage().any_limit_reached

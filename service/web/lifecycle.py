@@ -25,6 +25,7 @@ from service.translation.glossaries import GlossaryStore
 from service.translation.memories import MemoryStore
 from service.translation.registry import ModelRegistry
 from service.web.errors import ApiError, ErrorInfo, describe_error
+from service.web.quota import CharacterQuota
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +58,8 @@ class ServiceState:
         self.glossaries = glossaries or GlossaryStore(database, settings.max_glossary_entries)
         self.memories = memories or MemoryStore(database, settings.max_chars_per_text)
         self._build_dispatcher = build_dispatcher
-        self.characters_translated = 0  # through DeepL's /v2/translate: its /v2/usage
-        self.memory_segments = 0  # of those, segments written from a translation memory
+        # DeepL's /v2/usage and MT_DEEPL_CHARACTER_LIMIT, in the same SQLite file.
+        self.quota = CharacterQuota(self.glossaries.database, settings.deepl_character_limit)
         self.dispatcher: Dispatcher | None = None
         # Set by the first begin_shutdown: the grace counts from SIGTERM, not from when the
         # server gets round to the lifespan shutdown.

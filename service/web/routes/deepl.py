@@ -12,7 +12,9 @@
   string, not billed), ``split_sentences``, ``preserve_formatting``, ``ignore_tags`` and
   the rest are accepted and have no effect: the models translate sentence by sentence, with
   no context, and whitespace is always kept.
-* ``GET /v2/languages?type=source|target``, ``GET /v2/usage``.
+* ``GET /v2/languages?type=source|target``; ``GET /v2/usage``: the calling client's
+  characters this month and ``MT_DEEPL_CHARACTER_LIMIT``, past which ``/v2/translate``
+  answers DeepL's 456 (service/web/quota.py).
 * ``GET /v2/glossary-language-pairs``, ``POST/GET/DELETE /v2/glossaries[/{id}]``,
   ``GET /v2/glossaries/{id}/entries`` (TSV): the same store as ``/v1/glossaries``.
 
@@ -41,7 +43,7 @@ from service.web.routes.memories import memory_choice
 from service.web.routes.v1 import MODELS_HEADER
 
 router = APIRouter(prefix="/v2", tags=["DeepL API v2"])
-# DeepL reports a limit; this service has none, so it reports one no client will reach.
+# DeepL's clients expect a limit; without MT_DEEPL_CHARACTER_LIMIT, one no client will reach.
 NO_CHARACTER_LIMIT = 1_000_000_000_000
 FORMALITIES = ("default", "more", "less", "prefer_more", "prefer_less")
 # Where DeepL's documented values are a closed set, another value is its 400.
@@ -133,7 +135,10 @@ async def translate(
     texts = [texts] if isinstance(texts, str) else texts
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise ApiError(400, "invalid_request", "Parameter 'text' not specified")
-    admit(request, access, chars=sum(map(len, texts)))
+    characters = sum(map(len, texts))
+    admit(request, access, chars=characters)
+    identity = access.identity(request)
+    service.quota.check(identity, characters)
     target = deepl_code(_string(fields, "target_lang", required=True) or "")
     source_code = _string(fields, "source_lang")
     source = deepl_code(source_code) if source_code else None
@@ -152,8 +157,7 @@ async def translate(
         work = dispatcher.translate(texts, source, target, options, glossary, memory=memory)
         result = await run_for_client(request, service, work)
         translated = [t.text for t in result.batch.translations]
-    service.characters_translated += sum(map(len, texts))
-    service.memory_segments += result.batch.memory_sentences
+    service.quota.record(identity, characters, result.batch.memory_sentences)
     response.headers[MODELS_HEADER] = ",".join(result.route.legs)
     detected = result.route.source.upper()
     return {
@@ -219,14 +223,17 @@ async def languages(request: Request, service: Service, access: Access) -> list[
     ]
 
 
-@router.get("/usage", summary="Characters translated through /v2 since start (DeepL API v2)")
+@router.get(
+    "/usage", summary="This client's characters through /v2 this month, and its limit (DeepL)"
+)
 async def usage(request: Request, service: Service, access: Access) -> dict[str, int]:
     admit(request, access, chars=0)
+    used = service.quota.usage(access.identity(request))
     return {
-        "character_count": service.characters_translated,
-        "character_limit": NO_CHARACTER_LIMIT,
+        "character_count": used.characters,
+        "character_limit": service.quota.limit or NO_CHARACTER_LIMIT,
         # This service's own: segments of those written from a translation memory.
-        "translation_memory_segment_count": service.memory_segments,
+        "translation_memory_segment_count": used.memory_segments,
     }
 
 
