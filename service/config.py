@@ -247,8 +247,15 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         Path("data"),
-        description="Where stored glossaries live (SQLite, glossaries.sqlite3), kept across "
-        "restarts; created on first use.",
+        description="Where stored glossaries and translation memories live (SQLite, "
+        "mtserve.sqlite3), kept across restarts; created on first use.",
+    )
+    deepl_character_limit: int = Field(
+        0,
+        ge=0,
+        description="Characters each API key (each client address when keys are off) may "
+        "translate through DeepL's /v2/translate per calendar month (UTC); DeepL's 456 "
+        "above it, and /v2/usage reports it. 0: no limit.",
     )
     max_glossary_entries: int = Field(
         5000,

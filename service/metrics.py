@@ -100,6 +100,12 @@ class ServiceMetrics:
         self.input_tokens = Counter("mt_input_tokens", "Source tokens encoded.", registry=r)
         self.sentences = Counter("mt_sentences", "Sentences translated by the model.", registry=r)
         self.cache_hits = Counter("mt_cache_hits", "Sentences answered from the cache.", registry=r)
+        self.memory_hits = Counter(
+            "mt_memory_hits",
+            "Segments (whole texts or sentences) written from a translation memory, without "
+            "the model.",
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "mt_queue_depth", "Sentences waiting for admission, by model.", ["model"], registry=r
         )

@@ -4,7 +4,7 @@
 web layer takes a small typed config built here: ``EngineConfig`` for the runtime,
 ``BatchingConfig`` for the scheduler, ``TextLimits`` and ``TranslatorConfig`` for the text
 and translation layers, ``RegistryConfig`` for the model registry and routing, the
-``GlossaryStore`` under ``MT_DATA_DIR``.
+``GlossaryStore`` and ``MemoryStore`` in the SQLite file under ``MT_DATA_DIR``.
 
 ``create_app`` builds, in order: the metrics, the model registry (with a ``ModelLoader`` that
 turns a model's spec into an engine, a batcher and a translator), the dispatcher factory (the
@@ -28,9 +28,11 @@ from service.scheduling.batcher import BatchingConfig, ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
 from service.text.pipeline import TextLimits
 from service.text.tokenizer import Tokenizer
+from service.translation.database import Database
 from service.translation.detection import LanguageDetector
 from service.translation.dispatch import Dispatcher
 from service.translation.glossaries import GlossaryStore
+from service.translation.memories import MemoryStore
 from service.translation.registry import (
     LoadedModel,
     ModelLoader,
@@ -102,8 +104,13 @@ def translator_config(settings: Settings) -> TranslatorConfig:
     )
 
 
-def glossary_store(settings: Settings) -> GlossaryStore:
-    return GlossaryStore(settings.data_dir / "glossaries.sqlite3", settings.max_glossary_entries)
+def stores(settings: Settings) -> tuple[GlossaryStore, MemoryStore]:
+    """The stored glossaries and translation memories, sharing one SQLite file."""
+    database = Database(settings.data_dir)
+    return (
+        GlossaryStore(database, settings.max_glossary_entries),
+        MemoryStore(database, settings.max_chars_per_text),
+    )
 
 
 def registry_config(settings: Settings) -> RegistryConfig:
@@ -157,7 +164,9 @@ def model_loader(
     return load
 
 
-def dispatcher_factory(settings: Settings, registry: ModelRegistry) -> Callable[[], Dispatcher]:
+def dispatcher_factory(
+    settings: Settings, registry: ModelRegistry, memories: MemoryStore | None = None
+) -> Callable[[], Dispatcher]:
     """Builds the dispatcher, loading the language detector first (seconds: called off the
     event loop)."""
 
@@ -165,7 +174,7 @@ def dispatcher_factory(settings: Settings, registry: ModelRegistry) -> Callable[
         detector = None
         if settings.language_detection:
             detector = LanguageDetector(source_languages(registry.by_pair))
-        return Dispatcher(registry, detector, text_limits(settings), settings.pivot_lang)
+        return Dispatcher(registry, detector, text_limits(settings), settings.pivot_lang, memories)
 
     return build
 
@@ -200,6 +209,7 @@ def create_app(
     logger.info("%s; %d engine threads per model", budget.describe(), settings.engine_threads())
     if load_engine is None:
         load_engine = engine_loader(settings) if engine is None else (lambda _spec: engine)
+    glossaries, memories = stores(settings)
     try:
         registry = build_registry(settings, metrics, load_engine)
     except RegistryError as error:
@@ -212,16 +222,18 @@ def create_app(
                 None,
                 None,
                 failure=str(error),
-                glossaries=glossary_store(settings),
+                glossaries=glossaries,
+                memories=memories,
             )
         )
-    factory = dispatcher_factory(settings, registry)
+    factory = dispatcher_factory(settings, registry, memories)
     state = ServiceState(
         settings,
         metrics,
         text_limits(settings),
         registry,
         factory,
-        glossaries=glossary_store(settings),
+        glossaries=glossaries,
+        memories=memories,
     )
     return build_app(state)

@@ -272,19 +272,46 @@ def test_stored_glossaries_crud_upload_and_pair_check(client):
 
 
 def test_a_bad_glossary_is_refused_and_the_stored_ones_are_kept(client):
+    kept = store(client, {"save": "Q7zetaK"})
     before = client.get("/v1/glossaries").json()["glossaries"]
-    for entries in ({"a": "x", "A": "y"}, {f"t{i}": "x" for i in range(6)}, {}):
+    bad_entries = (
+        ({"": "x"}, 400, "empty_glossary_term"),
+        ({"save": " "}, 400, "empty_glossary_term"),
+        ({"a": "x", "A": "y"}, 400, "duplicate_glossary_term"),
+        ({"{0} files": "x"}, 400, "glossary_term_has_placeholder"),
+        ({"<b>save</b>": "x"}, 400, "glossary_term_has_placeholder"),
+        ({f"t{i}": "x" for i in range(6)}, 413, "too_many_glossary_entries"),
+        ({}, 400, "empty_glossary"),
+    )
+    for entries, status, code in bad_entries:
         response = client.post(
             "/v1/glossaries",
             json={"name": "bad", "source_lang": "en", "target_lang": "de", "entries": entries},
         )
-        assert 400 <= response.status_code < 500, response.text
+        assert (response.status_code, response.json()["code"]) == (status, code), response.text
+        # The same entries as an upload and through DeepL's API: the same refusal.
+        tsv = "".join(f"{source}\t{target}\n" for source, target in entries.items())
+        if tsv:
+            upload = client.post(
+                "/v1/glossaries",
+                data={"name": "bad", "source_lang": "en", "target_lang": "de"},
+                files={"file": ("bad.tsv", tsv.encode())},
+            )
+            assert upload.status_code == status, upload.text
+            v2 = client.post(
+                "/v2/glossaries",
+                data={"name": "bad", "source_lang": "EN", "target_lang": "DE", "entries": tsv},
+            )
+            assert v2.status_code == status and v2.json()["message"], v2.text
     unserved = client.post(
         "/v1/glossaries",
         json={"name": "x", "source_lang": "en", "target_lang": "ja", "entries": {"a": "b"}},
     )
     assert unserved.status_code == 400
     assert client.get("/v1/glossaries").json()["glossaries"] == before
+    assert client.get(f"/v1/glossaries/{kept}").json()["entries"] == {"save": "Q7zetaK"}
+    out = client.post("/v1/translate", json={"text": "Save.", "glossary_id": kept}).json()
+    assert out["translations"][0]["text"].count("Q7zetaK") == 1
 
 
 def test_stored_glossaries_survive_a_restart(model_dir, tmp_path):

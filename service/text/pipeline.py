@@ -12,6 +12,11 @@ the model was trained on sentences whose symbols are numbered from 0); tokenize.
 decoding: strip eos/pad, detokenize, restore the placeholders, put the edge tags back and join
 the sentences with the whitespace they had.
 
+A translation memory (service/translation/memories.py), where the request has one, is asked
+first: for the whole text, then for each sentence as it is and without the markup at its
+edges. A segment it knows is written as approved and never reaches the model (nor the
+cache, nor the glossary: an approved translation is final).
+
 Choices that a client sees (documented in the README's API section):
 
 * empty or whitespace-only text is returned unchanged and never reaches the model; so is a
@@ -118,6 +123,7 @@ class Sentence:
     masked_translation: str | None = None  # the model's output before restoring
     output_tokens: int = 0
     from_cache: bool = False
+    from_memory: bool = False  # an approved translation from a translation memory
 
     @property
     def needs_model(self) -> bool:
@@ -151,10 +157,13 @@ class TranslationBatch:
     output_tokens: int
     decoded_sentences: int
     cached_sentences: int
+    memory_sentences: int = 0  # segments written from a translation memory
 
 
 # A cache lookup: the masked sentence and options -> (masked translation, tokens) or None.
 CacheLookup = Callable[[str, DecodingOptions], "tuple[str, int] | None"]
+# A translation memory: a segment (any whitespace) -> its approved translation, or None.
+MemoryLookup = Callable[[str], "str | None"]
 # The model: rows of source ids (with their copy constraints and budgets) -> output ids.
 DecodeRows = Callable[[list[Sentence], DecodingOptions], list[list[int]]]
 
@@ -186,11 +195,12 @@ class TextPipeline:
         options: DecodingOptions,
         cached: CacheLookup | None = None,
         glossary: Glossary | None = None,
+        memory: MemoryLookup | None = None,
     ) -> list[TextPlan]:
         """Sentences of every text, masked and tokenized; those known without the model
-        (nothing to translate, or ``cached`` knows them) already carry their translation.
-        ``glossary``: its terms are masked like placeholders and come back as their target
-        terms (service/text/glossary.py)."""
+        (nothing to translate, ``memory`` or ``cached`` knows them) already carry their
+        translation. ``glossary``: its terms are masked like placeholders and come back as
+        their target terms (service/text/glossary.py)."""
         if glossary is not None and not self.protector.symbols:
             # Enforcement is the copy constraint on ｟k｠ symbols; without them a term could
             # only be hoped for, and a glossary that silently does nothing is worse than a
@@ -201,6 +211,9 @@ class TextPipeline:
             )
         plans = []
         for text_index, text in enumerate(texts):
+            if memory is not None and (approved := memory(text)) is not None:
+                plans.append(_approved_text(text, approved))
+                continue
             # Split the masked text, so that no boundary falls inside a URL, tag or
             # format field; then mask each sentence on its own (symbols numbered from 0).
             masked_text, text_originals = protect(text)
@@ -213,7 +226,9 @@ class TextPipeline:
             for start, end in spans:
                 sentence_text = restore(masked_text[start:end], text_originals)
                 plan.sentences.append(
-                    self.prepare_sentence(sentence_text, text_index, options, cached, glossary)
+                    self.prepare_sentence(
+                        sentence_text, text_index, options, cached, glossary, memory
+                    )
                 )
             plans.append(plan)
         return plans
@@ -225,8 +240,13 @@ class TextPipeline:
         options: DecodingOptions,
         cached: CacheLookup | None = None,
         glossary: Glossary | None = None,
+        memory: MemoryLookup | None = None,
     ) -> Sentence:
         prefix, core, suffix = split_edge_tags(text)
+        if memory is not None and (
+            approved := _approved_sentence(text, prefix, core, suffix, memory)
+        ):
+            return approved
         terms = glossary.matches(core, find_placeholders(core)) if glossary is not None else []
         masked, originals = self.protector.protect(core, terms)
         sentence = Sentence(masked=masked, originals=originals, prefix=prefix, suffix=suffix)
@@ -326,6 +346,7 @@ class TextPipeline:
             output_tokens=sum(s.output_tokens for s in sentences if not s.from_cache),
             decoded_sentences=decoded,
             cached_sentences=sum(s.from_cache for s in sentences),
+            memory_sentences=sum(s.from_memory for s in sentences),
         )
 
     def translate(
@@ -334,12 +355,13 @@ class TextPipeline:
         options: DecodingOptions,
         decode_rows: DecodeRows,
         glossary: Glossary | None = None,
+        memory: MemoryLookup | None = None,
     ) -> TranslationBatch:
         """The whole pipeline, synchronously: ``decode_rows`` runs the model on the
         sentences that need it (evaluation and offline scripts; the service awaits the
         batcher instead, between :meth:`plan` and :meth:`finish`)."""
         self.limits.check_request_size(texts)
-        plans = self.plan(texts, options, glossary=glossary)
+        plans = self.plan(texts, options, glossary=glossary, memory=memory)
         to_decode = [s for plan in plans for s in plan.sentences if s.needs_model]
         if to_decode:
             outputs = decode_rows(to_decode, options)
@@ -383,6 +405,28 @@ def split_edge_tags(text: str) -> tuple[str, str, str]:
         return "", text, ""
     core_start = text.index(core, start)
     return text[:core_start], core, text[core_start + len(core) :]
+
+
+def _approved_text(text: str, approved: str) -> TextPlan:
+    """A text the memory knows whole: one segment, its whitespace at the ends kept."""
+    start = len(text) - len(text.lstrip())
+    end = len(text.rstrip())
+    sentence = Sentence(masked="", originals=[], translation=approved, from_memory=True)
+    return TextPlan(text=text, spans=[(start, end)], sentences=[sentence])
+
+
+def _approved_sentence(
+    text: str, prefix: str, core: str, suffix: str, memory: MemoryLookup
+) -> Sentence | None:
+    """The sentence as the memory has it: as it is, or its words without the markup at its
+    edges (the markup then goes back around the approved translation)."""
+    approved = memory(text)
+    if approved is None and (prefix or suffix):
+        found = memory(core)
+        approved = f"{prefix}{found}{suffix}" if found is not None else None
+    if approved is None:
+        return None
+    return Sentence(masked="", originals=[], translation=approved, from_memory=True)
 
 
 def _finished_from_cache(

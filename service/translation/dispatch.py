@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from service.text.glossary import Glossary, GlossaryError
 from service.text.pipeline import (
     DecodingOptions,
+    MemoryLookup,
     TextLimits,
     TextTranslation,
     TranslationBatch,
 )
 from service.translation.detection import Detection, LanguageDetector
 from service.translation.languages import normalise_language_code
+from service.translation.memories import PAIR_DEFAULT, MemoryChoice, MemoryStore
 from service.translation.registry import ModelRegistry
 from service.translation.routing import Route, UnsupportedLanguage, plan_route, source_languages
 from service.translation.translator import SentenceDone
@@ -69,12 +71,15 @@ class Dispatcher:
         detector: LanguageDetector | None,
         limits: TextLimits,
         pivot_lang: str = "en",
+        memories: MemoryStore | None = None,
     ) -> None:
-        """``pivot_lang``: X→Y without a direct model goes X→pivot→Y (empty: never)."""
+        """``pivot_lang``: X→Y without a direct model goes X→pivot→Y (empty: never);
+        ``memories``: the translation memories requests use (service/translation/memories.py)."""
         self.registry = registry
         self.detector = detector
         self.limits = limits
         self.pivot_lang = pivot_lang
+        self.memories = memories
 
     async def detect(self, texts: str | Sequence[str]) -> list[Detection]:
         """Candidates among the served source languages, best first."""
@@ -126,22 +131,26 @@ class Dispatcher:
         options: DecodingOptions,
         glossary: Glossary | None = None,
         each_text: bool = False,
+        memory: MemoryChoice = PAIR_DEFAULT,
     ) -> DispatchResult:
         """``glossary``: terms enforced on the request (service/text/glossary.py); a stored
-        one must be for the language pair of every route the texts take. ``each_text``: with
+        one must be for the language pair of every route the texts take; so must ``memory``
+        where it names one (by default each route uses its pair's default memory, if there
+        is one). ``each_text``: with
         a detected source, each text is detected and routed on its own (``/v1``), so a text's
         translation does not depend on its neighbours; else one detection over all texts picks
         one route (LibreTranslate's contract)."""
         detections: list[Detection] | None
         if each_text and len(texts) > 1 and self.detects_each(source):
-            routes, detections = await self.plan_each(texts, target, glossary)
+            routes, detections = await self.plan_each(texts, target, glossary, memory)
             if len(set(routes)) > 1:
-                batch = await self._run_each(texts, routes, options, glossary)
+                batch = await self._run_each(texts, routes, options, glossary, memory)
             else:  # one route for all: one batch, as a request with a given source
-                batch = await self._run(texts, routes[0], options, glossary)
+                batch = await self._run(texts, routes[0], options, glossary, memory)
             return DispatchResult(batch, routes[0], [detections[0]], routes, detections)
-        route, detections = await self.plan(texts, source, target, glossary)
-        return DispatchResult(await self._run(texts, route, options, glossary), route, detections)
+        route, detections = await self.plan(texts, source, target, glossary, memory)
+        batch = await self._run(texts, route, options, glossary, memory)
+        return DispatchResult(batch, route, detections)
 
     def detects_each(self, source: str | None) -> bool:
         """Whether ``source`` asks for detection among more than one served language."""
@@ -152,7 +161,11 @@ class Dispatcher:
         )
 
     async def plan_each(
-        self, texts: Sequence[str], target: str | None, glossary: Glossary | None = None
+        self,
+        texts: Sequence[str],
+        target: str | None,
+        glossary: Glossary | None = None,
+        memory: MemoryChoice = PAIR_DEFAULT,
     ) -> tuple[list[Route], list[Detection]]:
         """Each text's route and best detection, detected alone (routes counted once per
         distinct route, as a request each)."""
@@ -171,6 +184,7 @@ class Dispatcher:
                 source = detection.language
                 route = self.route(source, target or self.default_target(source))
                 check_glossary_pair(glossary, route.source, route.target)
+                self.memory_lookup(memory, route)  # refused here, before a lease
                 kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
                 self.registry.metrics.routes.labels(kind=kind).inc()
                 routes_by_source[source] = route
@@ -182,6 +196,7 @@ class Dispatcher:
         routes: Sequence[Route],
         options: DecodingOptions,
         glossary: Glossary | None = None,
+        memory: MemoryChoice = PAIR_DEFAULT,
     ) -> TranslationBatch:
         """Each route's texts as one batch, the routes side by side (their models decode
         concurrently), the translations put back in input order."""
@@ -191,7 +206,7 @@ class Dispatcher:
         async with asyncio.TaskGroup() as tasks:  # one refusal cancels the other routes
             running = {
                 route: tasks.create_task(
-                    self._run([texts[i] for i in indices], route, options, glossary)
+                    self._run([texts[i] for i in indices], route, options, glossary, memory)
                 )
                 for route, indices in groups.items()
             }
@@ -208,6 +223,7 @@ class Dispatcher:
             output_tokens=sum(b.output_tokens for b in batches),
             decoded_sentences=sum(b.decoded_sentences for b in batches),
             cached_sentences=sum(b.cached_sentences for b in batches),
+            memory_sentences=sum(b.memory_sentences for b in batches),
         )
 
     async def translate_with_alternatives(
@@ -218,17 +234,19 @@ class Dispatcher:
         options: DecodingOptions,
         alternatives: int,
         glossary: Glossary | None = None,
+        memory: MemoryChoice = PAIR_DEFAULT,
     ) -> tuple[DispatchResult, list[list[str]]]:
         """:meth:`translate` with up to ``alternatives`` other translations per text from the
         beam's n-best (``Translator.translate_with_alternatives``). A direct route only: a
         pivot's two beams have no single n-best, and the identity has no beam; those get []."""
-        route, detections = await self.plan(texts, source, target, glossary)
+        route, detections = await self.plan(texts, source, target, glossary, memory)
         if len(route.legs) != 1:
-            batch = await self._run(texts, route, options, glossary)
+            batch = await self._run(texts, route, options, glossary, memory)
             return DispatchResult(batch, route, detections), [[] for _ in texts]
+        lookup = self.memory_lookup(memory, route)
         async with self.registry.lease(route.legs) as [translator]:
             batch, others = await translator.translate_with_alternatives(
-                texts, options, alternatives, glossary
+                texts, options, alternatives, glossary, lookup
             )
         return DispatchResult(batch, route, detections), others
 
@@ -239,6 +257,7 @@ class Dispatcher:
         target: str | None,
         options: DecodingOptions,
         glossary: Glossary | None = None,
+        memory: MemoryChoice = PAIR_DEFAULT,
     ) -> DispatchStream:
         """The sentences of ``texts`` as they finish (``Translator.stream``), then the batch.
         Refusals (limits, language, queue full) raise here. The model stays leased until the
@@ -248,33 +267,35 @@ class Dispatcher:
         if len(texts) > 1 and self.detects_each(source):
             # Detected text by text as /v1/translate does. Texts of more than one route give
             # only the batch, as a pivot does: one stream is one model's.
-            routes, each = await self.plan_each(texts, target, glossary)
+            routes, each = await self.plan_each(texts, target, glossary, memory)
             route, detections = routes[0], [each[0]]
             if len(set(routes)) > 1:
                 return DispatchStream(
                     route,
                     detections,
-                    _once(lambda: self._run_each(texts, routes, options, glossary)),
+                    _once(lambda: self._run_each(texts, routes, options, glossary, memory)),
                     AsyncExitStack(),
                     routes,
                     each,
                 )
         else:
-            route, detections = await self.plan(texts, source, target, glossary)
+            route, detections = await self.plan(texts, source, target, glossary, memory)
             routes, each = None, None
         resources = AsyncExitStack()
         if len(route.legs) != 1:
             return DispatchStream(
                 route,
                 detections,
-                _once(lambda: self._run(texts, route, options, glossary)),
+                _once(lambda: self._run(texts, route, options, glossary, memory)),
                 resources,
                 routes,
                 each,
             )
         try:
             [translator] = await resources.enter_async_context(self.registry.lease(route.legs))
-            items = await translator.stream(texts, options, glossary)
+            items = await translator.stream(
+                texts, options, glossary, self.memory_lookup(memory, route)
+            )
         except BaseException:
             await resources.aclose()
             raise
@@ -286,17 +307,27 @@ class Dispatcher:
         source: str | None,
         target: str | None,
         glossary: Glossary | None = None,
+        memory: MemoryChoice = PAIR_DEFAULT,
     ) -> tuple[Route, list[Detection] | None]:
         """Check the texts, detect the source if asked to, choose the route (counted); a
-        stored glossary for another pair is refused here, before any model is leased."""
+        stored glossary or a memory for another pair is refused here, before any model is
+        leased."""
         self.limits.check_request_size(texts)
         source, detections = await self.resolve_source(texts, source)
         target = normalise_language_code(target) or self.default_target(source)
         route = self.route(source, target)
         check_glossary_pair(glossary, route.source, route.target)
+        self.memory_lookup(memory, route)
         kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
         self.registry.metrics.routes.labels(kind=kind).inc()
         return route, detections
+
+    def memory_lookup(self, memory: MemoryChoice, route: Route) -> MemoryLookup | None:
+        """The approved translations ``route`` uses: none for the identity (nothing is
+        translated); 404 or 400 for a named memory that is unknown or of another pair."""
+        if self.memories is None or not route.legs:
+            return None
+        return self.memories.lookup(memory, route.source, route.target)
 
     async def _run(
         self,
@@ -304,13 +335,15 @@ class Dispatcher:
         route: Route,
         options: DecodingOptions,
         glossary: Glossary | None = None,
+        memory: MemoryChoice = PAIR_DEFAULT,
     ) -> TranslationBatch:
         if not route.legs:
             return _unchanged(texts)
+        lookup = self.memory_lookup(memory, route)
         async with self.registry.lease(route.legs) as translators:
             first, *rest = translators
             return await first.translate(
-                texts, options, then=rest[0] if rest else None, glossary=glossary
+                texts, options, then=rest[0] if rest else None, glossary=glossary, memory=lookup
             )
 
 

@@ -1,28 +1,23 @@
 """Stored glossaries: named glossaries for a language pair, kept in SQLite so they survive a
 restart.
 
-The database is one file, ``glossaries.sqlite3`` under ``MT_DATA_DIR``, opened on first use
-(a process that never touches a glossary creates nothing). Entries are validated by
-:meth:`Glossary.from_entries` before anything is written, and a glossary is written in one
-transaction, so a refused glossary leaves the store as it was. Compiled glossaries are kept
-per id: a request that names one does not compile its terms again.
-
-Calls are short (one small query) and come from the event loop; a lock makes the one
-connection safe should a worker thread use it too.
+The tables live in the service's one SQLite file under ``MT_DATA_DIR``
+(service/translation/database.py). Entries are validated by :meth:`Glossary.from_entries`
+before anything is written, and a glossary is written in one transaction, so a refused
+glossary leaves the store as it was. Compiled glossaries are kept per id: a request that
+names one does not compile its terms again.
 """
 
 from __future__ import annotations
 
 import builtins
-import sqlite3
-import threading
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from service.errors import NotFound
 from service.text.glossary import Glossary
+from service.translation.database import Database
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS glossaries (
@@ -54,23 +49,12 @@ class GlossaryInfo:
 
 
 class GlossaryStore:
-    def __init__(self, path: Path, max_entries: int) -> None:
-        """``path``: the SQLite file (its directory is created on first use);
-        ``max_entries``: ``MT_MAX_GLOSSARY_ENTRIES``."""
-        self.path = path
+    def __init__(self, database: Database, max_entries: int) -> None:
+        """``max_entries``: ``MT_MAX_GLOSSARY_ENTRIES``."""
+        self.database = database
+        database.add_schema(_SCHEMA)
         self.max_entries = max_entries
-        self._connection: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
         self._compiled: dict[str, Glossary] = {}
-
-    def _db(self) -> sqlite3.Connection:
-        if self._connection is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(self.path, check_same_thread=False)
-            connection.execute("PRAGMA foreign_keys = ON")
-            connection.executescript(_SCHEMA)
-            self._connection = connection
-        return self._connection
 
     def create(
         self,
@@ -84,7 +68,7 @@ class GlossaryStore:
         info = GlossaryInfo(
             uuid.uuid4().hex, name, source_lang, target_lang, time.time(), len(glossary.entries)
         )
-        with self._lock, self._db() as db:  # one transaction: all of it or nothing
+        with self.database.transaction() as db:  # all of it or nothing
             db.execute(
                 "INSERT INTO glossaries VALUES (?, ?, ?, ?, ?, ?)",
                 (
@@ -104,17 +88,13 @@ class GlossaryStore:
         return info
 
     def list(self) -> list[GlossaryInfo]:
-        with self._lock:
-            rows = self._db().execute("SELECT * FROM glossaries ORDER BY created_at, id")
+        with self.database.read() as db:
+            rows = db.execute("SELECT * FROM glossaries ORDER BY created_at, id")
             return [GlossaryInfo(*row) for row in rows]
 
     def info(self, glossary_id: str) -> GlossaryInfo:
-        with self._lock:
-            row = (
-                self._db()
-                .execute("SELECT * FROM glossaries WHERE id = ?", (glossary_id,))
-                .fetchone()
-            )
+        with self.database.read() as db:
+            row = db.execute("SELECT * FROM glossaries WHERE id = ?", (glossary_id,)).fetchone()
         if row is None:
             raise NotFound(f"no glossary with id {glossary_id!r}", "glossary_not_found")
         return GlossaryInfo(*row)
@@ -122,8 +102,8 @@ class GlossaryStore:
     # ``builtins.list``: the class's own ``list`` method shadows the type here.
     def entries(self, glossary_id: str) -> builtins.list[tuple[str, str]]:
         self.info(glossary_id)  # 404 for an unknown id rather than an empty list
-        with self._lock:
-            rows = self._db().execute(
+        with self.database.read() as db:
+            rows = db.execute(
                 "SELECT source, target FROM glossary_entries WHERE glossary_id = ? "
                 "ORDER BY position",
                 (glossary_id,),
@@ -143,14 +123,8 @@ class GlossaryStore:
         return glossary
 
     def delete(self, glossary_id: str) -> None:
-        with self._lock, self._db() as db:
+        with self.database.transaction() as db:
             deleted = db.execute("DELETE FROM glossaries WHERE id = ?", (glossary_id,)).rowcount
         self._compiled.pop(glossary_id, None)
         if not deleted:
             raise NotFound(f"no glossary with id {glossary_id!r}", "glossary_not_found")
-
-    def close(self) -> None:
-        with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None

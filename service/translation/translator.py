@@ -25,6 +25,7 @@ from service.scheduling.batcher import ContinuousBatcher, RowStream
 from service.text.glossary import Glossary
 from service.text.pipeline import (
     DecodingOptions,
+    MemoryLookup,
     Sentence,
     TextLimits,
     TextPipeline,
@@ -106,16 +107,18 @@ class Translator:
         options: DecodingOptions,
         then: Translator | None = None,
         glossary: Glossary | None = None,
+        memory: MemoryLookup | None = None,
     ) -> TranslationBatch:
         """Translate ``texts`` (order kept). ``then``: a second model that translates this
         one's output sentence by sentence (a pivot, X→en→Y); both legs go through their
         model's batcher like any other rows. ``glossary``: terms enforced on this model's
-        source; on a pivot they cross the second leg as symbols too. Raises the pipeline's ``TextError``s for the
+        source; on a pivot they cross the second leg as symbols too. ``memory``: approved
+        translations for the route's pair, written without either model. Raises the pipeline's ``TextError``s for the
         limits, and whatever the batchers raise (queue full, shutting down, timeout)."""
         pipeline = self.pipeline
         # One MT_REQUEST_TIMEOUT_S for the request, however many legs it takes.
         deadline = time.monotonic() + self.config.request_timeout_s
-        plans = await self._plan(texts, options, glossary=glossary)
+        plans = await self._plan(texts, options, glossary=glossary, memory=memory)
         decoded = await self._decode(plans, options, deadline)
         if then is None:
             return pipeline.assemble(plans, decoded=decoded)
@@ -151,13 +154,14 @@ class Translator:
         options: DecodingOptions,
         alternatives: int,
         glossary: Glossary | None = None,
+        memory: MemoryLookup | None = None,
     ) -> tuple[TranslationBatch, list[list[str]]]:
         """:meth:`translate`, plus up to ``alternatives`` other translations of each text from
         the beam's n-best (LibreTranslate's ``alternatives``): alternative k joins every
         sentence's k-th best hypothesis (its best where the beam has fewer), and repeats and
         copies of the translation are left out, as LibreTranslate does. The caller picks a
         beam of at least ``alternatives + 1``. The cache is bypassed: it keeps no n-best."""
-        plans = await self._plan(texts, options, use_cache=False, glossary=glossary)
+        plans = await self._plan(texts, options, use_cache=False, glossary=glossary, memory=memory)
         to_decode, rows = self._rows(plans, options)
         results = await self.batcher.submit(rows, timeout_s=self.config.request_timeout_s)
         others: dict[int, list[str]] = {}
@@ -181,13 +185,17 @@ class Translator:
         return batch, alternative_texts
 
     async def stream(
-        self, texts: Sequence[str], options: DecodingOptions, glossary: Glossary | None = None
+        self,
+        texts: Sequence[str],
+        options: DecodingOptions,
+        glossary: Glossary | None = None,
+        memory: MemoryLookup | None = None,
     ) -> TranslationStream:
         """Like :meth:`translate` (one model), but the sentences come back one by one as they
         finish. Everything that can refuse the request (limits, queue full) raises here,
         before the first result; the returned stream yields :class:`SentenceDone` items, then
         the :class:`TranslationBatch` that :meth:`translate` would have returned."""
-        plans = await self._plan(texts, options, glossary=glossary)
+        plans = await self._plan(texts, options, glossary=glossary, memory=memory)
         to_decode, rows = self._rows(plans, options)
         rows_done = self.batcher.submit_as_completed(rows, timeout_s=self.config.request_timeout_s)
         return TranslationStream(self, plans, to_decode, rows_done, options)
@@ -198,13 +206,18 @@ class Translator:
         options: DecodingOptions,
         use_cache: bool = True,
         glossary: Glossary | None = None,
+        memory: MemoryLookup | None = None,
     ) -> list[TextPlan]:
         # The request's size is checked once, by the dispatcher, before any model is leased.
         pipeline = self.pipeline
         cached = self._cached if self.cache is not None and use_cache else None
         if sum(map(len, texts)) > _TOKENIZE_IN_THREAD_CHARS:
-            return await asyncio.to_thread(pipeline.plan, texts, options, cached, glossary)
-        return pipeline.plan(texts, options, cached, glossary)
+            plans = await asyncio.to_thread(pipeline.plan, texts, options, cached, glossary, memory)
+        else:
+            plans = pipeline.plan(texts, options, cached, glossary, memory)
+        if memory is not None:
+            self.metrics.memory_hits.inc(sum(s.from_memory for p in plans for s in p.sentences))
+        return plans
 
     async def _decode(
         self, plans: list[TextPlan], options: DecodingOptions, deadline: float

@@ -89,6 +89,11 @@ class AccessPolicy:
         identity, limits = self._identify(request, body_key)
         self._charge(identity, limits, requests=1, chars=chars)
 
+    def identity(self, request: Request) -> str:
+        """Whom usage is counted for (DeepL's quota, service/web/quota.py): the API key, or
+        the client's address when keys are off; 401 or 403 as ``admit``."""
+        return self._identify(request, None)[0]
+
     def charge_characters(self, request: Request, body_key: str | None, chars: int) -> None:
         """Count characters known only after the request was admitted (a file's texts, once
         parsed) against the same per-minute allowance: 429 or 413 as ``admit`` would."""

@@ -29,7 +29,14 @@ from service.metrics import ServiceMetrics
 # The API routes that take translation work; everything else (health, metrics, docs) is
 # always answered.
 TRANSLATION_ROUTES = frozenset(
-    {"/v1/translate", "/v1/translate/stream", "/translate", "/translate_file", "/detect"}
+    {
+        "/v1/translate",
+        "/v1/translate/stream",
+        "/translate",
+        "/translate_file",
+        "/detect",
+        "/v2/translate",
+    }
 )
 
 
@@ -50,19 +57,23 @@ class AdmissionGate:
         self.routes = frozenset(routes)
         self.metrics = metrics
         self.in_flight = 0
-        # Built once: a refusal costs no serialization.
-        self._body = json.dumps(
-            {
-                "error": f"the service is overloaded: {max_in_flight} translation requests are "
-                f"in progress (MT_MAX_INFLIGHT_REQUESTS); retry after {retry_after_s} s",
-                "code": "overloaded",
-            }
+        # Built once: a refusal costs no serialization. DeepL's clients show ``message``.
+        message = (
+            f"the service is overloaded: {max_in_flight} translation requests are "
+            f"in progress (MT_MAX_INFLIGHT_REQUESTS); retry after {retry_after_s} s"
+        )
+        self._body = json.dumps({"error": message, "code": "overloaded"}).encode()
+        self._deepl_body = json.dumps(
+            {"error": message, "code": "overloaded", "message": message}
         ).encode()
-        self._headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(self._body)).encode()),
-            (b"retry-after", str(retry_after_s).encode()),
-        ]
+        self._headers, self._deepl_headers = (
+            [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", str(retry_after_s).encode()),
+            ]
+            for body in (self._body, self._deepl_body)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.routes:
@@ -70,8 +81,11 @@ class AdmissionGate:
             return
         if self.in_flight >= self.max_in_flight:
             self.metrics.rejections.labels(reason="overloaded").inc()
-            await send({"type": "http.response.start", "status": 429, "headers": self._headers})
-            await send({"type": "http.response.body", "body": self._body})
+            deepl = scope["path"].startswith("/v2/")
+            headers = self._deepl_headers if deepl else self._headers
+            await send({"type": "http.response.start", "status": 429, "headers": headers})
+            body = self._deepl_body if deepl else self._body
+            await send({"type": "http.response.body", "body": body})
             return
         self.in_flight += 1
         self.metrics.inflight_requests.set(self.in_flight)

@@ -19,10 +19,13 @@ from fastapi import FastAPI
 from service.config import Settings
 from service.metrics import ServiceMetrics
 from service.text.pipeline import TextLimits
+from service.translation.database import Database
 from service.translation.dispatch import Dispatcher
 from service.translation.glossaries import GlossaryStore
+from service.translation.memories import MemoryStore
 from service.translation.registry import ModelRegistry
 from service.web.errors import ApiError, ErrorInfo, describe_error
+from service.web.quota import CharacterQuota
 
 logger = logging.getLogger(__name__)
 
@@ -39,21 +42,24 @@ class ServiceState:
         build_dispatcher: Callable[[], Dispatcher] | None,
         failure: str | None = None,
         glossaries: GlossaryStore | None = None,
+        memories: MemoryStore | None = None,
     ) -> None:
         """``registry`` and ``build_dispatcher`` come from service/wiring.py; ``failure``:
-        why there are none (the configured models cannot be served); ``glossaries``: the
-        stored glossaries (one under ``MT_DATA_DIR`` when not given)."""
+        why there are none (the configured models cannot be served); ``glossaries`` and
+        ``memories``: the stored glossaries and translation memories (in the SQLite file
+        under ``MT_DATA_DIR`` when not given)."""
         self.settings = settings
         self.metrics = metrics
         self.limits = limits  # per-request limits and decoding defaults
         self.phase = "failed" if failure else "loading"  # loading → ready → shutting_down
         self.detail: str | None = failure
         self.registry = registry
-        self.glossaries = glossaries or GlossaryStore(
-            settings.data_dir / "glossaries.sqlite3", settings.max_glossary_entries
-        )
+        database = Database(settings.data_dir)
+        self.glossaries = glossaries or GlossaryStore(database, settings.max_glossary_entries)
+        self.memories = memories or MemoryStore(database, settings.max_chars_per_text)
         self._build_dispatcher = build_dispatcher
-        self.characters_translated = 0  # through DeepL's /v2/translate: its /v2/usage
+        # DeepL's /v2/usage and MT_DEEPL_CHARACTER_LIMIT, in the same SQLite file.
+        self.quota = CharacterQuota(self.glossaries.database, settings.deepl_character_limit)
         self.dispatcher: Dispatcher | None = None
         # Set by the first begin_shutdown: the grace counts from SIGTERM, not from when the
         # server gets round to the lifespan shutdown.
@@ -96,7 +102,8 @@ class ServiceState:
 
     async def shutdown(self) -> None:
         self.begin_shutdown()
-        self.glossaries.close()
+        self.glossaries.database.close()
+        self.memories.database.close()
         if self.registry is not None:
             assert self.shutdown_deadline is not None
             grace_left = max(0.0, self.shutdown_deadline - time.monotonic())
@@ -135,9 +142,7 @@ class ServiceState:
     def describe_error(self, error: BaseException) -> ErrorInfo:
         """The API's answer to ``error`` (service/web/errors.py), with this service's
         Retry-After and request timeout."""
-        return describe_error(
-            error, self.settings.retry_after_s, self.settings.request_timeout_s
-        )
+        return describe_error(error, self.settings.retry_after_s, self.settings.request_timeout_s)
 
     def retry_after(self) -> dict[str, str]:
         return {"Retry-After": str(self.settings.retry_after_s)}

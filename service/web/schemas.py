@@ -29,6 +29,19 @@ def valid_unicode(value: str | list[str] | None) -> str | list[str] | None:
     return value
 
 
+def valid_entries(
+    value: dict[str, str] | list[tuple[str, str]] | str,
+) -> dict[str, str] | list[tuple[str, str]] | str:
+    """Glossary or memory entries in valid Unicode: they are stored as UTF-8, where an
+    unpaired surrogate cannot be written."""
+    if isinstance(value, str):
+        valid_unicode(value)
+    else:
+        pairs = value.items() if isinstance(value, dict) else value
+        valid_unicode([term for pair in pairs for term in pair])
+    return value
+
+
 class TranslateRequest(BaseModel):
     """``POST /v1/translate``."""
 
@@ -61,8 +74,18 @@ class TranslateRequest(BaseModel):
     glossary_id: str | None = Field(
         None, description="A stored glossary (POST /v1/glossaries) for this language pair."
     )
+    memory_id: str | None = Field(
+        None,
+        description="A translation memory (POST /v1/memories) for this language pair; "
+        "omitted: the pair's default memory, if it has one.",
+    )
+    use_memory: bool = Field(
+        True, description="false: no translation memory, not even the pair's default."
+    )
 
-    _valid_unicode = field_validator("text", "source_lang", "target_lang")(valid_unicode)
+    _valid_unicode = field_validator("text", "source_lang", "target_lang", "memory_id")(
+        valid_unicode
+    )
 
     @field_validator("glossary")
     @classmethod
@@ -89,6 +112,10 @@ class GlossaryCreate(BaseModel):
         "tsv", description="How entries given as text are laid out."
     )
 
+    _valid_unicode = field_validator("name", "source_lang", "target_lang")(valid_unicode)
+
+    _valid_entries = field_validator("entries")(valid_entries)
+
 
 class GlossaryCard(BaseModel):
     glossary_id: str
@@ -102,6 +129,55 @@ class GlossaryCard(BaseModel):
 
 class GlossaryList(BaseModel):
     glossaries: list[GlossaryCard]
+
+
+class MemoryPost(BaseModel):
+    """``POST /v1/memories`` as JSON (a multipart upload carries the same fields, with the
+    entries as a ``file``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source_lang: StrictStr = Field(min_length=1)
+    target_lang: StrictStr = Field(min_length=1)
+    memory_id: StrictStr | None = Field(
+        None,
+        description="The memory to add to (created if new): 1 to 64 letters, digits, '.', "
+        "'_' or '-'. Omitted: the language pair's default memory, which every request of "
+        "the pair uses unless it names another.",
+    )
+    entries: dict[StrictStr, StrictStr] | list[tuple[StrictStr, StrictStr]] | StrictStr = Field(
+        description="Approved pairs: {source: target}, [[source, target], ...], or TSV/CSV "
+        "text (see entries_format). A source the memory holds gets the new target."
+    )
+    entries_format: Literal["tsv", "csv"] = Field(
+        "tsv", description="How entries given as text are laid out."
+    )
+
+    _valid_unicode = field_validator("source_lang", "target_lang", "memory_id")(valid_unicode)
+
+    _valid_entries = field_validator("entries")(valid_entries)
+
+
+class MemoryCard(BaseModel):
+    memory_id: str
+    source_lang: str
+    target_lang: str
+    default: bool = Field(description="Whether this is the language pair's default memory.")
+    creation_time: str = Field(description="ISO 8601, UTC.")
+    update_time: str = Field(description="ISO 8601, UTC: the last post.")
+    entry_count: int
+    added: int | None = Field(None, description="POST only: pairs new to the memory.")
+    replaced: int | None = Field(
+        None, description="POST only: pairs whose source the memory held, now with the new target."
+    )
+
+
+class MemoryList(BaseModel):
+    memories: list[MemoryCard]
+
+
+class MemoryEntries(BaseModel):
+    entries: list[tuple[str, str]]
 
 
 class DetectedLanguage(BaseModel):
@@ -131,6 +207,11 @@ class Usage(BaseModel):
     output_tokens: int = Field(description="Tokens generated.")
     sentences: int = Field(description="Rows decoded (cache hits and empty texts excluded).")
     cached_sentences: int = Field(0, description="Sentences answered from the translation cache.")
+    memory_sentences: int = Field(
+        0,
+        description="Segments (whole texts or sentences) written from a translation memory, "
+        "without the model.",
+    )
 
 
 class TranslateResponse(BaseModel):

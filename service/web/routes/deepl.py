@@ -3,10 +3,18 @@
 
 * ``POST /v2/translate`` (JSON or form): ``text`` (a list), ``source_lang`` (omitted:
   detected), ``target_lang``, ``tag_handling`` (``html``/``xml``: markup-aware, as
-  LibreTranslate's ``format=html``), ``glossary_id``. ``split_sentences``,
-  ``preserve_formatting``, ``formality``, ``context``, ``ignore_tags`` and the rest are
-  accepted and have no effect: sentences are always split and whitespace always kept.
-* ``GET /v2/languages?type=source|target``, ``GET /v2/usage``.
+  LibreTranslate's ``format=html``), ``glossary_id``, ``translation_memory_id`` (one of
+  ``/v1/memories``; without it the pair's default memory, as on every API; only exact
+  matches are used, whatever ``translation_memory_threshold`` allows).
+  ``formality`` is checked as DeepL checks it: no served target language has formality
+  variants (``/v2/languages`` says so), so ``more`` and ``less`` are refused and
+  ``default``, ``prefer_more`` and ``prefer_less`` translate as usual. ``context`` (a
+  string, not billed), ``split_sentences``, ``preserve_formatting``, ``ignore_tags`` and
+  the rest are accepted and have no effect: the models translate sentence by sentence, with
+  no context, and whitespace is always kept.
+* ``GET /v2/languages?type=source|target``; ``GET /v2/usage``: the calling client's
+  characters this month and ``MT_DEEPL_CHARACTER_LIMIT``, past which ``/v2/translate``
+  answers DeepL's 456 (service/web/quota.py).
 * ``GET /v2/glossary-language-pairs``, ``POST/GET/DELETE /v2/glossaries[/{id}]``,
   ``GET /v2/glossaries/{id}/entries`` (TSV): the same store as ``/v1/glossaries``.
 
@@ -31,11 +39,19 @@ from service.web.deps import Access, Service, json_body, run_for_client, sends_f
 from service.web.lifecycle import ServiceState
 from service.web.routes.glossaries import card, create_glossary
 from service.web.routes.libretranslate import _translate_html
+from service.web.routes.memories import memory_choice
 from service.web.routes.v1 import MODELS_HEADER
 
 router = APIRouter(prefix="/v2", tags=["DeepL API v2"])
-# DeepL reports a limit; this service has none, so it reports one no client will reach.
+# DeepL's clients expect a limit; without MT_DEEPL_CHARACTER_LIMIT, one no client will reach.
 NO_CHARACTER_LIMIT = 1_000_000_000_000
+FORMALITIES = ("default", "more", "less", "prefer_more", "prefer_less")
+# Where DeepL's documented values are a closed set, another value is its 400.
+_CHOICES = {
+    "tag_handling": ("html", "xml"),
+    "split_sentences": ("0", "1", "nonewlines"),
+    "preserve_formatting": ("0", "1", "true", "false"),
+}
 
 
 def deepl_code(code: str) -> str:
@@ -104,7 +120,10 @@ _STRING = {"type": "string"}
             "source_lang": _STRING,
             "target_lang": _STRING,
             "glossary_id": _STRING,
-            "tag_handling": _STRING,
+            "tag_handling": {"type": "string", "enum": list(_CHOICES["tag_handling"])},
+            "formality": {"type": "string", "enum": list(FORMALITIES)},
+            "context": _STRING,
+            "translation_memory_id": _STRING,
         },
     ),
 )
@@ -114,26 +133,31 @@ async def translate(
     fields = await read_fields(request)
     texts = fields.get("text")
     texts = [texts] if isinstance(texts, str) else texts
-    if not texts or not all(isinstance(text, str) for text in texts):
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise ApiError(400, "invalid_request", "Parameter 'text' not specified")
-    admit(request, access, chars=sum(map(len, texts)))
+    characters = sum(map(len, texts))
+    admit(request, access, chars=characters)
+    identity = access.identity(request)
+    service.quota.check(identity, characters)
     target = deepl_code(_string(fields, "target_lang", required=True) or "")
     source_code = _string(fields, "source_lang")
     source = deepl_code(source_code) if source_code else None
+    check_options(fields)
     glossary_id = _string(fields, "glossary_id")
     if glossary_id is not None and source is None:
         raise ApiError(400, "invalid_request", "a glossary needs source_lang")  # as DeepL
     glossary = service.glossaries.glossary(glossary_id) if glossary_id else None
+    memory = memory_choice(_string(fields, "translation_memory_id"))
     dispatcher = service.require_dispatcher()
     options = service.limits.options(None, None)
     if _string(fields, "tag_handling") in ("html", "xml"):
-        work = _translate_html(dispatcher, texts, source, target, options, glossary)
+        work = _translate_html(dispatcher, texts, source, target, options, glossary, memory)
         result, translated = await run_for_client(request, service, work)
     else:
-        plain = dispatcher.translate(texts, source, target, options, glossary)
+        plain = dispatcher.translate(texts, source, target, options, glossary, memory=memory)
         result = await run_for_client(request, service, plain)
         translated = [t.text for t in result.batch.translations]
-    service.characters_translated += sum(map(len, texts))
+    service.quota.record(identity, characters, result.batch.memory_sentences)
     response.headers[MODELS_HEADER] = ",".join(result.route.legs)
     detected = result.route.source.upper()
     return {
@@ -142,6 +166,40 @@ async def translate(
             for source, text in zip(texts, translated, strict=True)
         ]
     }
+
+
+def check_options(fields: dict[str, Any]) -> None:
+    """The options DeepL validates, refused as DeepL refuses them (400 with its wording)."""
+    for name, allowed in _CHOICES.items():
+        value = fields.get(name)
+        if isinstance(value, bool) and name == "preserve_formatting":
+            continue  # JSON clients send a boolean
+        if value not in (None, "") and (not isinstance(value, str) or value not in allowed):
+            raise ApiError(400, "invalid_request", f"Value for '{name}' not supported.")
+    formality = _string(fields, "formality")
+    if formality is not None and formality not in FORMALITIES:
+        raise ApiError(400, "invalid_request", "Value for 'formality' not supported.")
+    if formality in ("more", "less"):
+        # No served target has formality variants (``supports_formality`` is false for
+        # every one): DeepL refuses these there, and falls back for the ``prefer_`` ones.
+        raise ApiError(
+            400,
+            "formality_not_supported",
+            "'formality' is not supported for given 'target_lang'.",
+        )
+    _string(fields, "context")  # a string (not billed, no effect: see above)
+    threshold = fields.get("translation_memory_threshold")
+    if threshold is not None:
+        try:
+            in_range = 0 <= int(threshold) <= 100 and not isinstance(threshold, bool)
+        except (TypeError, ValueError):
+            in_range = False
+        if not in_range:
+            raise ApiError(
+                400,
+                "invalid_request",
+                "Value for 'translation_memory_threshold' not supported: 0 to 100.",
+            )
 
 
 @router.get("/languages", summary="Source or target languages (DeepL API v2)")
@@ -165,12 +223,17 @@ async def languages(request: Request, service: Service, access: Access) -> list[
     ]
 
 
-@router.get("/usage", summary="Characters translated through /v2 since start (DeepL API v2)")
+@router.get(
+    "/usage", summary="This client's characters through /v2 this month, and its limit (DeepL)"
+)
 async def usage(request: Request, service: Service, access: Access) -> dict[str, int]:
     admit(request, access, chars=0)
+    used = service.quota.usage(access.identity(request))
     return {
-        "character_count": service.characters_translated,
-        "character_limit": NO_CHARACTER_LIMIT,
+        "character_count": used.characters,
+        "character_limit": service.quota.limit or NO_CHARACTER_LIMIT,
+        # This service's own: segments of those written from a translation memory.
+        "translation_memory_segment_count": used.memory_segments,
     }
 
 

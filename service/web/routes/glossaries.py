@@ -10,10 +10,10 @@ a refused one leaves the stored ones as they were.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from service.text.glossary import Glossary, GlossaryError, parse_entries
 from service.translation.glossaries import GlossaryInfo, GlossaryStore
@@ -22,9 +22,10 @@ from service.translation.routing import plan_route
 from service.web.deps import Access, Service, json_body, sends_form
 from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
 from service.web.lifecycle import ServiceState
-from service.web.schemas import GlossaryCard, GlossaryCreate, GlossaryList
+from service.web.schemas import GlossaryCard, GlossaryCreate, GlossaryList, MemoryPost
 
 router = APIRouter()
+Body = TypeVar("Body", bound=BaseModel)
 
 
 def request_glossary(
@@ -74,9 +75,10 @@ def card(info: GlossaryInfo, entries: list[tuple[str, str]] | None = None) -> Gl
     )
 
 
-async def read_glossary_body(request: Request) -> GlossaryCreate:
-    """JSON, or form fields with the entries as an uploaded ``file`` (format from
-    ``entries_format`` or the file name's ``.csv``/``.tsv``)."""
+async def read_entries_body(request: Request, schema: type[Body], what: str) -> Body:
+    """A glossary's or a memory's body (``what`` names it in errors): JSON, or form fields
+    with the entries as an uploaded ``file`` (format from ``entries_format`` or the file
+    name's ``.csv``/``.tsv``)."""
     data: Any
     if sends_form(request):
         form = await request.form()
@@ -86,22 +88,22 @@ async def read_glossary_body(request: Request) -> GlossaryCreate:
             try:
                 data["entries"] = (await upload.read()).decode("utf-8-sig")
             except UnicodeDecodeError as error:
-                raise GlossaryError(
-                    "invalid_glossary_entries", "the entries file is not UTF-8 text"
+                raise ApiError(
+                    400, f"invalid_{what}_entries", "the entries file is not UTF-8 text"
                 ) from error
             if "entries_format" not in data and (upload.filename or "").lower().endswith(".csv"):
                 data["entries_format"] = "csv"
     else:
         data = await json_body(request)
     try:
-        return GlossaryCreate.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as error:
         raise ApiError(
-            400, "invalid_request", f"invalid glossary: {describe_validation(error.errors())}"
+            400, "invalid_request", f"invalid {what}: {describe_validation(error.errors())}"
         ) from error
 
 
-def entries_of(body: GlossaryCreate) -> list[tuple[str, str]]:
+def entries_of(body: GlossaryCreate | MemoryPost) -> list[tuple[str, str]]:
     if isinstance(body.entries, str):
         return parse_entries(body.entries, body.entries_format)
     if isinstance(body.entries, dict):
@@ -125,7 +127,7 @@ def entries_of(body: GlossaryCreate) -> list[tuple[str, str]]:
     },
 )
 async def create(request: Request, service: Service, access: Access) -> GlossaryCard:
-    body = await read_glossary_body(request)
+    body = await read_entries_body(request, GlossaryCreate, "glossary")
     access.admit(request, None, chars=0)
     info = create_glossary(service, body.name, body.source_lang, body.target_lang, entries_of(body))
     return card(info)

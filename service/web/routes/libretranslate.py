@@ -25,6 +25,7 @@ from service.text.html import translate_html
 from service.text.pipeline import DecodingOptions, TextTranslation, TranslationBatch
 from service.translation.dispatch import Dispatcher, DispatchResult
 from service.translation.languages import language_name
+from service.translation.memories import PAIR_DEFAULT, MemoryChoice
 from service.translation.routing import targets_by_source
 from service.web.deps import Access, Service, json_body, run_for_client, sends_form
 from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
@@ -123,17 +124,18 @@ async def _translate_html(
     target: str | None,
     options: DecodingOptions,
     glossary: Glossary | None = None,
+    memory: MemoryChoice = PAIR_DEFAULT,
 ) -> tuple[DispatchResult, list[str]]:
     """Each text is an HTML fragment: its units (service/text/html.py) go to the models in
     request-sized chunks (a fragment's many text nodes do not count as many texts), all with
     the route chosen once for the request (``auto`` detects on the fragments as sent)."""
-    route, detections = await dispatcher.plan(texts, source, target, glossary)
+    route, detections = await dispatcher.plan(texts, source, target, glossary, memory)
     chunk_size = dispatcher.limits.max_texts_per_request
     batches: list[TranslationBatch] = []
 
     async def translate_chunk(units: list[str]) -> list[str]:
         result = await dispatcher.translate(
-            units, route.source, route.target, options, glossary
+            units, route.source, route.target, options, glossary, memory=memory
         )
         batches.append(result.batch)
         return [t.text for t in result.batch.translations]
@@ -153,6 +155,7 @@ def _merged(batches: list[TranslationBatch], texts: list[str]) -> TranslationBat
         output_tokens=sum(b.output_tokens for b in batches),
         decoded_sentences=sum(b.decoded_sentences for b in batches),
         cached_sentences=sum(b.cached_sentences for b in batches),
+        memory_sentences=sum(b.memory_sentences for b in batches),
     )
 
 

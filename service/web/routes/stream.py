@@ -56,8 +56,8 @@ async def translate_stream(
     body: TranslateRequest, request: Request, service: Service, access: Access
 ) -> EventSourceResponse:
     started = time.perf_counter()
-    texts, dispatcher, options, glossary = admit(body, request, service, access)
-    work = dispatcher.stream(texts, body.source_lang, body.target_lang, options, glossary)
+    texts, dispatcher, options, glossary, memory = admit(body, request, service, access)
+    work = dispatcher.stream(texts, body.source_lang, body.target_lang, options, glossary, memory)
     stream = await run_for_client(request, service, work)
     headers = {MODELS_HEADER: ",".join(stream.models)}
     # The events close the stream when they end; the background task closes it too when the

@@ -10,11 +10,13 @@ from service.text.glossary import Glossary
 from service.text.pipeline import DecodingOptions, TextTranslation
 from service.translation.detection import Detection
 from service.translation.dispatch import Dispatcher, DispatchResult
+from service.translation.memories import MemoryChoice
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, run_for_client
 from service.web.errors import ERROR_RESPONSES
 from service.web.lifecycle import ServiceState
 from service.web.routes.glossaries import request_glossary
+from service.web.routes.memories import memory_choice
 from service.web.schemas import (
     DetectedLanguage,
     ModelCard,
@@ -43,9 +45,9 @@ async def translate(
     access: Access,
 ) -> TranslateResponse:
     started = time.perf_counter()
-    texts, dispatcher, options, glossary = admit(body, request, service, access)
+    texts, dispatcher, options, glossary, memory = admit(body, request, service, access)
     work = dispatcher.translate(
-        texts, body.source_lang, body.target_lang, options, glossary, each_text=True
+        texts, body.source_lang, body.target_lang, options, glossary, each_text=True, memory=memory
     )
     result = await run_for_client(request, service, work)
     response.headers[MODELS_HEADER] = ",".join(result.models)
@@ -54,14 +56,15 @@ async def translate(
 
 def admit(
     body: TranslateRequest, request: Request, service: ServiceState, access: AccessPolicy
-) -> tuple[list[str], Dispatcher, DecodingOptions, Glossary | None]:
+) -> tuple[list[str], Dispatcher, DecodingOptions, Glossary | None, MemoryChoice]:
     """What both ``/v1`` translation routes do before any work: charge the client, check the
-    service is ready, fill in and check the decoding options and the glossary."""
+    service is ready, fill in and check the decoding options, the glossary and the memory."""
     texts = [body.text] if isinstance(body.text, str) else body.text
     access.admit(request, None, chars=sum(map(len, texts)))
     dispatcher = service.require_dispatcher()
     options = service.limits.options(body.beam_size, body.max_new_tokens)
-    return texts, dispatcher, options, request_glossary(service, body.glossary, body.glossary_id)
+    glossary = request_glossary(service, body.glossary, body.glossary_id)
+    return texts, dispatcher, options, glossary, memory_choice(body.memory_id, body.use_memory)
 
 
 def translate_response(result: DispatchResult, started: float) -> TranslateResponse:
@@ -80,6 +83,7 @@ def translate_response(result: DispatchResult, started: float) -> TranslateRespo
             output_tokens=batch.output_tokens,
             sentences=batch.decoded_sentences,
             cached_sentences=batch.cached_sentences,
+            memory_sentences=batch.memory_sentences,
         ),
         time_ms=round((time.perf_counter() - started) * 1000, 3),
     )

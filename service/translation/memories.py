@@ -1,0 +1,282 @@
+"""Translation memories: approved translations returned as they were approved, without the
+model.
+
+A memory holds approved segment pairs (source -> target) for one language pair. Clients post
+them to a memory of their own (an id they choose: a project, a customer) or to the pair's
+default memory (id ``default:en-de``), which every request of that pair uses unless it names
+another memory or turns memories off. The text pipeline (service/text/pipeline.py) looks up
+each text whole, then each of its sentences (with and without the markup at its edges); a
+segment found is written exactly as approved, is not sent to the model, and is counted.
+
+* **Matching** is exact after normalising whitespace: leading and trailing whitespace is
+  ignored and every run of whitespace inside counts as one space. Case, punctuation and
+  markup count: an approved translation is approved for that exact text.
+* **Growing.** Posting a source a memory already holds replaces its target (the latest
+  approval wins); within one post, one source with two different targets is refused, since
+  which one was approved is not for the service to guess.
+* **Storage.** Rows live in the service's SQLite file (service/translation/database.py) and
+  are written in one transaction per post, so a refused post changes nothing. A lookup is one
+  indexed query: a memory of any size costs the process no memory, and a pair posted holds
+  for the very next request.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import regex
+
+from service.errors import InputTooLarge, NotFound, TextError
+from service.text.pipeline import MemoryLookup
+from service.translation.database import Database
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS memories (
+    id TEXT PRIMARY KEY,
+    source_lang TEXT NOT NULL,
+    target_lang TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS memory_entries (
+    memory_id TEXT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+    source_key TEXT NOT NULL,
+    source TEXT NOT NULL,
+    target TEXT NOT NULL,
+    PRIMARY KEY (memory_id, source_key)
+) WITHOUT ROWID;
+"""
+
+# Ids clients choose; the defaults' ``default:en-de`` cannot collide with one (the colon).
+_CLIENT_ID = regex.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+DEFAULT_PREFIX = "default:"
+
+
+class MemoryEntriesError(TextError):
+    """Entries or a memory id the service cannot store as given (HTTP 400)."""
+
+
+def segment_key(text: str) -> str:
+    """What two spellings of one segment share: whitespace runs as one space, no whitespace
+    at the ends."""
+    return " ".join(text.split())
+
+
+def default_memory_id(source_lang: str, target_lang: str) -> str:
+    return f"{DEFAULT_PREFIX}{source_lang}-{target_lang}"
+
+
+@dataclass(frozen=True)
+class MemoryChoice:
+    """Which memory a request uses: ``memory_id``, or its pair's default where there is one
+    (``memory_id`` None); ``use=False``: none."""
+
+    memory_id: str | None = None
+    use: bool = True
+
+
+PAIR_DEFAULT = MemoryChoice()
+NO_MEMORY = MemoryChoice(use=False)
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    memory_id: str
+    source_lang: str
+    target_lang: str
+    created_at: float  # seconds since the epoch
+    updated_at: float
+    entry_count: int
+
+    @property
+    def is_default(self) -> bool:
+        return self.memory_id.startswith(DEFAULT_PREFIX)
+
+
+@dataclass(frozen=True)
+class MemoryUpdate:
+    """What one post did: the memory as it is now, whether the post created it, and how many
+    of its pairs were new and how many replaced an earlier target."""
+
+    info: MemoryInfo
+    created: bool
+    added: int
+    replaced: int
+
+
+def check_entries(
+    entries: Iterable[tuple[object, object]], max_chars: int
+) -> list[tuple[str, str, str]]:
+    """``(key, source, target)`` for each distinct pair; :class:`MemoryEntriesError` (400)
+    or ``InputTooLarge`` (413) naming the first bad entry."""
+    checked: dict[str, tuple[str, str, str]] = {}
+    for index, (source, target) in enumerate(entries):
+        for side, value in (("source", source), ("target", target)):
+            if not isinstance(value, str) or not value.strip():
+                raise MemoryEntriesError(
+                    "empty_memory_segment", f"memory entry {index}: the {side} segment is empty"
+                )
+            if len(value) > max_chars:
+                # A source longer than a request's text could never be matched.
+                raise InputTooLarge(
+                    "memory_segment_too_long",
+                    f"memory entry {index}: the {side} segment has {len(value)} characters; "
+                    f"the limit is MT_MAX_CHARS_PER_TEXT={max_chars}",
+                )
+        assert isinstance(source, str) and isinstance(target, str)
+        key = segment_key(source)
+        earlier = checked.get(key)
+        if earlier is not None and earlier[2] != target:
+            raise MemoryEntriesError(
+                "conflicting_memory_entries",
+                f"memory entry {index}: the source segment {source[:80]!r} is given twice with "
+                "different targets",
+            )
+        checked[key] = (key, source, target)
+    if not checked:
+        raise MemoryEntriesError("empty_memory", "no memory entries were given")
+    return list(checked.values())
+
+
+class MemoryStore:
+    def __init__(self, database: Database, max_chars: int) -> None:
+        """``max_chars``: the longest segment (``MT_MAX_CHARS_PER_TEXT``)."""
+        self.database = database
+        database.add_schema(_SCHEMA)
+        self.max_chars = max_chars
+
+    def add(
+        self,
+        memory_id: str | None,
+        source_lang: str,
+        target_lang: str,
+        entries: Iterable[tuple[object, object]],
+    ) -> MemoryUpdate:
+        """Store ``entries`` in ``memory_id`` (created if new) or, for None, in the pair's
+        default memory. Refusals (bad entries, a bad id, a memory of another pair) raise
+        before anything is written."""
+        default_id = default_memory_id(source_lang, target_lang)
+        memory_id = memory_id or default_id
+        if memory_id != default_id and not _CLIENT_ID.fullmatch(memory_id):
+            raise MemoryEntriesError(
+                "invalid_memory_id",
+                f"memory_id {memory_id[:80]!r}: 1 to 64 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit",
+            )
+        rows = check_entries(entries, self.max_chars)
+        now = time.time()
+        with self.database.transaction() as db:
+            existing = db.execute(
+                "SELECT source_lang, target_lang FROM memories WHERE id = ?", (memory_id,)
+            ).fetchone()
+            if existing is not None and tuple(existing) != (source_lang, target_lang):
+                raise MemoryEntriesError(
+                    "memory_language_mismatch",
+                    f"the memory {memory_id!r} is for {existing[0]}->{existing[1]}, the entries "
+                    f"are for {source_lang}->{target_lang}",
+                )
+            if existing is None:
+                db.execute(
+                    "INSERT INTO memories VALUES (?, ?, ?, ?, ?)",
+                    (memory_id, source_lang, target_lang, now, now),
+                )
+            else:
+                db.execute("UPDATE memories SET updated_at = ? WHERE id = ?", (now, memory_id))
+            held = _held_keys(db, memory_id, [key for key, _, _ in rows])
+            db.executemany(
+                "INSERT OR REPLACE INTO memory_entries VALUES (?, ?, ?, ?)",
+                [(memory_id, key, source, target) for key, source, target in rows],
+            )
+        replaced = sum(key in held for key, _, _ in rows)
+        return MemoryUpdate(self.info(memory_id), existing is None, len(rows) - replaced, replaced)
+
+    def list(self) -> list[MemoryInfo]:
+        with self.database.read() as db:
+            rows = db.execute(_INFO + " GROUP BY m.id ORDER BY m.created_at, m.id").fetchall()
+        return [MemoryInfo(*row) for row in rows]
+
+    def info(self, memory_id: str) -> MemoryInfo:
+        with self.database.read() as db:
+            row = db.execute(_INFO + " WHERE m.id = ? GROUP BY m.id", (memory_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no translation memory with id {memory_id!r}", "memory_not_found")
+        return MemoryInfo(*row)
+
+    def entries(self, memory_id: str) -> builtins.list[tuple[str, str]]:
+        self.info(memory_id)  # 404 for an unknown id rather than an empty list
+        with self.database.read() as db:
+            rows = db.execute(
+                "SELECT source, target FROM memory_entries WHERE memory_id = ? ORDER BY source_key",
+                (memory_id,),
+            ).fetchall()
+        return [(source, target) for source, target in rows]
+
+    def delete(self, memory_id: str) -> None:
+        with self.database.transaction() as db:
+            deleted = db.execute("DELETE FROM memories WHERE id = ?", (memory_id,)).rowcount
+        if not deleted:
+            raise NotFound(f"no translation memory with id {memory_id!r}", "memory_not_found")
+
+    def lookup(
+        self, choice: MemoryChoice, source_lang: str, target_lang: str
+    ) -> MemoryLookup | None:
+        """The lookup a request of ``source_lang``->``target_lang`` uses, or None: 404 for an
+        unknown ``memory_id``, 400 for one of another pair (its segments are in the wrong
+        language for this one)."""
+        if not choice.use:
+            return None
+        if choice.memory_id is None:
+            memory_id = default_memory_id(source_lang, target_lang)
+            with self.database.read() as db:
+                found = db.execute("SELECT 1 FROM memories WHERE id = ?", (memory_id,)).fetchone()
+            if found is None:
+                return None
+        else:
+            memory_id = choice.memory_id
+            info = self.info(memory_id)
+            if (info.source_lang, info.target_lang) != (source_lang, target_lang):
+                raise MemoryEntriesError(
+                    "memory_language_mismatch",
+                    f"the memory {memory_id!r} is for {info.source_lang}->{info.target_lang}, "
+                    f"the request is {source_lang}->{target_lang}",
+                )
+        return lambda text: self._find(memory_id, text)
+
+    def _find(self, memory_id: str, text: str) -> str | None:
+        key = segment_key(text)
+        if not key:
+            return None
+        with self.database.read() as db:
+            row = db.execute(
+                "SELECT target FROM memory_entries WHERE memory_id = ? AND source_key = ?",
+                (memory_id, key),
+            ).fetchone()
+        return row[0] if row is not None else None
+
+
+_INFO = (
+    "SELECT m.id, m.source_lang, m.target_lang, m.created_at, m.updated_at, COUNT(e.source_key) "
+    "FROM memories m LEFT JOIN memory_entries e ON e.memory_id = m.id"
+)
+
+
+def _held_keys(db: sqlite3.Connection, memory_id: str, keys: list[str]) -> set[str]:
+    """Which of ``keys`` the memory already holds (chunked: SQLite caps a query's
+    parameters)."""
+    held: set[str] = set()
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        held.update(
+            key
+            for (key,) in db.execute(
+                f"SELECT source_key FROM memory_entries WHERE memory_id = ? "  # noqa: S608
+                f"AND source_key IN ({marks})",
+                (memory_id, *chunk),
+            )
+        )
+    return held

@@ -1,0 +1,77 @@
+"""DeepL's usage and character quota: what each client translated through ``/v2/translate``
+this calendar month (UTC), and ``MT_DEEPL_CHARACTER_LIMIT``, the most it may (0: no limit).
+
+DeepL counts characters per account and billing period and answers 456 once the limit is
+reached; ``/v2/usage`` reports the count and the limit, which its clients read
+(``Usage.any_limit_reached``). Here the account is the API key, or the client's address when
+keys are off (service/web/access.py), and the period is the calendar month. The counts live in
+the service's SQLite file (service/translation/database.py), so a restart neither resets a
+quota nor forgets the usage.
+
+A request is refused when its characters would take the client past the limit, before any
+work; it is counted after it is translated (concurrent requests may together pass the limit
+by what they were already allowed).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass
+
+from service.translation.database import Database
+from service.web.errors import ApiError
+from service.web.rate_limits import Clock
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS deepl_usage (
+    identity TEXT NOT NULL,
+    period TEXT NOT NULL,
+    characters INTEGER NOT NULL,
+    memory_segments INTEGER NOT NULL,
+    PRIMARY KEY (identity, period)
+);
+"""
+QUOTA_EXCEEDED = "Quota exceeded. The character limit has been reached."
+
+
+@dataclass(frozen=True)
+class Usage:
+    characters: int
+    memory_segments: int  # of the segments translated, those written from a memory
+
+
+class CharacterQuota:
+    def __init__(self, database: Database, limit: int, clock: Clock = time.time) -> None:
+        """``limit``: characters per client and month (``MT_DEEPL_CHARACTER_LIMIT``; 0: no
+        limit)."""
+        self.database = database
+        database.add_schema(_SCHEMA)
+        self.limit = limit
+        self.clock = clock
+
+    def _period(self) -> str:
+        return datetime.datetime.fromtimestamp(self.clock(), datetime.UTC).strftime("%Y-%m")
+
+    def usage(self, identity: str) -> Usage:
+        with self.database.read() as db:
+            row = db.execute(
+                "SELECT characters, memory_segments FROM deepl_usage "
+                "WHERE identity = ? AND period = ?",
+                (identity, self._period()),
+            ).fetchone()
+        return Usage(*row) if row is not None else Usage(0, 0)
+
+    def check(self, identity: str, characters: int) -> None:
+        """456 (DeepL's status) when ``characters`` more would pass the limit."""
+        if self.limit and self.usage(identity).characters + characters > self.limit:
+            raise ApiError(456, "quota_exceeded", QUOTA_EXCEEDED)
+
+    def record(self, identity: str, characters: int, memory_segments: int) -> None:
+        with self.database.transaction() as db:
+            db.execute(
+                "INSERT INTO deepl_usage VALUES (?, ?, ?, ?) ON CONFLICT (identity, period) "
+                "DO UPDATE SET characters = characters + excluded.characters, "
+                "memory_segments = memory_segments + excluded.memory_segments",
+                (identity, self._period(), characters, memory_segments),
+            )
