@@ -49,9 +49,9 @@ TOP_CANDIDATES = 3
 # counts as this frequency. 1e-7 keeps 96 k words of English and 173 k of German (35 MiB).
 MIN_FREQUENCY = 1e-7
 _LOG_FLOOR = math.log(MIN_FREQUENCY)
-# The weight of py3langid's log-probability against the words' (chosen on the development
-# half of the held-out strings, bench/detection.py): the words decide when they disagree
-# clearly, the n-grams when the words are unknown or shared.
+# The weight of py3langid's log-probability against the words' (chosen on the pretalx half
+# of the held-out strings, bench/detection.py): the words decide when they disagree clearly,
+# the n-grams when the words are unknown or shared.
 NGRAM_WEIGHT = 1.5
 _WORD_RE = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
 
@@ -82,16 +82,23 @@ def _restricted_identifier(languages: tuple[str, ...]):
     return identifier
 
 
+def has_word_list(language: str) -> bool:
+    """Whether wordfreq is installed and has a large list for ``language``."""
+    try:
+        import wordfreq
+    except ImportError:
+        return False
+    return language in wordfreq.available_languages(wordlist="large")
+
+
 @lru_cache(maxsize=32)
 def word_log_frequencies(language: str) -> Mapping[str, float] | None:
     """``word -> log frequency`` of ``language``'s words of at least MIN_FREQUENCY (None when
     wordfreq has no list for it, or is not installed)."""
-    try:
-        import wordfreq
-    except ImportError:
+    if not has_word_list(language):
         return None
-    if language not in wordfreq.available_languages(wordlist="large"):
-        return None
+    import wordfreq
+
     # The list is stored as buckets of words by frequency, bucket i holding the words of
     # frequency 10^(-i/100): reading the buckets down to MIN_FREQUENCY, one float shared per
     # bucket, takes a fraction of the memory of wordfreq's own dictionary of every word.
@@ -124,9 +131,9 @@ class LanguageDetector:
         self._identifier = _restricted_identifier(self.languages) if self.languages else None
         self._words: list[Mapping[str, float]] | None = None
         if use_words and len(self.languages) > 1:
-            lists = [word_log_frequencies(code) for code in self.languages]
-            if all(found is not None for found in lists):
-                self._words = lists  # type: ignore[assignment]
+            if all(has_word_list(code) for code in self.languages):
+                tables = [word_log_frequencies(code) for code in self.languages]
+                self._words = [table for table in tables if table is not None]
             else:  # one language's words counted and another's not would tip every text
                 logger.warning("no word list for every served language: n-grams alone")
 
