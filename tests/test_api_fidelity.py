@@ -12,6 +12,7 @@ import string
 import time
 import unicodedata
 from collections import Counter
+from html import escape, unescape
 
 import pytest
 from fastapi.testclient import TestClient
@@ -77,13 +78,25 @@ def translate_libre(client: TestClient, text: str, **languages) -> str:
     return response.json()["translatedText"]
 
 
-def all_four(clients, text: str) -> dict[str, str]:
-    """The translation of ``text`` by each API with greedy and with beam search."""
+def translate_html(client: TestClient, text: str) -> str:
+    """``text`` as the content of a paragraph through LibreTranslate's HTML path (the text
+    nodes of service/text/html.py), the paragraph's content read back out."""
+    html = f"<p>{escape(text, quote=False)}</p>"
+    translated = translate_libre(client, html, format="html")
+    assert translated.startswith("<p>") and translated.endswith("</p>"), translated
+    return unescape(translated.removeprefix("<p>").removesuffix("</p>"))
+
+
+def all_routes(clients, text: str) -> dict[str, str]:
+    """The translation of ``text`` by each API, and the HTML path, with greedy and with beam
+    search."""
     return {
         "v1 greedy": translate_v1(clients["greedy"], text, 1),
         "v1 beam": translate_v1(clients["greedy"], text, BEAM),
         "libretranslate greedy": translate_libre(clients["greedy"], text),
         "libretranslate beam": translate_libre(clients["beam"], text),
+        "html greedy": translate_html(clients["greedy"], text),
+        "html beam": translate_html(clients["beam"], text),
     }
 
 
@@ -122,7 +135,7 @@ def test_every_character_beyond_the_model_comes_back_as_often_as_sent(clients, t
     if not unicodedata.is_normalized("NFC", text):
         text = unicodedata.normalize("NFC", text)
     sent = beyond_the_model(text)
-    for route, translation in all_four(clients, text).items():
+    for route, translation in all_routes(clients, text).items():
         assert beyond_the_model(translation) == sent, (route, text, translation)
         for insert in INSERTS:
             if insert in text and insert not in (" ", ""):
@@ -135,7 +148,7 @@ def test_every_character_beyond_the_model_comes_back_as_often_as_sent(clients, t
     ["smile 😀 ok", "Send the file to Дмитрий Иванов", "👍🏽", "Toggle the view ℹ️", "東京"],
 )
 def test_emoji_symbols_and_names_come_back_in_place(clients, text):
-    for route, translation in all_four(clients, text).items():
+    for route, translation in all_routes(clients, text).items():
         for run in ("😀", "Дмитрий Иванов", "👍🏽", "ℹ️", "東京"):
             assert translation.count(run) == text.count(run), (route, translation)
 
@@ -157,20 +170,20 @@ def test_symbols_and_lone_letters_the_model_spells_come_back(clients, model_dir,
 
     tokenizer = Tokenizer.from_dir(model_dir)
     assert all(tokenizer.spells(char) for char in "+|~$5ß")
-    for route, translation in all_four(clients, text).items():
+    for route, translation in all_routes(clients, text).items():
         for run in kept:
             assert translation.count(run) >= text.count(run), (route, run, translation)
 
 
 def test_nul_and_control_characters_are_kept_where_they_were(clients):
     text = "save\x00 the file\x1b[0m"
-    for route, translation in all_four(clients, text).items():
+    for route, translation in all_routes(clients, text).items():
         assert translation.count("\x00") == 1 and translation.count("\x1b") == 1, route
 
 
 def test_nfc_in_nfc_out_with_combining_marks_kept(clients):
     text = "open the file for Zoë and Jürgen, the q\u0301uery"  # q + combining acute: no NFC form
-    for route, translation in all_four(clients, text).items():
+    for route, translation in all_routes(clients, text).items():
         assert unicodedata.is_normalized("NFC", translation), route
         assert "Zoë" in translation and "q\u0301uery" in translation, (route, translation)
 

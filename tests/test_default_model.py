@@ -8,8 +8,11 @@ back intact, and the text must be translated, not copied.
 
 from __future__ import annotations
 
+import json
+import random
 import re
 import time
+from html import escape, unescape
 from pathlib import Path
 
 import pytest
@@ -66,21 +69,33 @@ PAIRS = list(SHIPPED)
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
+def onnx_dirs(tmp_path_factory):
     from export.onnx_export import export_from_dir
 
-    onnx_dirs = []
+    exported = []
     for (source, target), model_dir in SHIPPED.items():
         onnx_dir = tmp_path_factory.mktemp(f"onnx_{source}_{target}")
         export_from_dir(model_dir, onnx_dir)
-        onnx_dirs.append(onnx_dir)
-    settings = Settings(model_dirs=onnx_dirs, provider="cpu", intra_op_threads=1)
-    with TestClient(create_app(settings)) as test_client:
-        for _ in range(600):
-            if test_client.get("/ready").status_code == 200:
-                break
-            time.sleep(0.1)
-        yield test_client
+        exported.append(onnx_dir)
+    return exported
+
+
+def serve(onnx_dirs, **overrides):
+    settings = Settings(model_dirs=onnx_dirs, provider="cpu", intra_op_threads=1, **overrides)
+    test_client = TestClient(create_app(settings))
+    test_client.__enter__()
+    for _ in range(600):
+        if test_client.get("/ready").status_code == 200:
+            break
+        time.sleep(0.1)
+    return test_client
+
+
+@pytest.fixture(scope="module")
+def client(onnx_dirs):
+    test_client = serve(onnx_dirs)
+    yield test_client
+    test_client.__exit__(None, None, None)
 
 
 def translate(
@@ -134,3 +149,78 @@ def test_both_directions_are_listed_and_routed_by_the_libretranslate_api(client)
     )
     assert to_english.status_code == 200
     assert re.search("save", to_english.json()["translatedText"], re.IGNORECASE)
+
+
+# --- what the client wrote comes back ---------------------------------------------------------
+
+HELD_OUT = Path(__file__).resolve().parents[1] / "bench" / "heldout" / "ui_strings_en_de.json"
+# An emoji, the symbols of the issue, and names in other scripts: the default vocabulary spells
+# some of them (©, €, →), so the model could drop them if they were not protected.
+INSERTS = (
+    "😀", "👍🏽", "©", "®", "™", "€", "→", "✔", "Дмитрий", "東京", "محمد", "Łódź",
+)  # fmt: skip
+BEAM = 4
+
+
+def held_out_with_inserts(count: int = 48) -> list[tuple[str, str]]:
+    """``(text, insert)``: held-out English UI strings (bench/heldout/, projects the models
+    never saw) of 3 to 8 words, each with one insert between two words (seeded)."""
+    strings = json.loads(HELD_OUT.read_text(encoding="utf-8"))["strings"]
+    pool = sorted(
+        text
+        for package in strings.values()
+        for text in package["en"]["short"]
+        if 3 <= len(text.split()) <= 8 and re.fullmatch(r"[A-Za-z ,.'!?:-]+", text)
+    )
+    chosen = random.Random(33).sample(pool, count)
+    texts = []
+    for index, text in enumerate(chosen):
+        words = text.split()
+        cut = random.Random(index).randrange(1, len(words))
+        insert = INSERTS[index % len(INSERTS)]
+        texts.append((" ".join([*words[:cut], insert, *words[cut:]]), insert))
+    return texts
+
+
+@pytest.fixture(scope="module")
+def beam_client(onnx_dirs):
+    """LibreTranslate requests decode with the default beam size: beam search there needs an
+    app of its own."""
+    test_client = serve(onnx_dirs, default_beam_size=BEAM)
+    yield test_client
+    test_client.__exit__(None, None, None)
+
+
+def _libre(client: TestClient, texts: list[str], text_format: str) -> list[str]:
+    response = client.post(
+        "/translate", json={"q": texts, "source": "en", "target": "de", "format": text_format}
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["translatedText"]
+
+
+def _html(client: TestClient, texts: list[str]) -> list[str]:
+    fragments = [f"<p>{escape(text, quote=False)}</p>" for text in texts]
+    return [unescape(re.sub(r"</?p>", "", out)) for out in _libre(client, fragments, "html")]
+
+
+def test_inserted_symbols_emoji_and_names_come_back_on_held_out_strings(client, beam_client):
+    cases = held_out_with_inserts()
+    texts = [text for text, _ in cases]
+    routes = {
+        "v1 greedy": translate(client, ("en", "de"), texts, 1),
+        "v1 beam": translate(client, ("en", "de"), texts, BEAM),
+        "libretranslate greedy": _libre(client, texts, "text"),
+        "libretranslate beam": _libre(beam_client, texts, "text"),
+        "html greedy": _html(client, texts),
+        "html beam": _html(beam_client, texts),
+    }
+    for route, translations in routes.items():
+        lost = [
+            (text, translation)
+            for (text, insert), translation in zip(cases, translations, strict=True)
+            if translation.count(insert) < text.count(insert)
+        ]
+        assert not lost, (route, lost)
+    # Translated, not copied around the insert.
+    assert sum(t != s for s, t in zip(texts, routes["v1 greedy"], strict=True)) >= 0.9 * len(texts)

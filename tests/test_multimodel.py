@@ -236,6 +236,14 @@ def test_a_detected_list_gives_what_each_text_gives_alone(client, target, models
     ran = list(dict.fromkeys(models["de"] + models["en"]))
     assert body["models"] == ran
     assert response.headers["x-translation-models"] == ",".join(ran)
+    # Each text's detection in the headers too, in input order.
+    detections = [t["detected_language"] for t in body["translations"]]
+    assert response.headers["x-detected-language"] == ",".join(d["language"] for d in detections)
+    confidences = response.headers["x-detected-language-confidence"].split(",")
+    assert [float(c) for c in confidences] == [d["confidence"] for d in detections]
+    given = translate(client, texts, "de", target)
+    assert "x-detected-language" not in given.headers  # nothing was detected
+    assert "x-detected-language-confidence" not in given.headers
     # The stream detects text by text too, and ends with the same translations.
     with client.stream(
         "POST",

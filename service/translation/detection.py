@@ -1,10 +1,25 @@
 """Which language a text is in, among the languages the service translates from.
 
-py3langid (a maintained fork of langid.py: a naive Bayes model over byte n-grams, 142
-languages, numpy only, offline) restricted to the served source languages: a detector that
-may answer "Catalan" when only en/de/fr are served is no use for routing, and restricting
-the classes also makes short texts far less ambiguous. Confidences are normalised
-probabilities over the served languages, reported 0–100 as LibreTranslate does.
+Two models, each restricted to the served source languages (a detector that may answer
+"Catalan" when only en/de/fr are served is no use for routing, and restricting the classes
+makes short texts far less ambiguous), their log-probabilities added:
+
+* py3langid (a maintained fork of langid.py: naive Bayes over byte n-grams, 142 languages,
+  numpy only, offline) reads how the text is spelled;
+* a unigram model of words (wordfreq's frequency lists, shipped in its wheel, offline) reads
+  which words it uses. Short interface strings are mostly words: "Toggle Sort Order" has
+  n-grams that py3langid finds as German as English, but each of its words is hundreds of
+  times more frequent in English. The lists are cut to words of at least ``MIN_FREQUENCY``
+  (tens of thousands of words a language, a few MiB) and unknown words count as that
+  frequency in every language, so they weigh nothing.
+
+Placeholders (``%(count)s``, ``{name}``, markup, URLs) are left out first: they are code, and
+``count`` in ``%(count)s Elemente`` is not an English word of the text. Where a served
+language has no word list, or wordfreq is not installed, py3langid decides alone. The
+accuracy on held-out interface strings and long texts is in BENCHMARKS.md (bench/detection.py).
+
+Confidences are the combined probabilities normalised over the served languages, 0–100 as
+LibreTranslate reports them.
 
 A batch of texts passed together gets one detection (LibreTranslate detects once per request,
 since one model translates the whole request): the texts are scored together. ``/v1`` calls
@@ -18,14 +33,27 @@ so one detector serves every thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+from service.text.protection import PLACEHOLDER_RE
 
 logger = logging.getLogger(__name__)
 
 # Detected languages reported per text (LibreTranslate's /detect gives its top candidates).
 TOP_CANDIDATES = 3
+# Words rarer than this (per word of running text) are left out of the lists; an unknown word
+# counts as this frequency. 1e-7 keeps 96 k words of English and 173 k of German (35 MiB).
+MIN_FREQUENCY = 1e-7
+_LOG_FLOOR = math.log(MIN_FREQUENCY)
+# The weight of py3langid's log-probability against the words' (chosen on the pretalx half
+# of the held-out strings, bench/detection.py): the words decide when they disagree clearly,
+# the n-grams when the words are unknown or shared.
+NGRAM_WEIGHT = 1.5
+_WORD_RE = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
 
 
 @dataclass(frozen=True)
@@ -54,25 +82,88 @@ def _restricted_identifier(languages: tuple[str, ...]):
     return identifier
 
 
-class LanguageDetector:
-    """Detects among ``languages``; those the detection model does not know are left out."""
+def has_word_list(language: str) -> bool:
+    """Whether wordfreq is installed and has a large list for ``language``."""
+    try:
+        import wordfreq
+    except ImportError:
+        return False
+    return language in wordfreq.available_languages(wordlist="large")
 
-    def __init__(self, languages: Iterable[str]) -> None:
+
+@lru_cache(maxsize=32)
+def word_log_frequencies(language: str) -> Mapping[str, float] | None:
+    """``word -> log frequency`` of ``language``'s words of at least MIN_FREQUENCY (None when
+    wordfreq has no list for it, or is not installed)."""
+    if not has_word_list(language):
+        return None
+    import wordfreq
+
+    # The list is stored as buckets of words by frequency, bucket i holding the words of
+    # frequency 10^(-i/100): reading the buckets down to MIN_FREQUENCY, one float shared per
+    # bucket, takes a fraction of the memory of wordfreq's own dictionary of every word.
+    buckets = wordfreq.read_cBpack(str(wordfreq.DATA_PATH / f"large_{language}.msgpack.gz"))
+    last = round(-100 * math.log10(MIN_FREQUENCY))
+    table: dict[str, float] = {}
+    for index, bucket in enumerate(buckets[: last + 1]):
+        value = -index / 100 * math.log(10)
+        for word in bucket:
+            table.setdefault(word, value)
+    return table
+
+
+def words_of(text: str) -> list[str]:
+    """The words the word model reads: letter runs (with an inner apostrophe) outside
+    placeholders, lower-cased."""
+    return [word.lower() for word in _WORD_RE.findall(PLACEHOLDER_RE.sub(" ", text))]
+
+
+class LanguageDetector:
+    """Detects among ``languages``; those the detection model does not know are left out.
+    ``use_words=False``: py3langid alone (the comparison in bench/detection.py)."""
+
+    def __init__(self, languages: Iterable[str], use_words: bool = True) -> None:
         wanted = sorted(set(languages))
         known = set(_base_identifier().labels)
         self.languages = tuple(code for code in wanted if code in known)
         if unknown := [code for code in wanted if code not in known]:
             logger.warning("language detection cannot recognise %s", ", ".join(unknown))
         self._identifier = _restricted_identifier(self.languages) if self.languages else None
+        self._words: list[Mapping[str, float]] | None = None
+        if use_words and len(self.languages) > 1:
+            if all(has_word_list(code) for code in self.languages):
+                tables = [word_log_frequencies(code) for code in self.languages]
+                self._words = [table for table in tables if table is not None]
+            else:  # one language's words counted and another's not would tip every text
+                logger.warning("no word list for every served language: n-grams alone")
 
     def detect(self, texts: str | Sequence[str]) -> list[Detection]:
         """Candidates, best first (at most TOP_CANDIDATES). Text with nothing to go on (no
-        letters, or no recognisable language served) gives the first served language with
-        confidence 0."""
+        letters outside placeholders, or no recognisable language served) gives the first
+        served language with confidence 0."""
         joined = texts if isinstance(texts, str) else "\n".join(texts)
-        if self._identifier is None or not any(char.isalpha() for char in joined):
+        bare = PLACEHOLDER_RE.sub(" ", joined)
+        if self._identifier is None or not any(char.isalpha() for char in bare):
             return [Detection(self.languages[0] if self.languages else "en", 0.0)]
         if len(self.languages) == 1:  # one class: its normalised probability is 1, unscored
             return [Detection(self.languages[0], 100.0)]
-        ranked = self._identifier.rank(joined)[:TOP_CANDIDATES]
-        return [Detection(code, round(100.0 * score, 1)) for code, score in ranked]
+        if self._words is None:
+            ranked = self._identifier.rank(bare)[:TOP_CANDIDATES]
+            return [Detection(code, round(100.0 * score, 1)) for code, score in ranked]
+        ngrams = dict(self._identifier.rank(bare))
+        words = words_of(bare)
+        scores = [
+            NGRAM_WEIGHT * math.log(max(ngrams[code], 1e-300))
+            + sum(table.get(word, _LOG_FLOOR) for word in words)
+            for code, table in zip(self.languages, self._words, strict=True)
+        ]
+        best = max(scores)
+        weights = [math.exp(score - best) for score in scores]
+        total = sum(weights)
+        ranked = sorted(
+            zip(self.languages, weights, strict=True), key=lambda pair: pair[1], reverse=True
+        )
+        return [
+            Detection(code, round(100.0 * weight / total, 1))
+            for code, weight in ranked[:TOP_CANDIDATES]
+        ]

@@ -182,7 +182,11 @@ class MemoryEntries(BaseModel):
 
 class DetectedLanguage(BaseModel):
     language: str
-    confidence: float = Field(description="0 to 100.")
+    confidence: float = Field(
+        description="0 to 100: the detector's probability for this language among the served "
+        "source languages. Short texts can be close calls (below about 90): send source_lang "
+        "to be sure. /v1/translate also answers it in the X-Detected-Language-Confidence header."
+    )
 
 
 class Translation(BaseModel):

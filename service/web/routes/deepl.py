@@ -133,6 +133,7 @@ async def translate(
     fields = await read_fields(request)
     texts = fields.get("text")
     texts = [texts] if isinstance(texts, str) else texts
+    # A JSON body may hold anything there (a number, an object): only strings are texts.
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise ApiError(400, "invalid_request", "Parameter 'text' not specified")
     characters = sum(map(len, texts))

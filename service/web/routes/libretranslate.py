@@ -1,6 +1,6 @@
 """LibreTranslate's API: ``POST /translate`` (``format`` text or html, ``alternatives`` from the
-beam's n-best) and ``POST /detect`` (JSON or form fields) and ``GET /languages``, so existing
-LibreTranslate clients work unchanged. Files: service/web/routes/files.py; ``/frontend/settings``:
+beam's n-best), ``POST /detect`` (JSON or form fields), ``GET /languages`` and ``GET /spec``
+(the API document), so existing LibreTranslate clients work unchanged. Files: service/web/routes/files.py; ``/frontend/settings``:
 service/web/routes/page.py.
 
 Shapes follow LibreTranslate (libretranslate/app.py): ``detectedLanguage`` is
@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from service.config import Settings
@@ -217,3 +218,12 @@ async def languages(service: Service) -> list[Language]:
         Language(code=code, name=language_name(code), targets=targets)
         for code, targets in reachable.items()
     ]
+
+
+@router.get("/spec", include_in_schema=False)
+async def spec(request: Request) -> JSONResponse:
+    """LibreTranslate serves its API document at ``/spec`` (GET only; its Swagger UI and some
+    clients read it there). Ours is the OpenAPI document of this service, the one at
+    ``/openapi.json``: it describes the routes this server answers, LibreTranslate's among
+    them. Not rate limited or keyed, as in LibreTranslate (``@limiter.exempt``)."""
+    return JSONResponse(request.app.openapi())

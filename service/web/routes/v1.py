@@ -29,6 +29,11 @@ from service.web.schemas import (
 
 router = APIRouter()
 MODELS_HEADER = "X-Translation-Models"  # which models ran, on both translation APIs
+# With a detected source: each text's detected language and its confidence (0–100), in input
+# order, comma-separated. A client that reads only headers (or streams) can still see that a
+# short text was a close call and send it again with its source_lang.
+DETECTED_HEADER = "X-Detected-Language"
+CONFIDENCE_HEADER = "X-Detected-Language-Confidence"
 
 
 @router.post(
@@ -51,7 +56,19 @@ async def translate(
     )
     result = await run_for_client(request, service, work)
     response.headers[MODELS_HEADER] = ",".join(result.models)
+    response.headers.update(detection_headers(result, len(texts)))
     return translate_response(result, started)
+
+
+def detection_headers(result: DispatchResult, count: int) -> dict[str, str]:
+    """DETECTED_HEADER and CONFIDENCE_HEADER for a detected source (none otherwise)."""
+    detections = [result.detection_of(index) for index in range(count)]
+    if not detections or any(d is None for d in detections):
+        return {}
+    return {
+        DETECTED_HEADER: ",".join(d.language for d in detections if d is not None),
+        CONFIDENCE_HEADER: ",".join(f"{d.confidence:g}" for d in detections if d is not None),
+    }
 
 
 def admit(

@@ -1,0 +1,86 @@
+"""Language detection (service/translation/detection.py): py3langid's n-grams and wordfreq's
+words together, among the served languages.
+
+The accuracy on held-out interface strings is measured by bench/detection.py (BENCHMARKS.md);
+these tests pin the behaviour that measurement relies on.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from service.translation.detection import LanguageDetector, words_of
+
+
+@pytest.fixture(scope="module")
+def detector():
+    return LanguageDetector(["en", "de"])
+
+
+@pytest.fixture(scope="module")
+def ngrams_alone():
+    return LanguageDetector(["en", "de"], use_words=False)
+
+
+# The strings the issue found misdetected (py3langid alone, restricted to en/de), and short
+# German strings of the same kind.
+SHORT = [
+    ("Set User Nickname", "en"),
+    ("Open link in:", "en"),
+    ("Toggle Sort Order", "en"),
+    ("Edit Icon Theme", "en"),
+    ("Number - Text - Old Name", "en"),
+    ("Sortierung umkehren", "de"),
+    ("Symbolthema bearbeiten", "de"),
+    ("Link öffnen in:", "de"),
+    ("Benutzernamen festlegen", "de"),
+]
+
+
+@pytest.mark.parametrize(("text", "language"), SHORT)
+def test_short_interface_strings_are_detected_by_their_words(detector, text, language):
+    [best, *_] = detector.detect(text)
+    assert best.language == language
+
+
+def test_the_words_change_what_the_ngrams_alone_get_wrong(detector, ngrams_alone):
+    """At least one of the issue's strings is misdetected by the n-grams alone: the word model
+    is what fixes it (else the test above would not test it)."""
+    wrong = [t for t, lang in SHORT if ngrams_alone.detect(t)[0].language != lang]
+    assert wrong
+    assert all(detector.detect(t)[0].language == dict(SHORT)[t] for t in wrong)
+
+
+def test_placeholders_are_not_read_as_words(detector):
+    # "count", "name" and "email" are English words; the text around them is German.
+    assert words_of("%(count)s Elemente") == ["elemente"]
+    assert detector.detect("%(count)s Elemente")[0].language == "de"
+    assert detector.detect("{name} hat {email} bestätigt")[0].language == "de"
+
+
+def test_confidences_are_probabilities_over_the_served_languages(detector):
+    ranked = detector.detect("Toggle Sort Order")
+    assert [d.language for d in ranked] == ["en", "de"]
+    assert sum(d.confidence for d in ranked) == pytest.approx(100.0, abs=0.2)
+    long = "Die Datei konnte nicht gespeichert werden, weil der Ordner schreibgeschützt ist."
+    assert detector.detect(long)[0].confidence > 99
+
+
+def test_a_close_call_says_so(detector):
+    """A string both languages write alike gets a low confidence, not a confident guess."""
+    [best, *_] = detector.detect("Status")
+    assert best.confidence < 90
+
+
+@pytest.mark.parametrize("text", ["42", "%(count)s", "{name} {email}", "…"])
+def test_nothing_to_go_on_is_confidence_zero(detector, text):
+    assert [(d.language, d.confidence) for d in detector.detect(text)] == [("de", 0.0)]
+
+
+def test_a_language_without_a_word_list_leaves_the_ngrams_alone():
+    """wordfreq has no Latin list: counting words for en and de but not for la would tip every
+    text away from la, so the detector uses the n-grams alone."""
+    mixed = LanguageDetector(["en", "de", "la"])
+    plain = LanguageDetector(["en", "de", "la"], use_words=False)
+    for text in ("Toggle Sort Order", "Gallia est omnis divisa in partes tres"):
+        assert mixed.detect(text) == plain.detect(text)
