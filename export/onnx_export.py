@@ -380,11 +380,25 @@ def export_model(
     if tokenizer_dir is not None:
         config["tokenizer_files"] = copy_tokenizer_files(tokenizer_dir, output_dir)
         config.update(language_pair(tokenizer_dir))
+        if codes := multilingual_languages(output_dir, model.config.tgt_vocab_size):
+            config["languages"] = codes  # the service routes every pair of them here
     if languages is not None:
         config["source_lang"], config["target_lang"] = languages
     (output_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     log.info("exported %s in %.1f s", output_dir, config["export_seconds"])
     return output_dir
+
+
+def multilingual_languages(export_dir: Path, vocab_size: int) -> list[str]:
+    """The language codes of an exported multilingual tokenizer (NLLB-200) that the model's
+    table has rows for; [] for a model of one pair. A code past the table would be a token
+    the model never saw: a checkpoint trimmed to fewer languages keeps only its own."""
+    from service.text.tokenizer import Tokenizer
+
+    if not (export_dir / "sentencepiece.bpe.model").exists():
+        return []
+    tokenizer = Tokenizer.from_dir(export_dir)
+    return [code for code in tokenizer.languages if tokenizer.target_prefix(code)[0] < vocab_size]
 
 
 def export_from_dir(

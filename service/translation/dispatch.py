@@ -163,12 +163,12 @@ class Dispatcher:
         else:
             ranked = [detector.detect(text) for text in texts]
         detections = [candidates[0] for candidates in ranked]
-        target = normalise_language_code(target)
+        sent_target, target = target, normalise_language_code(target)
         routes_by_source: dict[str, Route] = {}
         for detection in detections:
             if detection.language not in routes_by_source:
                 source = detection.language
-                route = self.route(source, target or self.default_target(source))
+                route = self.route(source, sent_target if target else self.default_target(source))
                 check_glossary_pair(glossary, route.source, route.target)
                 kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
                 self.registry.metrics.routes.labels(kind=kind).inc()
@@ -226,6 +226,7 @@ class Dispatcher:
             batch = await self._run(texts, route, options, glossary)
             return DispatchResult(batch, route, detections), [[] for _ in texts]
         async with self.registry.lease(route.legs) as [translator]:
+            translator = translator.for_pair(route.source, route.target)
             batch, others = await translator.translate_with_alternatives(
                 texts, options, alternatives, glossary
             )
@@ -272,6 +273,7 @@ class Dispatcher:
             )
         try:
             [translator] = await resources.enter_async_context(self.registry.lease(route.legs))
+            translator = translator.for_pair(route.source, route.target)
             items = await translator.stream(texts, options, glossary)
         except BaseException:
             await resources.aclose()
@@ -288,9 +290,14 @@ class Dispatcher:
         """Check the texts, detect the source if asked to, choose the route (counted); a
         stored glossary for another pair is refused here, before any model is leased."""
         self.limits.check_request_size(texts)
+        sent_source, sent_target = source, target
         source, detections = await self.resolve_source(texts, source)
         target = normalise_language_code(target) or self.default_target(source)
-        route = self.route(source, target)
+        # Routed by the codes as sent, so that the route spells them as the client did.
+        route = self.route(
+            sent_source if detections is None else source,
+            sent_target if normalise_language_code(sent_target) else target,
+        )
         check_glossary_pair(glossary, route.source, route.target)
         kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
         self.registry.metrics.routes.labels(kind=kind).inc()
@@ -306,7 +313,11 @@ class Dispatcher:
         if not route.legs:
             return _unchanged(texts)
         async with self.registry.lease(route.legs) as translators:
-            first, *rest = translators
+            # Each leg's model translates the leg's pair (a multilingual model serves many).
+            first, *rest = (
+                translator.for_pair(*pair)
+                for translator, pair in zip(translators, route.leg_pairs, strict=True)
+            )
             return await first.translate(
                 texts, options, then=rest[0] if rest else None, glossary=glossary
             )

@@ -72,8 +72,8 @@ def translate_response(result: DispatchResult, started: float) -> TranslateRespo
         translations=[_translation(result, index, t) for index, t in enumerate(batch.translations)],
         model="+".join(result.models),
         models=result.models,
-        source_lang=route.source,
-        target_lang=route.target,
+        source_lang=route.shown_source,
+        target_lang=route.shown_target,
         detected_language=_detected(detected),
         usage=Usage(
             input_tokens=batch.input_tokens,
@@ -91,7 +91,7 @@ def _translation(result: DispatchResult, index: int, text: TextTranslation) -> T
     detected = result.detection_of(index)
     if detected is not None:
         route = result.route_of(index)
-        translation.source_lang = route.source
+        translation.source_lang = route.shown_source
         translation.models = list(route.legs)
         translation.detected_language = _detected(detected)
     return translation
