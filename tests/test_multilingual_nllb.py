@@ -288,3 +288,19 @@ def test_a_language_the_model_lacks_is_refused_with_4xx(client):
         "/v1/translate", json={"text": "x", "source_lang": "en", "target_lang": "jpn_Jpan"}
     )
     assert response.status_code in (400, 422) and "ja is not supported" in response.text
+
+
+def test_detection_chooses_among_the_models_languages(nllb, hf_tokenizer, client):
+    text = "Die Datei ist nicht gespeichert"
+    body = client.post(
+        "/v1/translate",
+        json={"text": text, "source_lang": "auto", "target_lang": "fr", "max_new_tokens": MAX_NEW},
+    ).json()
+    assert body["detected_language"]["language"] == "de" and body["source_lang"] == "de"
+    expected = expected_text(nllb, hf_tokenizer, text, "deu_Latn", "fra_Latn")
+    assert body["translations"][0]["text"] == expected
+
+
+def test_models_lists_the_languages_of_a_multilingual_model(client):
+    [card] = client.get("/v1/models").json()["data"]
+    assert card["languages"] == ["en", "de", "fr", "es"]

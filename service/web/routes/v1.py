@@ -113,6 +113,7 @@ async def models(service: Service) -> ModelList:
                 id=slot.spec.model_id,
                 source_lang=slot.spec.source_lang,
                 target_lang=slot.spec.target_lang,
+                languages=list(slot.spec.languages),
                 provider=slot.provider,
                 state=slot.state,
                 ready=slot.state == "loaded",
