@@ -175,7 +175,7 @@ FAIRSEQ_OFFSET = 1
 NLLB_CODE_RE = re.compile(r"^[a-z]{3}_[A-Z][a-z]{3}$")  # deu_Latn, zho_Hant
 # NLLB-200's language codes in the order of its dictionary (fairseq's and transformers' list):
 # the code at index i has id len(SentencePiece) + 1 + i, and <mask> follows the last.
-NLLB_LANGUAGE_CODES = (
+_NLLB_CODES_TEXT = (
     "ace_Arab ace_Latn acm_Arab acq_Arab aeb_Arab afr_Latn ajp_Arab aka_Latn amh_Ethi apc_Arab "
     "arb_Arab ars_Arab ary_Arab arz_Arab asm_Beng ast_Latn awa_Deva ayr_Latn azb_Arab azj_Latn "
     "bak_Cyrl bam_Latn ban_Latn bel_Cyrl bem_Latn ben_Beng bho_Deva bjn_Arab bjn_Latn bod_Tibt "
@@ -197,7 +197,8 @@ NLLB_LANGUAGE_CODES = (
     "tso_Latn tuk_Latn tum_Latn tur_Latn twi_Latn tzm_Tfng uig_Arab ukr_Cyrl umb_Latn urd_Arab "
     "uzn_Latn vec_Latn vie_Latn war_Latn wol_Latn xho_Latn ydd_Hebr yor_Latn yue_Hant zho_Hans "
     "zho_Hant zul_Latn"
-).split()
+)
+NLLB_LANGUAGE_CODES = tuple(_NLLB_CODES_TEXT.split())
 
 
 class NllbTokenizer(Tokenizer):
