@@ -16,13 +16,15 @@ One deliberate difference from ``MarianTokenizer``: text that literally contains
 input cannot end the source early. (The service masks such tag-like text with
 ``service.text.protection.protect`` before it gets here anyway.)
 
-NLLB-200 directories (``sentencepiece.bpe.model``, ``tokenizer_config.json``) are read by
-:class:`NllbTokenizer`, the same interface plus language codes: ids as transformers'
-``NllbTokenizer`` gives them, without transformers.
+NLLB-200 and M2M-100 directories (``sentencepiece.bpe.model``, ``tokenizer_config.json``,
+for M2M-100 ``vocab.json``) are read by :class:`NllbTokenizer` and :class:`M2m100Tokenizer`,
+the same interface plus language codes: ids as transformers' ``NllbTokenizer`` and
+``M2M100Tokenizer`` give them, without transformers.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import unicodedata
@@ -67,9 +69,12 @@ class Tokenizer:
     @classmethod
     def from_dir(cls, path: str | Path) -> Tokenizer:
         """Load ``source.spm``, ``target.spm``, ``vocab.json`` (+ optional files) from ``path``;
-        an NLLB directory (``sentencepiece.bpe.model``) gives an :class:`NllbTokenizer`."""
+        an NLLB or M2M-100 directory (``sentencepiece.bpe.model``) gives an
+        :class:`NllbTokenizer` or :class:`M2m100Tokenizer`."""
         directory = Path(path)
         if cls is Tokenizer and (directory / NLLB_SPM_FILE).exists():
+            if (directory / "vocab.json").exists():
+                return M2m100Tokenizer.from_dir(directory)
             return NllbTokenizer.from_dir(directory)
         config_path = directory / "tokenizer_config.json"
         config = json.loads(config_path.read_text()) if config_path.exists() else {}
@@ -199,48 +204,41 @@ _NLLB_CODES_TEXT = (
     "zho_Hant zul_Latn"
 )
 NLLB_LANGUAGE_CODES = tuple(_NLLB_CODES_TEXT.split())
+# M2M-100's codes in fairseq's order (transformers' list); the token of ``de`` is ``__de__``.
+_M2M100_CODES_TEXT = (
+    "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl "
+    "gu ha he hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml "
+    "mn mr ms my ne nl no ns oc or pa pl ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th tl "
+    "tn tr uk ur uz vi wo xh yi yo zh zu"
+)
+M2M100_LANGUAGE_CODES = {
+    "m2m100": tuple(_M2M100_CODES_TEXT.split()),
+    "wmt21": ("en", "ha", "is", "ja", "cs", "ru", "zh", "de"),
+}
 
 
-class NllbTokenizer(Tokenizer):
-    """Text ↔ ids for an NLLB-200 directory, as transformers' ``NllbTokenizer``: one
-    SentencePiece model for both sides with fairseq's id offset, and language-code tokens
-    after the pieces. A source is ``[source code, pieces…, </s>]`` (:meth:`for_source`); the
-    target code is the first id the model generates (:meth:`target_prefix`).
-
-    The codes and their ids come from ``tokenizer_config.json``: ``added_tokens_decoder``
-    (explicit ids, as transformers saves it) where present, else the
-    ``additional_special_tokens`` list (or NLLB's own) numbered after the pieces."""
+class MultilingualTokenizer(Tokenizer):
+    """Text ↔ ids for a many-language model (NLLB-200, M2M-100): one SentencePiece model for
+    both sides, and language-code tokens after the pieces. A source is
+    ``[source code, pieces…, </s>]`` (:meth:`for_source`); the target code is the first id the
+    model generates (:meth:`target_prefix`). Subclasses read a layout's files."""
 
     def __init__(
         self,
         sentence_piece: spm.SentencePieceProcessor,
+        vocab: dict[str, int],
         language_ids: dict[str, int],
-        source_language: str | None = None,
+        bos_token: str = "<s>",
     ) -> None:
-        vocab = {
-            sentence_piece.id_to_piece(piece_id): piece_id + FAIRSEQ_OFFSET
-            for piece_id in range(3, sentence_piece.get_piece_size())
-        }
-        vocab.update(FAIRSEQ_SPECIALS)
         super().__init__(sentence_piece, sentence_piece, vocab)
-        self._special_ids = self._special_ids | {FAIRSEQ_SPECIALS["<s>"]}
+        self._special_ids = self._special_ids | {vocab[bos_token]}
         self.language_ids = language_ids
         self.languages = tuple(language_ids)
         self._source_prefix: list[int] = []
-        if source_language is not None:
-            self._source_prefix = [self._language_id(source_language)]
-
-    @classmethod
-    def from_dir(cls, path: str | Path) -> NllbTokenizer:
-        directory = Path(path)
-        sentence_piece = spm.SentencePieceProcessor(model_file=str(directory / NLLB_SPM_FILE))
-        config_path = directory / "tokenizer_config.json"
-        config = json.loads(config_path.read_text()) if config_path.exists() else {}
-        return cls(sentence_piece, nllb_language_ids(config, sentence_piece.get_piece_size()))
 
     @property
     def vocab_size(self) -> int:
-        """Pieces, fairseq specials and language codes (the model may pad its table further)."""
+        """Pieces, specials and language codes (the model may pad its table further)."""
         return len(self._source_vocab) + len(self.language_ids)
 
     def _language_id(self, language: str) -> int:
@@ -248,9 +246,8 @@ class NllbTokenizer(Tokenizer):
             raise ValueError(f"the tokenizer has no language code {language!r}")
         return self.language_ids[language]
 
-    def for_source(self, language: str) -> NllbTokenizer:
-        bound = NllbTokenizer.__new__(NllbTokenizer)
-        bound.__dict__.update(self.__dict__)
+    def for_source(self, language: str) -> MultilingualTokenizer:
+        bound = copy.copy(self)
         bound._source_prefix = [self._language_id(language)]
         return bound
 
@@ -262,6 +259,54 @@ class NllbTokenizer(Tokenizer):
         pieces = self._source_spm.encode(text, out_type=str)
         ids = [self._source_vocab.get(piece, self.unk_id) for piece in pieces]
         return self._source_prefix + ids + [self.eos_id]
+
+
+class NllbTokenizer(MultilingualTokenizer):
+    """NLLB-200's layout, as transformers' ``NllbTokenizer``: ``sentencepiece.bpe.model``
+    with fairseq's id offset, then the language codes (``deu_Latn``).
+
+    The codes and their ids come from ``tokenizer_config.json``: ``added_tokens_decoder``
+    (explicit ids, as transformers saves it) where present, else the
+    ``additional_special_tokens`` list (or NLLB's own) numbered after the pieces."""
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> NllbTokenizer:
+        directory = Path(path)
+        sentence_piece = spm.SentencePieceProcessor(model_file=str(directory / NLLB_SPM_FILE))
+        vocab = {
+            sentence_piece.id_to_piece(piece_id): piece_id + FAIRSEQ_OFFSET
+            for piece_id in range(3, sentence_piece.get_piece_size())
+        }
+        vocab.update(FAIRSEQ_SPECIALS)
+        config = _read_config(directory)
+        return cls(
+            sentence_piece, vocab, nllb_language_ids(config, sentence_piece.get_piece_size())
+        )
+
+
+class M2m100Tokenizer(MultilingualTokenizer):
+    """M2M-100's layout, as transformers' ``M2M100Tokenizer``: ``sentencepiece.bpe.model``
+    cuts the text, ``vocab.json`` gives the ids, and the language codes (``__de__``, named
+    ``de`` here) follow the vocabulary in fairseq's order (``language_codes`` in
+    ``tokenizer_config.json``: ``m2m100``, the default, or ``wmt21``)."""
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> M2m100Tokenizer:
+        directory = Path(path)
+        sentence_piece = spm.SentencePieceProcessor(model_file=str(directory / NLLB_SPM_FILE))
+        vocab = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+        config = _read_config(directory)
+        family = config.get("language_codes", "m2m100")
+        if family not in M2M100_LANGUAGE_CODES:
+            raise ValueError(f"{directory}: unknown M2M-100 language_codes {family!r}")
+        codes = M2M100_LANGUAGE_CODES[family]
+        return cls(sentence_piece, vocab, {code: len(vocab) + i for i, code in enumerate(codes)})
+
+
+def _read_config(directory: Path) -> dict:
+    path = directory / "tokenizer_config.json"
+    config = json.loads(path.read_text()) if path.exists() else {}
+    return config if isinstance(config, dict) else {}
 
 
 def nllb_language_ids(config: dict, pieces: int) -> dict[str, int]:
