@@ -337,3 +337,49 @@ def test_detection_chooses_among_the_models_languages(nllb, hf_tokenizer, client
 def test_models_lists_the_languages_of_a_multilingual_model(client):
     [card] = client.get("/v1/models").json()["data"]
     assert card["languages"] == ["en", "de", "fr", "es"]
+
+
+def test_an_export_with_external_data_decodes_as_the_inline_one(
+    nllb, engine, tmp_path, monkeypatch
+):
+    """NLLB-200-600M's graphs pass protobuf's 2 GiB: their weights go to ``*.onnx.data``. The
+    tiny model, exported that way on purpose, decodes exactly as its inline export, in fp32
+    and through the int8 variant."""
+    from export.onnx_export import export_model
+    from export.variants import make_int8
+    from models.checkpoint import load_pretrained
+
+    hf_dir, inline_dir = nllb[1], nllb[2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        external_dir = export_model(
+            load_pretrained(hf_dir), tmp_path / "fp32", tokenizer_dir=hf_dir, external_data=True
+        )
+    assert (external_dir / "decoder.onnx.data").exists()
+    assert (external_dir / "decoder.onnx").stat().st_size < 200_000  # the graph without weights
+    tokenizer = Tokenizer.from_dir(hf_dir)
+    requests = [
+        DecodeRequest(
+            index,
+            tokenizer.for_source("eng_Latn").encode_one(sentence),
+            1,
+            12,
+            forced_prefix=tokenizer.target_prefix("spa_Latn"),
+        )
+        for index, sentence in enumerate(SENTENCES)
+    ]
+    expected = decode(engine, requests)
+    external = Engine.from_dir(external_dir, provider="cpu", intra_op_threads=1)
+    assert decode(external, requests) == expected
+    int8 = {"inline": make_int8(inline_dir, tmp_path / "inline-int8")}
+    # As if every graph passed 2 GiB: the quantizer reads and writes external data too.
+    monkeypatch.setattr("export.variants.EXTERNAL_DATA_BYTES", 0)
+    monkeypatch.setattr("export.onnx_export.EXTERNAL_DATA_BYTES", 0)
+    int8["external"] = make_int8(external_dir, tmp_path / "external-int8")
+    assert (int8["external"] / "decoder.onnx.data").exists()
+    assert not (int8["inline"] / "decoder.onnx.data").exists()
+    outputs = {
+        name: decode(Engine.from_dir(path, provider="cpu", intra_op_threads=1), requests)
+        for name, path in int8.items()
+    }
+    assert outputs["external"] == outputs["inline"]
