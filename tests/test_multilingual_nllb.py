@@ -383,3 +383,18 @@ def test_an_export_with_external_data_decodes_as_the_inline_one(
         for name, path in int8.items()
     }
     assert outputs["external"] == outputs["inline"]
+
+
+def test_discovery_reads_the_languages_of_a_multilingual_export(nllb, tmp_path):
+    import json
+
+    from service.translation.registry import discover_models
+
+    pair_dir = tmp_path / "de-fr"
+    pair_dir.mkdir()
+    (pair_dir / "config.json").write_text(json.dumps({"source_lang": "de", "target_lang": "fr"}))
+    multilingual, pair = discover_models([nllb[2], pair_dir], None, nllb[2])
+    assert multilingual.languages == ("en", "de", "fr", "es") and not pair.languages
+    served = serving_pairs([multilingual, pair])
+    assert served[("de", "fr")] == pair.model_id and served[("fr", "de")] == multilingual.model_id
+    assert len(served) == 12
