@@ -97,9 +97,24 @@ def serve(build: BuildFn, load: LoadFn) -> None:
             result["load_s"] = round(time.perf_counter() - started, 2)
             result.update(info)
             result["cells"] = time_cells(run, request)
+            result["peak_rss_mb"] = peak_rss_mb()
     except Exception:  # reported by the orchestrator; one failing system must not stop the rest
         result["error"] = traceback.format_exc()
     Path(request["result_path"]).write_text(json.dumps(result) + "\n")
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory so far, None where unknown. ``VmHWM`` (Linux),
+    not ``ru_maxrss``: that one survives ``exec`` and would report the orchestrator's peak
+    when it is larger."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)  # kB
+    except OSError:
+        pass
+    return None
 
 
 def strip_generated(rows: list[list[int]], eos_id: int, pad_id: int) -> list[list[int]]:
@@ -111,12 +126,16 @@ def strip_generated(rows: list[list[int]], eos_id: int, pad_id: int) -> list[lis
     return stripped
 
 
-def generate_runner(model: Any, pad_id: int, eos_id: int) -> RunFn:
+def generate_runner(model: Any, pad_id: int, eos_id: int, forced_id: int | None = None) -> RunFn:
     """A ``RunFn`` over a Hugging Face-style ``generate`` (transformers' MarianMTModel and
     Optimum's ORTModelForSeq2SeqLM alike): right-padded ids in, exactly ``new_tokens`` forced
-    out, pad banned as Marian's generation config does. torch is imported here so this module
-    stays importable without it."""
+    out, pad banned as Marian's generation config does. ``forced_id``: a target-language code
+    generated first (``forced_bos_token_id``, NLLB), then ``new_tokens`` more; it is not
+    returned. torch is imported here so this module stays importable without it."""
     import torch
+
+    forced = {} if forced_id is None else {"forced_bos_token_id": forced_id}
+    extra = 0 if forced_id is None else 1  # generate counts the forced code
 
     def run(sources: list[list[int]], beam_size: int, new_tokens: int) -> list[list[int]]:
         width = max(len(ids) for ids in sources)
@@ -131,13 +150,14 @@ def generate_runner(model: Any, pad_id: int, eos_id: int) -> RunFn:
                 attention_mask=attention_mask,
                 num_beams=beam_size,
                 do_sample=False,
-                min_new_tokens=new_tokens,
-                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens + extra,
+                max_new_tokens=new_tokens + extra,
                 forced_eos_token_id=None,
                 bad_words_ids=[[pad_id]],
                 length_penalty=1.0,
+                **forced,
             )
-        return strip_generated(sequences[:, 1:].tolist(), eos_id, pad_id)
+        return strip_generated(sequences[:, 1 + extra :].tolist(), eos_id, pad_id)
 
     return run
 

@@ -8,7 +8,11 @@ System names (``request["system"]``):
   Marian dir (``ours-plain``: the fp32 export without the int8 screen of greedy steps)
   (``export.onnx_export.export_from_dir``; int8 = the exporter's int8 variant);
 - ``ct2``, ``ct2-int8``: ``ctranslate2.Translator`` on ``TransformersConverter`` output;
-- ``transformers``: ``MarianMTModel.generate`` in eager PyTorch.
+- ``transformers``: ``MarianMTModel.generate`` (``M2M100ForConditionalGeneration`` for
+  ``request["arch"] == "nllb"``) in eager PyTorch.
+
+For NLLB every system generates ``request["forced_id"]`` (the target-language code) first and
+returns the ids after it.
 """
 
 from __future__ import annotations
@@ -90,13 +94,38 @@ def load_ours(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
         request["artifact_dir"], provider="cpu", intra_op_threads=request["threads"]
     )
 
+    forced_id = request.get("forced_id")
+
     def run(sources: list[list[int]], beam_size: int, new_tokens: int) -> list[list[int]]:
         # The engine has no minimum length: outputs are as long as the model makes them
         # (bench/peers.py suppresses eos in its random models, so that is new_tokens).
-        return engine.translate_ids(sources, beam_size=beam_size, max_new_tokens=new_tokens)
+        if forced_id is None:
+            return engine.translate_ids(sources, beam_size=beam_size, max_new_tokens=new_tokens)
+        return translate_forced(engine, sources, beam_size, new_tokens, forced_id)
 
     versions = {"onnxruntime": ort.__version__, "numpy": package_version("numpy")}
     return run, {"versions": versions, "provider": engine.provider}
+
+
+def translate_forced(
+    engine: Any, sources: list[list[int]], beam_size: int, new_tokens: int, forced_id: int
+) -> list[list[int]]:
+    """Every source decoded with ``forced_id`` generated first (not returned), all rows in one
+    continuous batch, as the service runs NLLB."""
+    from service.runtime.engine import DecodeRequest
+
+    ids = [("bench", index) for index in range(len(sources))]
+    requests = [
+        DecodeRequest(request_id, src, beam_size, new_tokens + 1, forced_prefix=(forced_id,))
+        for request_id, src in zip(ids, sources, strict=True)
+    ]
+    if rejected := engine.add(requests):
+        raise ValueError(rejected[0].reason)
+    results: dict[Any, list[int]] = {}
+    while len(results) < len(ids):
+        for done in engine.step():
+            results[done.request_id] = done.tokens
+    return [results[request_id] for request_id in ids]
 
 
 # --- CTranslate2 -------------------------------------------------------------------------
@@ -125,19 +154,33 @@ def load_ct2(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
         intra_threads=request["threads"],
         inter_threads=1,
     )
-    # CTranslate2 speaks tokens, not ids: map through the Marian dir's vocab.json.
-    token_ids: dict[str, int] = json.loads(Path(request["marian_dir"], "vocab.json").read_text())
+    forced_id = request.get("forced_id")
+    if forced_id is None:
+        # CTranslate2 speaks tokens, not ids: map through the Marian dir's vocab.json.
+        token_ids: dict[str, int] = json.loads(
+            Path(request["marian_dir"], "vocab.json").read_text()
+        )
+    else:
+        # The converted model's own vocabulary: its k-th token names row k of the table.
+        tokens = json.loads(Path(request["artifact_dir"], "shared_vocabulary.json").read_text())
+        token_ids = {token: index for index, token in enumerate(tokens)}
     id_tokens = {index: token for token, index in token_ids.items()}
+    # NLLB: the code is the target prefix, and the lengths count it.
+    prefix = 0 if forced_id is None else 1
 
     def run(sources: list[list[int]], beam_size: int, new_tokens: int) -> list[list[int]]:
+        target_prefix = None if forced_id is None else [[id_tokens[forced_id]]] * len(sources)
         results = translator.translate_batch(
             [[id_tokens[index] for index in ids] for ids in sources],
+            target_prefix=target_prefix,
             beam_size=beam_size,
-            min_decoding_length=new_tokens,
-            max_decoding_length=new_tokens,
+            min_decoding_length=new_tokens + prefix,
+            max_decoding_length=new_tokens + prefix,
             length_penalty=1.0,
         )
-        return [[token_ids[token] for token in result.hypotheses[0]] for result in results]
+        return [
+            [token_ids[token] for token in result.hypotheses[0][prefix:]] for result in results
+        ]
 
     return run, {"versions": {"ctranslate2": ctranslate2.__version__}}
 
@@ -148,13 +191,15 @@ def load_ct2(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
 def load_transformers(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
     import torch
     import transformers
-    from transformers import MarianMTModel
+    from transformers import M2M100ForConditionalGeneration, MarianMTModel
 
     torch.set_num_threads(request["threads"])
-    model = MarianMTModel.from_pretrained(request["marian_dir"]).eval()
+    nllb = request.get("arch") == "nllb"
+    model_class = M2M100ForConditionalGeneration if nllb else MarianMTModel
+    model = model_class.from_pretrained(request["marian_dir"]).eval()
     pad_id, eos_id = request["pad_id"], request["eos_id"]
 
-    run = generate_runner(model, pad_id, eos_id)
+    run = generate_runner(model, pad_id, eos_id, request.get("forced_id"))
 
     versions = {"transformers": transformers.__version__, "torch": torch.__version__}
     return run, {"versions": versions, "torch_threads": torch.get_num_threads()}

@@ -3,6 +3,8 @@
     .venv/bin/python bench/peers.py --size base            # Marian-base shape, random weights
     .venv/bin/python bench/peers.py --model DIR            # a real checkpoint (Marian or ours)
     .venv/bin/python bench/peers.py --size tiny            # smoke test, seconds
+    .venv/bin/python bench/peers.py --arch nllb            # NLLB-200-600M shape, random weights
+    .venv/bin/python bench/peers.py --arch nllb --size tiny   # its smoke test, seconds
 
 Systems (``--systems``): ``ours`` and ``ours-int8`` (our ONNX export run by
 ``service.runtime.engine.Engine``; ``ours-plain``: the fp32 export without the exact int8 screen of
@@ -22,6 +24,17 @@ intra-op, CTranslate2 intra_threads, torch.set_num_threads), warm-up runs not ti
 of the timed runs. Cell by cell: every system times a cell in a process of its own, then the
 next cell, the order of the systems reversed from cell to cell, so two systems' figures for a
 cell are taken seconds apart, not minutes (``--per-system`` for one process per system).
+
+``--arch nllb``: a random M2M-100 model of NLLB-200-distilled-600M's shape (12+12 layers, d 1024,
+16 heads, FFN 4096, 256,206 ids: pieces, 202 language codes after them, <mask>), with a tiny
+SentencePiece model and NLLB's tokenizer config beside it (bench/nllb_model.py). Sources are
+``[source code, pieces…, </s>]``; every system forces the same target-language code as the
+first generated id (ours: ``DecodeRequest.forced_prefix``; CTranslate2: ``target_prefix``;
+transformers: ``forced_bos_token_id``) and then generates ``--new-tokens`` ids, the code not
+counted. ``optimum`` is not run for NLLB.
+
+Memory: every worker reports its peak resident memory (``peak_rss_mb``, the time phase's
+process: model loaded and every cell run), printed after the tables.
 
 Results: a table on stdout, ``bench/results/peers-<name>.json`` and ``peers-<name>.md`` (a
 fragment for BENCHMARKS.md). Exports and conversions are cached in ``bench/work/<name>/`` and
@@ -101,6 +114,11 @@ SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
     "base": dict(batches="1,8,32", new_tokens=64, repeats=3, warmup_tokens=16),
 }
 QUICK = dict(batches="1,8", new_tokens=32, repeats=1, warmup_tokens=8)
+ARCHES = ("marian", "nllb")
+NLLB_DEFAULTS: dict[str, dict[str, Any]] = {
+    "tiny": dict(batches="1,8", new_tokens=8, repeats=3, warmup_tokens=4),
+    "600m": dict(batches="1,8", new_tokens=64, repeats=3, warmup_tokens=16),
+}
 
 
 # --- the model ---------------------------------------------------------------------------
@@ -146,7 +164,13 @@ def build_random_marian(output_dir: Path, size: str, seed: int, init_std: float)
 def model_key(args: argparse.Namespace) -> dict[str, Any]:
     """What the cached artifacts in the work dir were built from."""
     if args.model is None:
-        return {"size": args.size, "seed": args.seed, "init_std": args.init_std, "v": 1}
+        return {
+            "arch": args.arch,
+            "size": args.size,
+            "seed": args.seed,
+            "init_std": args.init_std,
+            "v": 1,
+        }
     model_dir = Path(args.model).resolve()
     digest = hashlib.sha256()
     for path in sorted(model_dir.iterdir()):
@@ -180,6 +204,17 @@ def prepare_marian_dir(args: argparse.Namespace, work_dir: Path) -> tuple[Path, 
             difference = json.loads((marian_dir / COMPLETE_MARKER).read_text())
             notes["source"] = "our checkpoint, converted by bench/to_marian.py"
             notes["max_logit_difference_vs_ours"] = difference
+    elif args.arch == "nllb":
+        from nllb_model import build_random_nllb
+
+        marian_dir = work_dir / "nllb"
+        if not (marian_dir / COMPLETE_MARKER).exists():
+            build_random_nllb(marian_dir, args.size, args.seed, args.init_std)
+            (marian_dir / COMPLETE_MARKER).write_text("")
+        notes["source"] = (
+            f"random M2M-100 of NLLB-200 '{args.size}' shape (seed {args.seed}, init_std "
+            f"{args.init_std}, eos suppressed: bench/nllb_model.py)"
+        )
     else:
         marian_dir = work_dir / "marian"
         if not (marian_dir / COMPLETE_MARKER).exists():
@@ -216,6 +251,23 @@ def make_sources(config: dict[str, Any], count: int, length: int, seed: int) -> 
 
 
 # --- running the workers -----------------------------------------------------------------
+
+
+def make_nllb_sources(
+    config: dict[str, Any], count: int, length: int, seed: int
+) -> tuple[list[list[int]], int]:
+    """``[source code, length - 2 random pieces, </s>]`` per source, and the target code
+    every system forces (bench/nllb_model.py places the codes)."""
+    from nllb_model import language_ids
+
+    codes = language_ids(config["vocab_size"])
+    rng = random.Random(seed)
+    first_code = min(codes.values())
+    sources = [
+        [codes["eng_Latn"], *(rng.randrange(4, first_code) for _ in range(length - 2)), 2]
+        for _ in range(count)
+    ]
+    return sources, codes["deu_Latn"]
 
 
 def worker_command(system: str) -> list[str]:
@@ -318,6 +370,9 @@ def run_interleaved(
             merged[system]["process_s"] = round(
                 merged[system].get("process_s", 0) + result.get("process_s", 0), 2
             )
+            peaks = [merged[system].get("peak_rss_mb"), result.get("peak_rss_mb")]
+            if known := [peak for peak in peaks if peak is not None]:
+                merged[system]["peak_rss_mb"] = max(known)  # the largest cell's process
     return merged
 
 
@@ -520,6 +575,13 @@ def markdown_fragment(report: dict[str, Any], systems: list[str]) -> str:
         lines += agreement_lines
     if screen_line := screen_check_line(report["cells"]):
         lines += ["", screen_line]
+    peaks = [
+        f"{system} {report['systems'][system]['peak_rss_mb']:.0f} MB"
+        for system in systems
+        if report["systems"].get(system, {}).get("peak_rss_mb") is not None
+    ]
+    if peaks:
+        lines += ["", "Peak resident memory (each system's own process): " + ", ".join(peaks) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -543,7 +605,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--size", choices=sorted(SIZES), help="random Marian model (default base)")
+    parser.add_argument("--arch", choices=ARCHES, default="marian", help="random model's kind")
+    which.add_argument(
+        "--size",
+        choices=sorted({*SIZES, *NLLB_DEFAULTS}),
+        help="random model: Marian tiny/base (default base), NLLB tiny/600m (default 600m)",
+    )
     which.add_argument("--model", help="a Marian dir or a checkpoint in our format")
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS), help="comma-separated")
     parser.add_argument("--batches", help="comma-separated batch sizes (base: 1,8,32)")
@@ -581,9 +648,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=BENCH_DIR / "work")
     parser.add_argument("--results-dir", type=Path, default=BENCH_DIR / "results")
     args = parser.parse_args(argv)
+    if args.arch == "nllb":
+        if args.model is not None:
+            parser.error("--arch nllb builds its random model; --model is for Marian dirs")
+        args.size = args.size or "600m"
+        if args.size not in NLLB_DEFAULTS:
+            parser.error(f"NLLB sizes: {', '.join(NLLB_DEFAULTS)}")
+        args.systems = ",".join(s for s in args.systems.split(",") if s != "optimum")
+    elif args.size not in (None, *SIZES):
+        parser.error(f"Marian sizes: {', '.join(SIZES)}")
     if args.model is None and args.size is None:
         args.size = "base"
-    defaults = dict(SIZE_DEFAULTS.get(args.size or "base", SIZE_DEFAULTS["base"]))
+    size_defaults = NLLB_DEFAULTS if args.arch == "nllb" else SIZE_DEFAULTS
+    defaults = dict(size_defaults.get(args.size or "base", SIZE_DEFAULTS["base"]))
     if args.quick:
         defaults.update(QUICK)
     for name, value in defaults.items():
@@ -603,6 +680,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     name = args.size if args.model is None else Path(args.model).resolve().name
+    if args.arch == "nllb":
+        name = f"nllb-{args.size}"
     work_dir = (args.work_dir / name).resolve()
     systems = [system for system in ALL_SYSTEMS if system in args.systems.split(",")]
     batches = [int(batch) for batch in args.batches.split(",")]
@@ -612,10 +691,16 @@ def main(argv: list[str] | None = None) -> None:
     config = read_marian_config(marian_dir)
     if args.source_length + args.new_tokens > config.get("max_position_embeddings", 512):
         raise SystemExit("source length + new tokens exceed the model's positions")
+    if args.arch == "nllb":
+        sources, forced = make_nllb_sources(config, max(batches), args.source_length, args.seed)
+    else:
+        sources, forced = make_sources(config, max(batches), args.source_length, args.seed), None
     base_request = {
         "marian_dir": str(marian_dir),
+        "arch": args.arch,
+        "forced_id": forced,  # NLLB: the target code every system generates first
         "threads": args.threads,
-        "sources": make_sources(config, max(batches), args.source_length, args.seed),
+        "sources": sources,
         "new_tokens": args.new_tokens,
         "cells": [{"beam": beam, "batch": batch} for beam in beams for batch in batches],
         "warmup": args.warmup,
@@ -666,6 +751,7 @@ def main(argv: list[str] | None = None) -> None:
             "vocab_size": config.get("vocab_size"),
         },
         "settings": {
+            "arch": args.arch,
             "systems": systems,
             "beams": beams,
             "batches": batches,
@@ -698,6 +784,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"same output as {REFERENCE_SYSTEM}, {key}: {text}")
     if screen_line := screen_check_line(summary):
         print(screen_line)
+    for system in measured:
+        if (rss := results[system].get("peak_rss_mb")) is not None:
+            print(f"peak RSS {system}: {rss:.0f} MB")
     failed = [system for system in systems if "error" in results[system]]
     print(
         f"\nwrote {json_path} and {markdown_path} in {report['total_s']:.0f} s"

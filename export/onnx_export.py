@@ -166,7 +166,38 @@ def written_out_attention(model: Transformer) -> Iterator[None]:
             module.unfuse()
 
 
-def export_encoder(model: Transformer, path: Path, opset: int) -> None:
+# protobuf cannot serialise a message past 2 GiB: larger graphs keep their weights in a
+# ``<file>.data`` beside them (ONNX external data; ONNX Runtime reads it from the same folder).
+# The headroom is for the graph itself.
+EXTERNAL_DATA_BYTES = 1_800_000_000
+
+
+def initializer_bytes(model: onnx.ModelProto) -> int:
+    return sum(len(tensor.raw_data) for tensor in model.graph.initializer)
+
+
+def save_onnx(model: onnx.ModelProto, path: Path, external_data: bool | None = None) -> None:
+    """Save ``model`` (loaded in full), its weights in ``<name>.data`` when ``external_data``
+    (None: when they pass EXTERNAL_DATA_BYTES)."""
+    path = Path(path)
+    data = path.with_name(f"{path.name}.data")
+    data.unlink(missing_ok=True)  # onnx appends to a data file that exists
+    if external_data is None:
+        external_data = initializer_bytes(model) > EXTERNAL_DATA_BYTES
+    if external_data:
+        onnx.save(
+            model,
+            path,
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data.name,
+            size_threshold=1024,
+        )
+    else:
+        onnx.save(model, path)
+
+
+def export_encoder(model: Transformer, path: Path, opset: int, external_data: bool = False) -> None:
     batch, src = torch.export.Dim("batch"), torch.export.Dim("src_len")
     input_ids = torch.randint(2, model.config.src_vocab_size, (3, 5))
     attention_mask = torch.ones(3, 5, dtype=torch.long)
@@ -177,7 +208,7 @@ def export_encoder(model: Transformer, path: Path, opset: int) -> None:
         str(path),
         dynamo=True,
         opset_version=opset,
-        external_data=False,
+        external_data=external_data,
         input_names=list(ENCODER_INPUTS),
         output_names=encoder_output_names(model.config.decoder_layers),
         dynamic_shapes={"input_ids": {0: batch, 1: src}, "attention_mask": {0: batch, 1: src}},
@@ -185,7 +216,7 @@ def export_encoder(model: Transformer, path: Path, opset: int) -> None:
     )
 
 
-def export_decoder(model: Transformer, path: Path, opset: int) -> None:
+def export_decoder(model: Transformer, path: Path, opset: int, external_data: bool = False) -> None:
     layers = model.config.decoder_layers
     batch, src = torch.export.Dim("batch"), torch.export.Dim("src_len")
     past = torch.export.Dim("past_len", min=0)
@@ -209,7 +240,7 @@ def export_decoder(model: Transformer, path: Path, opset: int) -> None:
         str(path),
         dynamo=True,
         opset_version=opset,
-        external_data=False,
+        external_data=external_data,
         input_names=decoder_input_names(layers),
         output_names=decoder_output_names(layers),
         dynamic_shapes=dynamic_shapes,
@@ -350,8 +381,12 @@ def export_model(
     model_name: str = "",
     languages: tuple[str, str] | None = None,
     vocab_screen: bool = True,
+    external_data: bool | None = None,
 ) -> Path:
     """Write the fp32 export (encoder, decoder, KV helpers, config.json, tokenizer files).
+
+    ``external_data``: weights in ``encoder.onnx.data`` / ``decoder.onnx.data`` (None: where a
+    graph could pass protobuf's 2 GiB, as NLLB-200-600M's decoder with its 256k table does).
 
     config.json declares the model's ``source_lang`` / ``target_lang`` (the service routes by
     them): ``languages`` if given, else what the tokenizer config says. ``vocab_screen``: give
@@ -361,9 +396,13 @@ def export_model(
     output_dir.mkdir(parents=True, exist_ok=True)
     model = model.eval()
     started = time.perf_counter()
+    if external_data is None:
+        # every weight once, in fp32, plus the int8 screen's copy of the output table
+        weights = sum(p.numel() for p in model.parameters()) * 4
+        external_data = weights > EXTERNAL_DATA_BYTES // 2
     with torch.no_grad(), written_out_attention(model):
-        export_encoder(model, output_dir / ENCODER_FILE, opset)
-        export_decoder(model, output_dir / DECODER_FILE, opset)
+        export_encoder(model, output_dir / ENCODER_FILE, opset, external_data)
+        export_decoder(model, output_dir / DECODER_FILE, opset, external_data)
     decoder = onnx.load(output_dir / DECODER_FILE)
     if found := control_flow_ops(decoder):
         raise RuntimeError(f"decoder graph has control flow {sorted(found)}")
@@ -371,7 +410,7 @@ def export_model(
     screen_candidates = 0
     if vocab_screen and model.config.tgt_vocab_size >= MIN_VOCAB:
         screen_candidates = add_vocab_screen(decoder)
-    onnx.save(decoder, output_dir / DECODER_FILE)
+    save_onnx(decoder, output_dir / DECODER_FILE, external_data or None)
     write_kv_helpers(output_dir, 2 * model.config.decoder_layers, TensorProto.FLOAT, opset)
     config = export_config(model, opset, "fp32")
     if screen_candidates:
@@ -381,11 +420,25 @@ def export_model(
     if tokenizer_dir is not None:
         config["tokenizer_files"] = copy_tokenizer_files(tokenizer_dir, output_dir)
         config.update(language_pair(tokenizer_dir))
+        if codes := multilingual_languages(output_dir, model.config.tgt_vocab_size):
+            config["languages"] = codes  # the service routes every pair of them here
     if languages is not None:
         config["source_lang"], config["target_lang"] = languages
     (output_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     log.info("exported %s in %.1f s", output_dir, config["export_seconds"])
     return output_dir
+
+
+def multilingual_languages(export_dir: Path, vocab_size: int) -> list[str]:
+    """The language codes of an exported multilingual tokenizer (NLLB-200) that the model's
+    table has rows for; [] for a model of one pair. A code past the table would be a token
+    the model never saw: a checkpoint trimmed to fewer languages keeps only its own."""
+    from service.text.tokenizer import Tokenizer
+
+    if not (export_dir / "sentencepiece.bpe.model").exists():
+        return []
+    tokenizer = Tokenizer.from_dir(export_dir)
+    return [code for code in tokenizer.languages if tokenizer.target_prefix(code)[0] < vocab_size]
 
 
 def export_from_dir(

@@ -29,7 +29,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from export.onnx_export import write_kv_helpers
+from export.onnx_export import (
+    EXTERNAL_DATA_BYTES,
+    initializer_bytes,
+    save_onnx,
+    write_kv_helpers,
+)
 from export.search_head import HEAD_PREFIX
 from export.vocab_screen import strip_vocab_screen
 from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES
@@ -46,7 +51,7 @@ DEFAULT_INT8_MODE = "reduce_range"
 def _copy_side_files(source: Path, target: Path) -> dict:
     target.mkdir(parents=True, exist_ok=True)
     for path in source.iterdir():
-        if path.is_file() and path.suffix != ".onnx":
+        if path.is_file() and ".onnx" not in path.name:  # graphs and their external data
             shutil.copyfile(path, target / path.name)
     return json.loads((source / "config.json").read_text())
 
@@ -101,16 +106,20 @@ def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_
         model = onnx.load(source / name)
         strip_vocab_screen(model)  # an int8 projection needs no int8 screen
         fold_transposed_weights(model)
-        prepared = target / f"{name}.prepared"
-        onnx.save(model, prepared)
+        prepared = target / f"prepared-{name}"
+        large = initializer_bytes(model) > EXTERNAL_DATA_BYTES
+        save_onnx(model, prepared, large)
+        del model
         quantize_dynamic(
             prepared,
             target / name,
             weight_type=getattr(QuantType, weight_type),
             reduce_range=reduce_range,
             op_types_to_quantize=["MatMul", "Gemm"],
+            use_external_data_format=large,
         )
         prepared.unlink()
+        prepared.with_name(f"{prepared.name}.data").unlink(missing_ok=True)
     for name in KV_HELPER_FILES:  # caches stay fp32
         shutil.copyfile(source / name, target / name)
     config.update(variant=f"int8-{mode}", model_name=f"{config.get('model_name', source.name)}")
@@ -132,7 +141,7 @@ def make_fp16(fp32_dir: str | Path, output_dir: str | Path) -> Path:
         converted = convert_float_to_float16(
             model, keep_io_types=keep_fp32 or False, node_block_list=head_nodes
         )
-        onnx.save(converted, target / name)
+        save_onnx(converted, target / name)
     write_kv_helpers(target, 2 * config["num_layers"], onnx.TensorProto.FLOAT16, config["opset"])
     config.pop("vocab_screen", None)
     config.update(variant="fp16", kv_dtype="float16")

@@ -23,11 +23,13 @@ TOKENIZER_FILES = (
     "vocab.json",
     "target_vocab.json",
     "tokenizer_config.json",
+    "sentencepiece.bpe.model",  # NLLB-200 (service/text/tokenizer.py, NllbTokenizer)
+    "special_tokens_map.json",
 )
 
 
 def copy_tokenizer_files(source_dir: str | Path, output_dir: str | Path) -> list[str]:
-    """Copy whichever Marian-layout tokenizer files exist; returns their names."""
+    """Copy whichever tokenizer files exist (Marian or NLLB layout); returns their names."""
     copied = []
     for name in TOKENIZER_FILES:
         if (Path(source_dir) / name).exists():

@@ -100,3 +100,66 @@ def marian_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("marian_untied")
     build_random_marian(path, tie_word_embeddings=False)
     return path
+
+
+# The languages of build_random_nllb's tokenizer, in NLLB's spelling; ISO 639-1 en, de, fr, es.
+NLLB_TEST_CODES = ("eng_Latn", "deu_Latn", "fra_Latn", "spa_Latn")
+NLLB_PIECES = 120  # SentencePiece pieces; the model's table adds the codes and <mask>
+
+
+def build_random_nllb(output_dir, seed: int = 2, codes=NLLB_TEST_CODES):
+    """An NLLB-200 directory in miniature: a BPE SentencePiece model trained here
+    (``sentencepiece.bpe.model``), a ``tokenizer_config.json`` as transformers saves NLLB's
+    (``added_tokens_decoder``: fairseq's specials, then the language codes after the pieces,
+    then ``<mask>``), and a random M2M-100 model whose table has exactly those ids. Returns
+    the transformers model."""
+    import io
+    import json
+    from pathlib import Path
+
+    import sentencepiece as spm
+
+    from tests.service_fixtures import _training_sentences
+
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model_bytes = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(_training_sentences()),
+        model_writer=model_bytes,
+        model_type="bpe",
+        vocab_size=NLLB_PIECES,
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+    )  # SentencePiece's defaults: <unk>=0, <s>=1, </s>=2, as NLLB's model has them
+    (output_dir / "sentencepiece.bpe.model").write_bytes(model_bytes.getvalue())
+    specials = [(0, "<s>"), (1, "<pad>"), (2, "</s>"), (3, "<unk>")]
+    after_pieces = [(NLLB_PIECES + 1 + index, code) for index, code in enumerate(codes)]
+    mask = [(NLLB_PIECES + 1 + len(codes), "<mask>")]
+    decoder = {
+        str(token_id): {
+            "content": content,
+            "lstrip": content == "<mask>",
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for token_id, content in specials + after_pieces + mask
+    }
+    config = {
+        "tokenizer_class": "NllbTokenizer",
+        "added_tokens_decoder": decoder,
+        "additional_special_tokens": list(codes),
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+        "mask_token": "<mask>",
+        "src_lang": codes[0],
+        "tgt_lang": codes[1],
+        "model_max_length": 1024,
+    }
+    (output_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    return build_random_m2m100(output_dir, seed=seed, vocab_size=NLLB_PIECES + len(codes) + 2)

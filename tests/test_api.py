@@ -200,8 +200,8 @@ def test_models_health_ready_docs(client):
     weights = card.pop("weights_bytes")
     memory = card.pop("memory_bytes")
     assert card == {
-        "id": "tiny-random", "source_lang": "en", "target_lang": "de", "provider": "cpu",
-        "state": "loaded", "ready": True,
+        "id": "tiny-random", "source_lang": "en", "target_lang": "de", "languages": [],
+        "provider": "cpu", "state": "loaded", "ready": True,
     }  # fmt: skip
     assert weights > 0 and (memory is None or memory >= 0)
     assert client.get("/health").json() == {"status": "ok"}

@@ -43,13 +43,16 @@ class DecodeRequest:
     # Placeholder constraint (service/runtime/search.py, CopyConstraint): every placeholder-symbol
     # id of the vocabulary -> how often the source has it (0: never emit it). None: none.
     copy_tokens: dict[int, int] | None = None
+    # Ids generated first whatever the model prefers, then stripped (search.py): a
+    # multilingual model's target-language code. Per row: rows of any languages share steps.
+    forced_prefix: tuple[int, ...] = ()
 
 
 @dataclass
 class FinishedRequest:
     request_id: Hashable
-    tokens: list[int]
-    steps: int
+    tokens: list[int]  # generated ids, no start token, no eos
+    steps: int  # decoder steps this request took part in
     hypotheses: list[list[int]] = field(default_factory=list)  # n-best, best first
 
 
@@ -281,6 +284,7 @@ def encode_group(kv: KVBackend, info: ModelInfo, requests: list[DecodeRequest]) 
                 info.pad_id,
                 request.length_penalty,
                 request.copy_tokens,
+                request.forced_prefix,
             ),
             src_len=len(request.src_ids),
             next_tokens=np.full(request.beam_size, info.decoder_start_id, dtype=np.int64),

@@ -15,8 +15,15 @@ Both classes share one interface, driven by the engine once per decoder step:
 - ``advance(head) -> (next_tokens, parent_rows)``: ``head`` is the request's rows of the
   step's ``StepOutput``; returns the tokens to feed next (rows,) and, per new row, the row
   (0..rows-1 within the request) whose cache it continues;
-- ``done``, ``result()`` and ``hypotheses()``: generated ids without the start token and
-  without eos; ``hypotheses()`` is the n-best list (beam search), best first.
+- ``done``, ``result()`` and ``hypotheses()``: generated ids without the start token, the
+  forced prefix and eos; ``hypotheses()`` is the n-best list (beam search), best first.
+
+Forced prefix (``forced_prefix``, optional): ids every row generates first, one per step,
+whatever the model prefers: the target-language code of a multilingual model (M2M-100 /
+NLLB), as transformers' ``forced_bos_token_id`` does. Such a step's only candidate is the
+forced id with log-probability 0 (the logits processor's ``-inf`` elsewhere, 0 on the id),
+so beams keep the scores they had. It is per request, so rows bound for different languages
+share every decoder step; ``max_new_tokens`` counts the forced ids, as ``generate`` does.
 
 Semantics are those of ``models/search.py`` (themselves those of ``transformers.generate``):
 pad is never generated; bans act on log-probabilities as transformers' logits processors do;
@@ -160,11 +167,19 @@ class _Search:
     num_rows: int
     top_k: int
 
-    def __init__(self, max_new_tokens: int, eos_id: int, pad_id: int, constraint) -> None:
+    def __init__(
+        self,
+        max_new_tokens: int,
+        eos_id: int,
+        pad_id: int,
+        constraint,
+        forced_prefix: tuple[int, ...] = (),
+    ) -> None:
         self.max_new_tokens = max_new_tokens
         self.eos_id = eos_id
         self.pad_id = pad_id
         self.constraint: CopyConstraint | None = constraint
+        self.forced_prefix = tuple(forced_prefix)
         self.steps = 0
         self.done = False
 
@@ -177,6 +192,12 @@ class _Search:
     def _candidates(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
         """(rows, top_k) log-probs and ids of this step's candidates."""
         scores, ids = head.top_log_probs[:, : self.top_k], head.top_ids[:, : self.top_k]
+        if self.steps < len(self.forced_prefix):
+            forced_scores = np.full(scores.shape, -np.inf, dtype=np.float32)
+            forced_ids = np.full(ids.shape, self.pad_id, dtype=ids.dtype)
+            forced_scores[:, 0] = 0.0
+            forced_ids[:, 0] = self.forced_prefix[self.steps]
+            return forced_scores, forced_ids
         if self.constraint is not None:
             steps_left = self.max_new_tokens - self.steps
             return self.constraint.candidates(scores, ids, head, steps_left)
@@ -193,11 +214,11 @@ class GreedySearch(_Search):
         eos_id: int,
         pad_id: int,
         copy_tokens: dict[int, int] | None = None,
+        forced_prefix: tuple[int, ...] = (),
     ) -> None:
-        super().__init__(
-            max_new_tokens, eos_id, pad_id, make_constraint(copy_tokens, 1, eos_id, pad_id)
-        )
-        self.tokens: list[int] = []
+        constraint = make_constraint(copy_tokens, 1, eos_id, pad_id)
+        super().__init__(max_new_tokens, eos_id, pad_id, constraint, forced_prefix)
+        self.tokens: list[int] = []  # the forced prefix included
 
     def advance(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
         """head of 1 row -> next token (1,), parent row (1,)."""
@@ -215,7 +236,7 @@ class GreedySearch(_Search):
         return next_tokens, parents
 
     def result(self) -> list[int]:
-        return list(self.tokens)
+        return self.tokens[len(self.forced_prefix) :]
 
     def hypotheses(self) -> list[list[int]]:
         return [self.result()]
@@ -230,10 +251,10 @@ class BeamSearch(_Search):
         pad_id: int,
         length_penalty: float = 1.0,
         copy_tokens: dict[int, int] | None = None,
+        forced_prefix: tuple[int, ...] = (),
     ) -> None:
-        super().__init__(
-            max_new_tokens, eos_id, pad_id, make_constraint(copy_tokens, beam_size, eos_id, pad_id)
-        )
+        constraint = make_constraint(copy_tokens, beam_size, eos_id, pad_id)
+        super().__init__(max_new_tokens, eos_id, pad_id, constraint, forced_prefix)
         self.num_rows = beam_size
         self.top_k = 2 * beam_size
         self.length_penalty = length_penalty
@@ -241,7 +262,8 @@ class BeamSearch(_Search):
         # All beams start identical: keep one alive (float32, as in the reference).
         self.running_scores = np.full(beam_size, -1e9, dtype=np.float32)
         self.running_scores[0] = 0.0
-        self.finished: list[tuple[float, list[int]]] = []  # (normalised score, tokens), best first
+        # (normalised score, tokens with the forced prefix), best first
+        self.finished: list[tuple[float, list[int]]] = []
 
     def advance(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
         """head of K rows -> next tokens (K,), parent beams (K,)."""
@@ -292,11 +314,11 @@ class BeamSearch(_Search):
         return keep_token.astype(np.int64), keep_beam.astype(np.int64)
 
     def result(self) -> list[int]:
-        return list(self.finished[0][1]) if self.finished else []
+        return self.finished[0][1][len(self.forced_prefix) :] if self.finished else []
 
     def hypotheses(self) -> list[list[int]]:
         """The finished hypotheses, best first (at most K): the n-best list."""
-        return [list(tokens) for _, tokens in self.finished]
+        return [tokens[len(self.forced_prefix) :] for _, tokens in self.finished]
 
 
 def make_search(
@@ -306,9 +328,12 @@ def make_search(
     pad_id: int,
     length_penalty: float = 1.0,
     copy_tokens: dict[int, int] | None = None,
+    forced_prefix: tuple[int, ...] = (),
 ) -> GreedySearch | BeamSearch:
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if beam_size == 1:
-        return GreedySearch(max_new_tokens, eos_id, pad_id, copy_tokens)
-    return BeamSearch(beam_size, max_new_tokens, eos_id, pad_id, length_penalty, copy_tokens)
+        return GreedySearch(max_new_tokens, eos_id, pad_id, copy_tokens, forced_prefix)
+    return BeamSearch(
+        beam_size, max_new_tokens, eos_id, pad_id, length_penalty, copy_tokens, forced_prefix
+    )

@@ -437,9 +437,7 @@ class RunProtector:
 
     # --- masking ---------------------------------------------------------------------------
 
-    def protect(
-        self, text: str, terms: Sequence[tuple[Span, str]] = ()
-    ) -> tuple[str, list[str]]:
+    def protect(self, text: str, terms: Sequence[tuple[Span, str]] = ()) -> tuple[str, list[str]]:
         """Mask placeholders and runs in one sentence: ``(masked, originals)``, where
         ``originals[k]`` is what ``｟k｠`` stands for (restore with
         :func:`restore_every_run`). ``terms``: glossary matches (service/text/glossary.py),
@@ -451,9 +449,7 @@ class RunProtector:
             return protect(text)
         placeholders = find_placeholders(text)
         term_spans = [span for span, _ in terms]
-        spans = sorted(
-            [*placeholders, *term_spans, *self.runs(text, [*placeholders, *term_spans])]
-        )
+        spans = sorted([*placeholders, *term_spans, *self.runs(text, [*placeholders, *term_spans])])
         if not spans:
             return text, []
         target_of = dict(terms)

@@ -177,12 +177,14 @@ class Dispatcher:
         else:
             ranked = [detector.detect(text) for text in texts]
         detections = [candidates[0] for candidates in ranked]
-        target = normalise_language_code(target)
+        sent_target, target = target, normalise_language_code(target)
         routes_by_source: dict[str, Route] = {}
         for detection in detections:
             if detection.language not in routes_by_source:
                 source = detection.language
-                route = self.route(source, target or self.default_target(source))
+                route = self.route(
+                    source, (sent_target or target) if target else self.default_target(source)
+                )
                 check_glossary_pair(glossary, route.source, route.target)
                 self.memory_lookup(memory, route)  # refused here, before a lease
                 kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
@@ -245,6 +247,7 @@ class Dispatcher:
             return DispatchResult(batch, route, detections), [[] for _ in texts]
         lookup = self.memory_lookup(memory, route)
         async with self.registry.lease(route.legs) as [translator]:
+            translator = translator.for_pair(route.source, route.target)
             batch, others = await translator.translate_with_alternatives(
                 texts, options, alternatives, glossary, lookup
             )
@@ -293,6 +296,7 @@ class Dispatcher:
             )
         try:
             [translator] = await resources.enter_async_context(self.registry.lease(route.legs))
+            translator = translator.for_pair(route.source, route.target)
             items = await translator.stream(
                 texts, options, glossary, self.memory_lookup(memory, route)
             )
@@ -313,9 +317,14 @@ class Dispatcher:
         stored glossary or a memory for another pair is refused here, before any model is
         leased."""
         self.limits.check_request_size(texts)
+        sent_source, sent_target = source, target
         source, detections = await self.resolve_source(texts, source)
         target = normalise_language_code(target) or self.default_target(source)
-        route = self.route(source, target)
+        # Routed by the codes as sent, so that the route spells them as the client did.
+        route = self.route(
+            sent_source if detections is None and sent_source else source,
+            (sent_target or target) if normalise_language_code(sent_target) else target,
+        )
         check_glossary_pair(glossary, route.source, route.target)
         self.memory_lookup(memory, route)
         kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
@@ -341,7 +350,11 @@ class Dispatcher:
             return _unchanged(texts)
         lookup = self.memory_lookup(memory, route)
         async with self.registry.lease(route.legs) as translators:
-            first, *rest = translators
+            # Each leg's model translates the leg's pair (a multilingual model serves many).
+            first, *rest = (
+                translator.for_pair(*pair)
+                for translator, pair in zip(translators, route.leg_pairs, strict=True)
+            )
             return await first.translate(
                 texts, options, then=rest[0] if rest else None, glossary=glossary, memory=lookup
             )

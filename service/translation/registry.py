@@ -7,6 +7,10 @@ exports from before the field existed fall back to the tokenizer's config): noth
 loaded at start-up that is not served, and two models for one pair are refused at start-up
 rather than one silently shadowing the other.
 
+A multilingual export (M2M-100, NLLB-200) declares a set of ``languages`` instead and serves
+every pair of them; a model of one pair still wins that pair, and where two multilingual
+models share a pair the one configured first serves it.
+
 Loading runs one model at a time in a worker thread (so loads do not fight for the cores
 and the resident-memory growth measured around a load is that model's). Each loaded model
 has its own engine, batcher thread and translator; with several models their engine threads
@@ -36,6 +40,7 @@ from service.metrics import ServiceMetrics
 from service.runtime.engine import Engine
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
+from service.translation.languages import normalise_language_code
 from service.translation.translator import Translator
 
 logger = logging.getLogger(__name__)
@@ -54,10 +59,36 @@ class ModelSpec:
     model_dir: Path
     source_lang: str
     target_lang: str
+    # A multilingual model's languages (canonical codes): it serves every pair of them, and
+    # source_lang / target_lang are only the first two. Empty: a model of one pair.
+    languages: tuple[str, ...] = ()
 
     @property
     def pair(self) -> tuple[str, str]:
         return self.source_lang, self.target_lang
+
+    @property
+    def multilingual(self) -> bool:
+        return bool(self.languages)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every (source, target) the model translates."""
+        if not self.languages:
+            return [self.pair]
+        return [(s, t) for s in self.languages for t in self.languages if s != t]
+
+
+def read_export_languages(model_dir: Path) -> tuple[str, ...]:
+    """The canonical codes of the languages a multilingual export declares (config.json's
+    ``languages``, as its tokenizer spells them); () for a model of one pair."""
+    try:
+        declared = json.loads((model_dir / "config.json").read_text()).get("languages")
+    except (OSError, ValueError, AttributeError):
+        return ()
+    if not isinstance(declared, list):
+        return ()
+    codes = [normalise_language_code(code) for code in declared if isinstance(code, str)]
+    return tuple(dict.fromkeys(code for code in codes if code))
 
 
 def read_export_config(model_dir: Path) -> tuple[str | None, tuple[str, str] | None]:
@@ -67,6 +98,8 @@ def read_export_config(model_dir: Path) -> tuple[str | None, tuple[str, str] | N
         try:
             config = json.loads((model_dir / file_name).read_text())
         except (OSError, ValueError):
+            continue
+        if not isinstance(config, dict):
             continue
         name = name or config.get("model_name") or None
         source, target = config.get("source_lang"), config.get("target_lang")
@@ -102,14 +135,20 @@ def discover_models(
     specs: list[ModelSpec] = []
     for directory in dirs:
         name, pair = read_export_config(directory)
+        model_id = (model_name if alone else "") or name or directory.name
+        languages = read_export_languages(directory)
+        if len(languages) >= 2:
+            specs.append(ModelSpec(model_id, directory, languages[0], languages[1], languages))
+            continue
         if pair is None:
             logger.warning("%s declares no source_lang/target_lang; assuming en→de", directory)
             pair = DEFAULT_PAIR
-        model_id = (model_name if alone else "") or name or directory.name
         specs.append(ModelSpec(model_id, directory, *pair))
     for kind, key in (("name", lambda s: s.model_id), ("language pair", lambda s: s.pair)):
         seen: dict[object, ModelSpec] = {}
         for spec in specs:
+            if kind == "language pair" and spec.multilingual:
+                continue  # overlapping multilingual models are resolved in serving_pairs
             if (other := seen.setdefault(key(spec), spec)) is not spec:
                 raise RegistryError(
                     f"two models with the {kind} {key(spec)}: {other.model_dir} and "
@@ -118,6 +157,17 @@ def discover_models(
     if not specs:
         raise RegistryError("no models configured")
     return specs
+
+
+def serving_pairs(specs: Sequence[ModelSpec]) -> dict[tuple[str, str], str]:
+    """(source, target) -> the model id that serves it: models of one pair first, then each
+    multilingual model, in the configured order, for the pairs still free."""
+    by_pair = {spec.pair: spec.model_id for spec in specs if not spec.multilingual}
+    for spec in specs:
+        if spec.multilingual:
+            for pair in spec.pairs():
+                by_pair.setdefault(pair, spec.model_id)
+    return by_pair
 
 
 def onnx_bytes(model_dir: Path) -> int:
@@ -193,7 +243,7 @@ class ModelRegistry:
         self.metrics = metrics
         self._load_model = load_model
         self.slots = {spec.model_id: ModelSlot(spec, config.provider) for spec in specs}
-        self.by_pair = {spec.pair: spec.model_id for spec in specs}
+        self.by_pair = serving_pairs(specs)
         self._load_lock = asyncio.Lock()
         self._accepting = True
         self._background: set[asyncio.Task[None]] = set()
@@ -273,7 +323,9 @@ class ModelRegistry:
 
     @staticmethod
     def _why(slot: ModelSlot) -> str:
-        model = f"model {slot.spec.model_id} ({slot.spec.source_lang}→{slot.spec.target_lang})"
+        spec = slot.spec
+        languages = f"{len(spec.languages)} languages" if spec.multilingual else "→".join(spec.pair)
+        model = f"model {spec.model_id} ({languages})"
         if slot.state == "failed":
             return f"{model} failed to load: {slot.detail}"
         return f"{model} is loading; retry shortly"

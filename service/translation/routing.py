@@ -1,7 +1,9 @@
 """Which models translate X→Y: a direct model, else a pivot through one language (English).
 
 Pure functions over the served language pairs: no models, no I/O. A direct model always wins
-over a pivot; a pivot X→P→Y needs both X→P and P→Y. Same source and target is the identity
+over a pivot; a pivot X→P→Y needs both X→P and P→Y. A multilingual model serves every pair
+of its languages, so it is "direct" for each (service/translation/registry.py decides which
+model holds a pair: one of that pair alone first). Same source and target is the identity
 (the text comes back unchanged, no model runs), as a translation service that is asked to
 translate German into German should do.
 
@@ -16,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from service.errors import UnsupportedLanguage
-from service.translation.languages import language_name, normalise_language_code
+from service.translation.languages import language_name, normalise_language_code, spell_like
 
 Pair = tuple[str, str]
 
@@ -28,28 +30,54 @@ class Route:
     source: str
     target: str
     legs: tuple[str, ...]  # model ids
+    via: str = ""  # the pivot language, for a pivot
+    # The languages as the client spelt them (``deu_Latn`` or ``de``); "": the canonical code.
+    source_spelling: str = ""
+    target_spelling: str = ""
 
     @property
     def pivot(self) -> bool:
         return len(self.legs) > 1
 
+    @property
+    def leg_pairs(self) -> tuple[Pair, ...]:
+        """The (source, target) each leg translates, in canonical codes."""
+        if self.pivot:
+            return (self.source, self.via), (self.via, self.target)
+        return ((self.source, self.target),) if self.legs else ()
+
+    @property
+    def shown_source(self) -> str:
+        return self.source_spelling or self.source
+
+    @property
+    def shown_target(self) -> str:
+        return self.target_spelling or self.target
+
 
 def plan_route(source: str, target: str, models: Mapping[Pair, str], pivot_lang: str) -> Route:
     """The route for ``source``→``target`` over ``models`` ((source, target) -> model id)."""
+    sent = (source, target)
     source, target = normalise_language_code(source), normalise_language_code(target)
+    spelling = {
+        "source_spelling": spell_like(source, sent[0]),
+        "target_spelling": spell_like(target, sent[1]),
+    }
+    if (direct := models.get((source, target))) is not None:  # the common case, first
+        return Route(source, target, (direct,), **spelling)
+    # A multilingual model makes tens of thousands of pairs: the codes are collected only
+    # when no direct model answers.
     known = {code for pair in models for code in pair}
     for code in (source, target):
         if code not in known:
             raise UnsupportedLanguage("unsupported_language", f"{code} is not supported")
     if source == target:
-        return Route(source, target, ())
-    if (direct := models.get((source, target))) is not None:
-        return Route(source, target, (direct,))
+        return Route(source, target, (), **spelling)
     if pivot_lang and (
         (first := models.get((source, pivot_lang))) is not None
         and (second := models.get((pivot_lang, target))) is not None
     ):
-        return Route(source, target, (first, second))
+        return Route(source, target, (first, second), pivot_lang, **spelling)
     raise UnsupportedLanguage(
         "unsupported_pair",
         f"{language_name(target)} ({target}) is not available as a target language from "
@@ -64,8 +92,10 @@ def targets_by_source(pairs: Iterable[Pair], pivot_lang: str) -> dict[str, list[
     targets: dict[str, set[str]] = {code: set() for pair in pairs for code in pair}
     for source, target in pairs:
         targets[source].add(target)
-        if pivot_lang and target == pivot_lang:
-            targets[source].update(t for s, t in pairs if s == pivot_lang and t != source)
+    from_pivot = set(targets.get(pivot_lang, ())) if pivot_lang else set()
+    for source, found in targets.items():
+        if pivot_lang in found:
+            found.update(from_pivot - {source})
     return {code: sorted(found) for code, found in sorted(targets.items())}
 
 

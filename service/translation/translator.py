@@ -13,6 +13,7 @@ batcher's (queue full, shutting down, timeout); the web layer maps them to statu
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import time
 from collections import OrderedDict, deque
@@ -34,6 +35,7 @@ from service.text.pipeline import (
 )
 from service.text.segmenter import join_translations
 from service.text.tokenizer import Tokenizer
+from service.translation.languages import normalise_language_code
 
 # Tokenizing is quick, but a request at the limits (64 texts x 5000 characters) would hold
 # the event loop for a noticeable time: such requests tokenize in a worker thread.
@@ -71,8 +73,8 @@ class TranslatorConfig:
     cache_size: int = 0  # sentences in the translation cache; 0: no cache
 
 
-def _cache_key(masked: str, options: DecodingOptions) -> tuple:
-    return (masked, options.beam_size, options.max_new_tokens, options.length_penalty)
+def _cache_key(masked: str, options: DecodingOptions, scope: tuple = ()) -> tuple:
+    return (masked, options.beam_size, options.max_new_tokens, options.length_penalty, scope)
 
 
 class Translator:
@@ -93,10 +95,38 @@ class Translator:
         self.limits = config.limits
         self.source_lang = source_lang
         self.cache = TranslationCache(config.cache_size) if config.cache_size > 0 else None
+        # A multilingual model (service/text/tokenizer.py, NllbTokenizer): canonical code ->
+        # the tokenizer's code; each pair is served by a view (for_pair).
+        self._codes = {normalise_language_code(code): code for code in tokenizer.languages}
+        self._pipelines: dict[str, TextPipeline] = {}  # per source language, shared by views
+        self.forced_prefix: tuple[int, ...] = ()  # the target's code, generated first
+        self.cache_scope: tuple[str, ...] = ()  # the pair, in a multilingual model's cache
+
+    def for_pair(self, source: str, target: str) -> Translator:
+        """This model translating ``source``→``target`` (canonical codes): itself for a model
+        of one pair; for a multilingual model, a view sharing its batcher and cache, whose
+        pipeline splits sentences by the source's rules and puts the source's code before
+        each source, and whose rows generate the target's code first."""
+        if not self._codes:
+            return self
+        view = copy.copy(self)
+        view.source_lang = source
+        view.pipeline = self._pipelines.get(source) or self._pipelines.setdefault(
+            source,
+            TextPipeline(
+                self.tokenizer.for_source(self._codes[source]),
+                self.limits,
+                source,
+                self.pipeline.max_input_tokens,
+            ),
+        )
+        view.forced_prefix = self.tokenizer.target_prefix(self._codes[target])
+        view.cache_scope = (source, target)
+        return view
 
     def _cached(self, masked: str, options: DecodingOptions) -> tuple[str, int] | None:
         assert self.cache is not None
-        hit = self.cache.get(_cache_key(masked, options))
+        hit = self.cache.get(_cache_key(masked, options, self.cache_scope))
         if hit is not None:
             self.metrics.cache_hits.inc()
         return hit
@@ -246,9 +276,11 @@ class Translator:
             DecodeRequest(
                 src_ids=sentence.src_ids,
                 beam_size=options.beam_size,
-                max_new_tokens=sentence.max_new_tokens,
+                # generate's count, which the forced ids are part of
+                max_new_tokens=sentence.max_new_tokens + len(self.forced_prefix),
                 length_penalty=options.length_penalty,
                 copy_tokens=sentence.copy_tokens,
+                forced_prefix=self.forced_prefix,
             )
             for sentence in to_decode
         ]
@@ -259,7 +291,7 @@ class Translator:
         if self.cache is not None:
             assert sentence.masked_translation is not None
             self.cache.put(
-                _cache_key(sentence.masked, options),
+                _cache_key(sentence.masked, options, self.cache_scope),
                 (sentence.masked_translation, sentence.output_tokens),
             )
 

@@ -300,6 +300,11 @@ class ModelCard(BaseModel):
     id: str
     source_lang: str
     target_lang: str
+    languages: list[str] = Field(
+        default_factory=list,
+        description="A multilingual model's languages: it translates between any two of "
+        "them (source_lang and target_lang are then its first two). Empty: one pair.",
+    )
     provider: str = Field(
         description="ONNX Runtime execution provider in use (the setting until loaded)."
     )

@@ -107,7 +107,9 @@ async def translate_file(
         # Every format hands over all of its texts in one call: the whole file is counted
         # before the first chunk goes to a model.
         access.charge_characters(request, body_key, chars=sum(map(len, texts)))
-        return await translate_in_chunks(texts, service.limits.max_texts_per_request, translate_chunk)
+        return await translate_in_chunks(
+            texts, service.limits.max_texts_per_request, translate_chunk
+        )
 
     try:
         translated = await run_for_client(

@@ -92,8 +92,8 @@ def translate_response(result: DispatchResult, started: float) -> TranslateRespo
         translations=[_translation(result, index, t) for index, t in enumerate(batch.translations)],
         model="+".join(result.models),
         models=result.models,
-        source_lang=route.source,
-        target_lang=route.target,
+        source_lang=route.shown_source,
+        target_lang=route.shown_target,
         detected_language=_detected(detected),
         usage=Usage(
             input_tokens=batch.input_tokens,
@@ -112,7 +112,7 @@ def _translation(result: DispatchResult, index: int, text: TextTranslation) -> T
     detected = result.detection_of(index)
     if detected is not None:
         route = result.route_of(index)
-        translation.source_lang = route.source
+        translation.source_lang = route.shown_source
         translation.models = list(route.legs)
         translation.detected_language = _detected(detected)
     return translation
@@ -134,6 +134,7 @@ async def models(service: Service) -> ModelList:
                 id=slot.spec.model_id,
                 source_lang=slot.spec.source_lang,
                 target_lang=slot.spec.target_lang,
+                languages=list(slot.spec.languages),
                 provider=slot.provider,
                 state=slot.state,
                 ready=slot.state == "loaded",
