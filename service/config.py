@@ -253,8 +253,22 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         Path("data"),
-        description="Where stored glossaries live (SQLite, glossaries.sqlite3), kept across "
-        "restarts; created on first use.",
+        description="Where stored glossaries and document jobs live (SQLite: glossaries.sqlite3, "
+        "documents.sqlite3; uploads and results under documents/), kept across restarts; "
+        "created on first use.",
+    )
+    document_jobs: int = Field(
+        1,
+        ge=1,
+        description="Document jobs (POST /v1/documents, DeepL's /v2/document) translated at "
+        "once; each sends its sentences to the translator a few at a time, so interactive "
+        "requests are not queued behind a document.",
+    )
+    document_ttl_s: float = Field(
+        86400.0,
+        gt=0,
+        description="Finished document jobs (their upload and result) older than this are "
+        "deleted (checked whenever a job is created).",
     )
     max_glossary_entries: int = Field(
         5000,

@@ -18,8 +18,10 @@ from fastapi import FastAPI
 
 from service.config import Settings
 from service.metrics import ServiceMetrics
+from service.text.bulk import TranslateTexts
 from service.text.pipeline import TextLimits
 from service.translation.dispatch import Dispatcher
+from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
 from service.translation.glossaries import GlossaryStore
 from service.translation.registry import ModelRegistry
 from service.web.errors import ApiError, ErrorInfo, describe_error
@@ -51,6 +53,10 @@ class ServiceState:
         self.registry = registry
         self.glossaries = glossaries or GlossaryStore(
             settings.data_dir / "glossaries.sqlite3", settings.max_glossary_entries
+        )
+        self.documents = DocumentStore(settings.data_dir, settings.document_ttl_s)
+        self.document_runner = DocumentRunner(
+            self.documents, self._document_translator, settings.document_jobs
         )
         self._build_dispatcher = build_dispatcher
         self.characters_translated = 0  # through DeepL's /v2/translate: its /v2/usage
@@ -85,6 +91,21 @@ class ServiceState:
             self.phase = "ready"
             logger.info("ready: %d models, %d loaded", len(registry.slots), registry.loaded_count())
 
+    def _document_translator(self, job: DocumentJob) -> TranslateTexts:
+        """A document job's texts through the dispatcher, by the job's pair, with the
+        service's default decoding options; the dispatcher is looked up on the first chunk
+        (a job resumed at start-up waits, refused with 503, until the models are ready)."""
+        bound: list[TranslateTexts] = []
+
+        async def translate(texts: list[str]) -> list[str]:
+            if not bound:
+                dispatcher = self.require_dispatcher()
+                options = self.limits.options(None, None)
+                bound.append(dispatcher.pair_translator(job.source_lang, job.target_lang, options))
+            return await bound[0](texts)
+
+        return translate
+
     def begin_shutdown(self) -> None:
         """SIGTERM: refuse new work with 503 from now on; in-flight work goes on."""
         if self.shutdown_deadline is None:
@@ -96,6 +117,8 @@ class ServiceState:
 
     async def shutdown(self) -> None:
         self.begin_shutdown()
+        await self.document_runner.stop()  # jobs in progress are taken up again at the next start
+        self.documents.close()
         self.glossaries.close()
         if self.registry is not None:
             assert self.shutdown_deadline is not None
@@ -135,9 +158,7 @@ class ServiceState:
     def describe_error(self, error: BaseException) -> ErrorInfo:
         """The API's answer to ``error`` (service/web/errors.py), with this service's
         Retry-After and request timeout."""
-        return describe_error(
-            error, self.settings.retry_after_s, self.settings.request_timeout_s
-        )
+        return describe_error(error, self.settings.retry_after_s, self.settings.request_timeout_s)
 
     def retry_after(self) -> dict[str, str]:
         return {"Retry-After": str(self.settings.retry_after_s)}
@@ -150,6 +171,7 @@ def lifespan_of(service: ServiceState) -> Callable[[FastAPI], AbstractAsyncConte
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loading = asyncio.create_task(service.load())
+        service.document_runner.start()
         try:
             yield
         finally:
