@@ -20,9 +20,18 @@ from docx.opc.constants import RELATIONSHIP_TYPE
 from docx.oxml import OxmlElement
 from docx.oxml.ns import qn
 from odf import teletype
-from odf.opendocument import OpenDocumentText, load
-from odf.style import Style, TextProperties
-from odf.text import P, Span
+from odf.draw import Frame, Page, TextBox
+from odf.office import Annotation
+from odf.opendocument import (
+    OpenDocumentPresentation,
+    OpenDocumentSpreadsheet,
+    OpenDocumentText,
+    load,
+)
+from odf.presentation import FooterDecl, Notes
+from odf.style import Footer, Header, MasterPage, PageLayout, Style, TableProperties, TextProperties
+from odf.table import Table, TableCell, TableColumn, TableRow
+from odf.text import A, Note, NoteBody, NoteCitation, P, Span
 from openpyxl.cell.rich_text import CellRichText, TextBlock
 from openpyxl.cell.text import InlineFont
 
@@ -298,6 +307,248 @@ def test_odt_paragraph_with_a_bold_span_is_one_text_and_the_span_keeps_its_words
     [span] = loaded.getElementsByType(Span)
     assert teletype.extractText(span) == "SETTINGS"
     assert_only_text_parts_changed(out.getvalue(), result, {"content.xml"})
+
+
+def bold_style(document) -> Style:
+    bold = Style(name="Bold", family="text")
+    bold.addElement(TextProperties(fontweight="bold"))
+    document.automaticstyles.addElement(bold)
+    return bold
+
+
+def text_of(element) -> str:
+    return teletype.extractText(element)
+
+
+def build_odt() -> bytes:
+    document = OpenDocumentText()
+    bold = bold_style(document)
+    layout = PageLayout(name="Page")
+    document.automaticstyles.addElement(layout)
+    master = MasterPage(name="Standard", pagelayoutname=layout)
+    header, footer = Header(), Footer()
+    header.addElement(P(text="Company report"))
+    footer.addElement(P(text="Confidential draft"))
+    master.addElement(header)
+    master.addElement(footer)
+    document.masterstyles.addElement(master)
+    formatted = P(text="Click ")
+    formatted.addElement(Span(stylename=bold, text="Save"))
+    formatted.addText(" to keep your changes, see ")
+    formatted.addElement(A(href="https://example.org/manual", text="the manual"))
+    formatted.addText(".")
+    document.text.addElement(formatted)
+    table = Table(name="Files")
+    table.addElement(TableColumn(numbercolumnsrepeated=2))
+    row = TableRow()
+    name_cell = TableCell(valuetype="string")
+    name_cell.addElement(P(text="Name of the file"))
+    number_cell = TableCell(valuetype="float", value="2024")
+    number_cell.addElement(P(text="2024"))
+    row.addElement(name_cell)
+    row.addElement(number_cell)
+    table.addElement(row)
+    document.text.addElement(table)
+    noted = P(text="The results are final.")
+    note = Note(noteclass="footnote", id="ftn1")
+    note.addElement(NoteCitation(text="1"))
+    body = NoteBody()
+    body.addElement(P(text="See the appendix."))
+    note.addElement(body)
+    noted.addElement(note)
+    comment = Annotation()
+    comment.addElement(P(text="Check this word"))
+    noted.addElement(comment)
+    document.text.addElement(noted)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def test_odt_body_table_header_footer_footnote_comment_and_link_translated():
+    source = build_odt()
+    sent: list[str] = []
+    result = run("letter.odt", source, recording(sent))
+    assert "Click <mt-g2>Save</mt-g2> to keep your changes, see <mt-g4>the manual</mt-g4>." in sent
+    assert "2024" not in sent
+    loaded = load(io.BytesIO(result))
+    texts = [text_of(p) for p in loaded.getElementsByType(P)]
+    for expected in [
+        "CLICK SAVE TO KEEP YOUR CHANGES, SEE THE MANUAL.",
+        "NAME OF THE FILE",
+        "2024",
+        "SEE THE APPENDIX.",
+        "CHECK THIS WORD",
+        "COMPANY REPORT",
+        "CONFIDENTIAL DRAFT",
+    ]:
+        assert expected in texts
+    assert any(text.startswith("THE RESULTS ARE FINAL.") for text in texts)
+    [span] = loaded.getElementsByType(Span)
+    assert text_of(span) == "SAVE"
+    [link] = loaded.getElementsByType(A)
+    assert (text_of(link), link.getAttribute("href")) == (
+        "THE MANUAL",
+        "https://example.org/manual",
+    )
+    assert_only_text_parts_changed(source, result, {"content.xml", "styles.xml"})
+
+
+# --- odp ---------------------------------------------------------------------------------------
+
+
+def build_odp() -> bytes:
+    deck = OpenDocumentPresentation()
+    bold = bold_style(deck)
+    layout = PageLayout(name="Slide")
+    deck.automaticstyles.addElement(layout)
+    master = MasterPage(name="Default", pagelayoutname=layout)
+    deck.masterstyles.addElement(master)
+    page = Page(masterpagename=master, usefootername="ftr1")
+    title = Frame(width="20cm", height="2cm", x="1cm", y="1cm")
+    title_box = TextBox()
+    title_box.addElement(P(text="Quarterly results"))
+    title.addElement(title_box)
+    page.addElement(title)
+    frame = Frame(width="20cm", height="3cm", x="1cm", y="4cm")
+    box = TextBox()
+    paragraph = P(text="Sales grew in ")
+    paragraph.addElement(Span(stylename=bold, text="every region"))
+    paragraph.addText(" this year, see ")
+    paragraph.addElement(A(href="https://example.org/q3", text="the report"))
+    paragraph.addText(".")
+    box.addElement(paragraph)
+    frame.addElement(box)
+    page.addElement(frame)
+    table_frame = Frame(width="20cm", height="3cm", x="1cm", y="8cm")
+    table = Table(name="Offices")
+    table.addElement(TableColumn(numbercolumnsrepeated=2))
+    row = TableRow()
+    office = TableCell()
+    office.addElement(P(text="North office"))
+    count = TableCell()
+    count.addElement(P(text="42"))
+    row.addElement(office)
+    row.addElement(count)
+    table.addElement(row)
+    table_frame.addElement(table)
+    page.addElement(table_frame)
+    notes = Notes()
+    notes_frame = Frame(width="20cm", height="5cm", x="1cm", y="1cm")
+    notes_box = TextBox()
+    notes_box.addElement(P(text="Mention the new customers"))
+    notes_frame.addElement(notes_box)
+    notes.addElement(notes_frame)
+    page.addElement(notes)
+    deck.presentation.addElement(FooterDecl(name="ftr1", text="Internal use only"))
+    deck.presentation.addElement(page)
+    out = io.BytesIO()
+    deck.save(out)
+    return out.getvalue()
+
+
+def test_odp_slides_tables_notes_and_footer_translated_with_bold_and_link_kept():
+    source = build_odp()
+    sent: list[str] = []
+    result = run("deck.odp", source, recording(sent))
+    assert (
+        "Sales grew in <mt-g2>every region</mt-g2> this year, see <mt-g4>the report</mt-g4>."
+        in sent
+    )
+    assert "42" not in sent
+    loaded = load(io.BytesIO(result))
+    texts = [text_of(p) for p in loaded.getElementsByType(P)]
+    assert texts == [
+        "QUARTERLY RESULTS",
+        "SALES GREW IN EVERY REGION THIS YEAR, SEE THE REPORT.",
+        "NORTH OFFICE",
+        "42",
+        "MENTION THE NEW CUSTOMERS",
+    ]
+    [span] = loaded.getElementsByType(Span)
+    assert text_of(span) == "EVERY REGION"
+    [link] = loaded.getElementsByType(A)
+    assert (text_of(link), link.getAttribute("href")) == ("THE REPORT", "https://example.org/q3")
+    [footer] = loaded.getElementsByType(FooterDecl)
+    assert text_of(footer) == "INTERNAL USE ONLY"
+    assert_only_text_parts_changed(source, result, {"content.xml"})
+
+
+# --- ods ---------------------------------------------------------------------------------------
+
+
+def build_ods() -> bytes:
+    book = OpenDocumentSpreadsheet()
+    bold = bold_style(book)
+    hidden_style = Style(name="Hidden", family="table")
+    hidden_style.addElement(TableProperties(display="false"))
+    book.automaticstyles.addElement(hidden_style)
+
+    def cell(text: str, **attributes) -> TableCell:
+        element = TableCell(**attributes)
+        element.addElement(P(text=text))
+        return element
+
+    summary = Table(name="Summary")
+    summary.addElement(TableColumn(numbercolumnsrepeated=2))
+    rows = [
+        [
+            cell("Total revenue", valuetype="string"),
+            cell("1234.5", valuetype="float", value="1234.5"),
+        ],
+        [
+            cell("2024-05-01", valuetype="date", datevalue="2024-05-01"),
+            cell("1234.5", valuetype="float", value="1234.5", formula="of:=SUM([.B1])"),
+        ],
+    ]
+    rich = TableCell(valuetype="string")
+    paragraph = P(text="Paid ")
+    paragraph.addElement(Span(stylename=bold, text="in full"))
+    rich.addElement(paragraph)
+    commented = cell("Shared label", valuetype="string")
+    comment = Annotation()
+    comment.addElement(P(text="Check the label"))
+    commented.addElement(comment)
+    rows.append([rich, commented])
+    for cells in rows:
+        row = TableRow()
+        for element in cells:
+            row.addElement(element)
+        summary.addElement(row)
+    book.spreadsheet.addElement(summary)
+    internal = Table(name="Internal", stylename=hidden_style)
+    row = TableRow()
+    row.addElement(cell("Do not touch", valuetype="string"))
+    internal.addElement(row)
+    book.spreadsheet.addElement(internal)
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def test_ods_translates_visible_text_cells_and_comments_and_leaves_numbers_formulas_hidden():
+    source = build_ods()
+    sent: list[str] = []
+    result = run("book.ods", source, recording(sent))
+    assert "Paid <mt-g2>in full</mt-g2>" in sent
+    assert not {"1234.5", "2024-05-01", "Do not touch"} & set(sent)
+    loaded = load(io.BytesIO(result))
+    summary, internal = loaded.getElementsByType(Table)
+    cells = [
+        [text_of(p) for p in c.getElementsByType(P)] for c in summary.getElementsByType(TableCell)
+    ]
+    assert cells == [
+        ["TOTAL REVENUE"],
+        ["1234.5"],
+        ["2024-05-01"],
+        ["1234.5"],
+        ["PAID IN FULL"],
+        ["SHARED LABEL", "CHECK THE LABEL"],
+    ]
+    [span] = loaded.getElementsByType(Span)
+    assert text_of(span) == "IN FULL"
+    assert [text_of(p) for p in internal.getElementsByType(P)] == ["Do not touch"]
+    assert_only_text_parts_changed(source, result, {"content.xml"})
 
 
 # --- the unit itself ---------------------------------------------------------------------------
