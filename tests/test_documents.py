@@ -19,6 +19,8 @@ import pytest
 from docx.opc.constants import RELATIONSHIP_TYPE
 from docx.oxml import OxmlElement
 from docx.oxml.ns import qn
+from ebooklib import epub
+from lxml import etree
 from odf import teletype
 from odf.draw import Frame, Page, TextBox
 from odf.office import Annotation
@@ -551,12 +553,74 @@ def test_ods_translates_visible_text_cells_and_comments_and_leaves_numbers_formu
     assert_only_text_parts_changed(source, result, {"content.xml"})
 
 
+# --- epub --------------------------------------------------------------------------------------
+
+
+def build_epub() -> bytes:
+    book = epub.EpubBook()
+    book.set_identifier("book-1")
+    book.set_title("A test book")
+    book.set_language("en")
+    chapter = epub.EpubHtml(title="Chapter one", file_name="ch1.xhtml", lang="en")
+    chapter.content = (
+        "<h1>Chapter one</h1>"
+        "<p>Click <b>Save</b> to keep <i>all</i> <a href='https://example.org/m'>your changes</a>.</p>"
+        "<pre>ls -l</pre>"
+        "<table><tr><td>Name of the file</td><td>2024</td></tr></table>"
+        "<p>Tom &amp; Jerry<sup><a href='#n1' epub:type='noteref'>1</a></sup></p>"
+        "<aside epub:type='footnote' id='n1'><p>See the appendix.</p></aside>"
+    )
+    book.add_item(chapter)
+    book.add_item(
+        epub.EpubItem(uid="css", file_name="style.css", media_type="text/css", content=b"p{}")
+    )
+    book.toc = (epub.Link("ch1.xhtml", "Chapter one", "ch1"),)
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    book.spine = ["nav", chapter]
+    out = io.BytesIO()
+    epub.write_epub(out, book)
+    return out.getvalue()
+
+
+def test_epub_chapters_toc_and_nav_translated_through_the_html_path():
+    source = build_epub()
+    sent: list[str] = []
+    result = run("book.epub", source, recording(sent))
+    assert (
+        'Click <b>Save</b> to keep <i>all</i> <a href="https://example.org/m">your changes</a>.'
+        in sent
+    )
+    assert "ls -l" not in " ".join(sent)
+    out = io.BytesIO(result)
+    book = epub.read_epub(out)  # opens in ebooklib
+    chapter = book.get_item_with_href("ch1.xhtml")
+    body = etree.fromstring(chapter.get_content())
+    xhtml = "{http://www.w3.org/1999/xhtml}"
+    [heading] = body.iter(f"{xhtml}h1")
+    assert heading.text == "CHAPTER ONE"
+    paragraph = next(body.iter(f"{xhtml}p"))
+    assert "".join(paragraph.itertext()) == "CLICK SAVE TO KEEP ALL YOUR CHANGES."
+    assert [b.text for b in paragraph.iter(f"{xhtml}b")] == ["SAVE"]
+    assert [i.text for i in paragraph.iter(f"{xhtml}i")] == ["ALL"]
+    [link] = paragraph.iter(f"{xhtml}a")
+    assert (link.text, link.get("href")) == ("YOUR CHANGES", "https://example.org/m")
+    assert [pre.text for pre in body.iter(f"{xhtml}pre")] == ["ls -l"]
+    assert [td.text for td in body.iter(f"{xhtml}td")] == ["NAME OF THE FILE", "2024"]
+    texts = ["".join(p.itertext()) for p in body.iter(f"{xhtml}p")]
+    assert texts[1:] == ["TOM & JERRY1", "SEE THE APPENDIX."]
+    ncx = etree.fromstring(book.get_item_with_id("ncx").get_content())
+    assert [t.text for t in ncx.iter("{*}text")] == ["A TEST BOOK", "CHAPTER ONE"]
+    assert book.get_metadata("DC", "title")[0][0] == "A test book"  # metadata is left alone
+    assert_only_text_parts_changed(
+        source, result, {"EPUB/ch1.xhtml", "EPUB/nav.xhtml", "EPUB/toc.ncx"}
+    )
+
+
 # --- the unit itself ---------------------------------------------------------------------------
 
 
 def test_reordered_tags_keep_formatting_on_their_words():
-    from lxml import etree
-
     p = etree.fromstring(
         '<w:p xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
         "<w:r><w:t>the </w:t></w:r><w:r><w:rPr><w:b/></w:rPr><w:t>red</w:t></w:r>"
