@@ -36,6 +36,7 @@ from odf.table import Table, TableCell, TableColumn, TableRow
 from odf.text import A, Note, NoteBody, NoteCitation, P, Span
 from openpyxl.cell.rich_text import CellRichText, TextBlock
 from openpyxl.cell.text import InlineFont
+from translate.storage import xliff, xliff2
 
 from service.text.documents.inline import Unit
 from service.text.documents.ooxml import paragraph_units
@@ -615,6 +616,90 @@ def test_epub_chapters_toc_and_nav_translated_through_the_html_path():
     assert_only_text_parts_changed(
         source, result, {"EPUB/ch1.xhtml", "EPUB/nav.xhtml", "EPUB/toc.ncx"}
     )
+
+
+# --- xliff -------------------------------------------------------------------------------------
+
+XLIFF_12 = b"""<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+<file original="ui.txt" source-language="en" datatype="plaintext"><body>
+<trans-unit id="1"><source>Click <g id="1">Save</g> to keep<x id="2"/> your &amp; <ph id="3">%s</ph> \
+changes.</source></trans-unit>
+<trans-unit id="2"><source>Plain text</source><target state="new"></target></trans-unit>
+<trans-unit id="3"><source>Done</source><target state="translated">Fertig</target></trans-unit>
+<trans-unit id="4" translate="no"><source>Brand name</source></trans-unit>
+<trans-unit id="5"><source>42</source></trans-unit>
+</body></file></xliff>"""
+XLIFF_20 = b"""<?xml version="1.0" encoding="UTF-8"?>
+<xliff xmlns="urn:oasis:names:tc:xliff:document:2.0" version="2.0" srcLang="en">
+<file id="f1"><unit id="u1"><originalData><data id="d1">&lt;br/&gt;</data></originalData>
+<segment><source>Click <pc id="1">Save</pc> now<ph id="2" dataRef="d1"/>.</source></segment>
+<segment><source>Second sentence.</source></segment></unit>
+<unit id="u2"><segment state="initial"><source>Plain</source><target></target></segment></unit>
+<unit id="u3" translate="no"><segment><source>Brand name</source></segment></unit>
+</file></xliff>"""
+
+
+def test_xliff_12_targets_filled_and_marked_translated_with_inline_codes_kept():
+    sent: list[str] = []
+    result = run("ui.xlf", XLIFF_12, recording(sent))
+    assert sent[0] == ("Click <mt-g1>Save</mt-g1> to keep<mt-x2/> your &amp; <mt-x3/> changes.")
+    store = xliff.xlifffile.parsestring(result)  # opens in translate-toolkit
+    units = {unit.getid(): unit for unit in store.units}
+    first = units["ui.txt\x041"]
+    assert first.target == "CLICK SAVE TO KEEP YOUR & %s CHANGES."
+    target = first.target_dom
+    assert target.get("state") == "translated"
+    assert [(etree.QName(c).localname, c.get("id")) for c in target] == [
+        ("g", "1"),
+        ("x", "2"),
+        ("ph", "3"),
+    ]
+    assert target[0].text == "SAVE" and target[2].text == "%s"  # native code kept
+    assert units["ui.txt\x042"].target == "PLAIN TEXT"
+    assert units["ui.txt\x043"].target == "Fertig"  # a translator's work is kept
+    assert units["ui.txt\x044"].target is None  # translate="no"
+    assert units["ui.txt\x045"].target == "42"
+    assert store.units[0].xmlelement.getparent().getparent().get("target-language") == "de"
+
+
+def test_xliff_20_segments_filled_with_pc_and_ph_kept():
+    result = run("ui.xliff", XLIFF_20)
+    store = xliff2.Xliff2File.parsestring(result)
+    root = etree.fromstring(result)
+    ns = "{urn:oasis:names:tc:xliff:document:2.0}"
+    segments = list(root.iter(f"{ns}segment"))
+    targets = [segment.find(f"{ns}target") for segment in segments]
+    assert ["".join(t.itertext()) if t is not None else None for t in targets] == [
+        "CLICK SAVE NOW.",
+        "SECOND SENTENCE.",
+        "PLAIN",
+        None,
+    ]
+    assert [s.get("state") for s in segments[:3]] == ["translated"] * 3
+    assert [(etree.QName(c).localname, dict(c.attrib)) for c in targets[0]] == [
+        ("pc", {"id": "1"}),
+        ("ph", {"id": "2", "dataRef": "d1"}),
+    ]
+    assert root.get("trgLang") == "de"
+    assert [unit.target for unit in store.units] == [  # as translate-toolkit reads them
+        "CLICK SAVE NOW.",
+        "SECOND SENTENCE.",
+        "PLAIN",
+        None,
+    ]
+
+
+def test_xliff_codes_the_translation_moves_or_loses_are_kept():
+    async def reorder(texts: list[str]) -> list[str]:
+        # The model puts the bold word first and forgets the standalone code.
+        return ["<mt-g1>Sichern</mt-g1> klicken, um Ihre &amp; <mt-x3/> Änderungen zu behalten."]
+
+    xml = XLIFF_12.replace(b'<trans-unit id="2">', b'<trans-unit id="2" translate="no">')
+    result = asyncio.run(translate_file("ui.xlf", xml, "de", reorder)).content
+    target = xliff.xlifffile.parsestring(result).units[0].target_dom
+    assert [etree.QName(c).localname for c in target] == ["g", "ph", "x"]  # x appended
+    assert "".join(target.itertext()) == "Sichern klicken, um Ihre & %s Änderungen zu behalten."
 
 
 # --- the unit itself ---------------------------------------------------------------------------

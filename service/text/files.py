@@ -44,6 +44,7 @@ import srt
 from service.errors import UnsupportedFile
 from service.text.bulk import TranslateTexts
 from service.text.documents import DOCUMENT_EXTENSIONS, translate_document
+from service.text.documents.xliff import translate_xliff
 from service.text.html import translate_html
 
 SUPPORTED_EXTENSIONS: tuple[str, ...] = (
@@ -53,6 +54,8 @@ SUPPORTED_EXTENSIONS: tuple[str, ...] = (
     ".po",
     ".pot",
     ".srt",
+    ".xlf",
+    ".xliff",
     *DOCUMENT_EXTENSIONS,
 )
 
@@ -97,6 +100,9 @@ async def translate_file(
         raise UnsupportedFile("file format not supported")
     if suffix in (".po", ".pot"):
         return await _translate_po(filename, content, target_lang, translate_texts)
+    if suffix in (".xlf", ".xliff"):
+        translated_xliff, count = await translate_xliff(content, target_lang, translate_texts)
+        return TranslatedFile(PurePath(filename).name, translated_xliff, count)
     if suffix in DOCUMENT_EXTENSIONS:
         document, count = await translate_document(suffix, content, translate_texts)
         return TranslatedFile(PurePath(filename).name, document, count)
