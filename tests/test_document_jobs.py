@@ -20,7 +20,14 @@ from service.errors import InputTooLarge, QueueFull
 from service.translation import document_jobs
 from service.translation.document_jobs import DocumentRunner, DocumentStore
 from service.wiring import create_app
-from tests.test_documents import XXE, assert_only_text_parts_changed, replace_part, zip_bomb
+from tests.test_documents import (
+    XXE,
+    XXE_XLIFF,
+    assert_only_text_parts_changed,
+    epub_bomb,
+    replace_part,
+    zip_bomb,
+)
 from tests.test_html_text import shout
 from tests.test_webapi import make_settings, model_dir, served, wait_ready  # noqa: F401
 
@@ -260,23 +267,25 @@ def test_a_restart_takes_up_jobs_left_unfinished(app_settings):
             assert result.splitlines() == served(client, texts)
 
 
-@pytest.mark.parametrize(
-    ("name", "make", "message"),
-    [
-        ("x.docx", lambda: replace_part(build_docx(), "word/document.xml", XXE), "entities"),
-        ("x.xlsx", zip_bomb, "zip bomb"),
-        ("x.docx", lambda: build_docx()[:3000], "corrupt"),
-        ("x.pdf", lambda: b"%PDF-1.4", "file format not supported"),
-    ],
-    ids=["xxe", "zip-bomb", "corrupt", "unsupported"],
-)
-def test_bad_documents_are_refused_at_upload(app_settings, name, make, message):
+BAD_DOCUMENTS = [
+    ("x.docx", lambda: replace_part(build_docx(), "word/document.xml", XXE), "entities"),
+    ("x.xlsx", zip_bomb, "zip bomb"),
+    ("x.docx", lambda: build_docx()[:3000], "corrupt"),
+    ("x.epub", epub_bomb, "zip bomb"),
+    ("x.xlf", lambda: XXE_XLIFF, "entities"),
+    ("x.pdf", lambda: b"%PDF-1.4", "file format not supported"),
+]
+
+
+def test_bad_documents_are_refused_at_upload(app_settings):
     with TestClient(create_app(app_settings)) as client:
         wait_ready(client)
-        response = client.post(
-            "/v1/documents", data={"target_lang": "de"}, files={"file": (name, make())}
-        )
-        assert response.status_code == 400 and message in response.json()["error"]
+        for name, make, message in BAD_DOCUMENTS:
+            response = client.post(
+                "/v1/documents", data={"target_lang": "de"}, files={"file": (name, make())}
+            )
+            assert response.status_code == 400, (name, response.text)
+            assert message in response.json()["error"], name
         assert not list((app_settings.data_dir / "documents").glob("*"))  # nothing queued
 
 

@@ -21,6 +21,7 @@ from docx.oxml import OxmlElement
 from docx.oxml.ns import qn
 from ebooklib import epub
 from lxml import etree
+from markdown_it import MarkdownIt
 from odf import teletype
 from odf.draw import Frame, Page, TextBox
 from odf.office import Annotation
@@ -702,6 +703,82 @@ def test_xliff_codes_the_translation_moves_or_loses_are_kept():
     assert "".join(target.itertext()) == "Sichern klicken, um Ihre & %s Änderungen zu behalten."
 
 
+# --- markdown ----------------------------------------------------------------------------------
+
+MARKDOWN = """# Getting started
+
+Install the **package** with `pip install mt` and read
+[the manual](https://example.org/guide "Guide") before you *start*.
+
+> Quoted text stays quoted.
+
+- First item with ![logo](img/logo.png)
+- Second item<br>with HTML and <https://example.org>
+
+```python
+print("code stays")
+```
+
+    indented code stays
+
+<div class="note">An HTML block stays.</div>
+
+| Name | Value |
+|------|-------|
+| Speed | 42 |
+
+Setext heading
+==============
+
+Line with a hard break\\
+and more text.
+"""
+
+
+def markdown_tokens(source: str) -> list:
+    parser = MarkdownIt("commonmark").enable("table").enable("strikethrough")
+    flat = []
+    for token in parser.parse(source):
+        flat.append(token)
+        flat.extend(token.children or [])
+    # A paragraph comes back on one line: its soft breaks (rendered as spaces) are gone.
+    return [token for token in flat if token.type != "softbreak"]
+
+
+def test_markdown_text_translated_and_code_links_images_html_kept():
+    sent: list[str] = []
+    result = run("readme.md", MARKDOWN.encode(), recording(sent)).decode()
+    assert (
+        "Install the <mt-g1>package</mt-g1> with <mt-x2/> and read <mt-g3>the manual</mt-g3> "
+        "before you <mt-g4>start</mt-g4>." in sent
+    )
+    before, after = markdown_tokens(MARKDOWN), markdown_tokens(result)
+    # The same structure: every block and inline token in the same order, of the same type.
+    assert [t.type for t in before] == [t.type for t in after]
+    for old, new in zip(before, after, strict=True):
+        if old.type in ("fence", "code_block", "html_block", "code_inline", "html_inline"):
+            assert new.content == old.content  # code and HTML byte for byte
+        elif old.type in ("link_open", "image"):
+            assert new.attrs == old.attrs  # targets, titles and image sources
+        elif old.type == "text" and any(c.isalpha() for c in old.content):
+            # Every text part changed; an image's alt text and an autolink are kept whole.
+            kept = old.content in ("logo", "https://example.org")
+            assert new.content.strip() == (old.content if kept else old.content.upper()).strip()
+    assert '```python\nprint("code stays")\n```' in result
+    assert "    indented code stays" in result
+    assert "| SPEED | 42 |" in result
+    assert "INSTALL THE **PACKAGE** WITH `pip install mt` AND READ" in result
+
+
+def test_markdown_emphasis_moves_with_its_words():
+    async def reorder(texts: list[str]) -> list[str]:
+        return ["Lesen Sie <mt-g2>das Handbuch</mt-g2>, <mt-g1>bitte</mt-g1>."]
+
+    source = "Please *read* [the manual](https://example.org/m).\n"
+    result = asyncio.run(translate_file("a.md", source.encode(), "de", reorder)).content
+    assert result.decode() == "Lesen Sie [das Handbuch](https://example.org/m), *bitte*.\n"
+
+
 # --- the unit itself ---------------------------------------------------------------------------
 
 
@@ -765,6 +842,50 @@ def test_hostile_or_broken_documents_are_refused(make, message):
         run("evil.docx", make())
 
 
+XXE_XLIFF = b"""<?xml version="1.0"?>
+<!DOCTYPE xliff [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2"><file original="a"
+source-language="en" datatype="plaintext"><body><trans-unit id="1"><source>&xxe;</source>
+</trans-unit></body></file></xliff>"""
+XXE_XHTML = b"""<?xml version="1.0"?>
+<!DOCTYPE html [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>
+<html xmlns="http://www.w3.org/1999/xhtml"><body><p>&xxe;</p></body></html>"""
+
+
+def epub_bomb() -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("mimetype", b"application/epub+zip")
+        archive.writestr("EPUB/ch1.xhtml", b" " * (8 * 1024 * 1024))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "message"),
+    [
+        ("evil.epub", lambda: replace_part(build_epub(), "EPUB/ch1.xhtml", XXE_XHTML), "entities"),
+        ("bomb.epub", epub_bomb, "zip bomb"),
+        ("broken.epub", lambda: build_epub()[:1500], "corrupt"),
+        ("odd.epub", lambda: replace_part(build_epub(), "META-INF/container.xml", b"<c"), "well"),
+        ("evil.xlf", lambda: XXE_XLIFF, "entities"),
+        ("broken.xliff", lambda: XLIFF_20[:300], "well-formed"),
+        ("latin1.md", lambda: "Caf\xe9 au lait".encode("latin-1"), "not UTF-8"),
+    ],
+    ids=[
+        "epub-xxe",
+        "epub-zip-bomb",
+        "epub-truncated",
+        "epub-bad-container",
+        "xliff-xxe",
+        "xliff-truncated",
+        "markdown-not-utf8",
+    ],
+)
+def test_hostile_or_broken_epub_xliff_markdown_are_refused(name, make, message):
+    with pytest.raises(UnsupportedFile, match=message):
+        run(name, make())
+
+
 # --- through the service -----------------------------------------------------------------------
 
 
@@ -790,11 +911,26 @@ def test_docx_through_translate_file_with_the_tiny_model(client):  # noqa: F811
     )
 
 
-def test_translate_file_refuses_a_zip_bomb_with_400(client):  # noqa: F811
-    response = post_file(client, "bomb.xlsx", zip_bomb())
-    assert response.status_code == 400 and "zip bomb" in response.json()["error"]
+@pytest.mark.parametrize(
+    ("name", "make", "message"),
+    [
+        ("bomb.xlsx", zip_bomb, "zip bomb"),
+        ("bomb.epub", epub_bomb, "zip bomb"),
+        ("evil.xliff", lambda: XXE_XLIFF, "entities"),
+        ("broken.epub", lambda: build_epub()[:1500], "corrupt"),
+    ],
+)
+def test_translate_file_refuses_bombs_entities_and_corrupt_files_with_400(
+    client,  # noqa: F811
+    name,
+    make,
+    message,
+):
+    response = post_file(client, name, make())
+    assert response.status_code == 400 and message in response.json()["error"]
 
 
 def test_frontend_settings_list_the_document_formats(client):  # noqa: F811
     formats = client.get("/frontend/settings").json()["supportedFilesFormat"]
-    assert {".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods"} <= set(formats)
+    assert {".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods", ".epub"} <= set(formats)
+    assert {".xlf", ".xliff", ".md", ".markdown"} <= set(formats)
