@@ -13,13 +13,20 @@ import time
 
 import docx
 import httpx
+import openpyxl
+import pptx
 import pytest
+from ebooklib import epub
 from fastapi.testclient import TestClient
+from markdown_it import MarkdownIt
+from odf.opendocument import load as odf_load
+from translate.storage import xliff, xliff2
 
 from service.errors import InputTooLarge, QueueFull
 from service.translation import document_jobs
 from service.translation.document_jobs import DocumentRunner, DocumentStore
 from service.wiring import create_app
+from tests import test_documents as documents
 from tests.test_documents import (
     XXE,
     XXE_XLIFF,
@@ -29,7 +36,8 @@ from tests.test_documents import (
     zip_bomb,
 )
 from tests.test_html_text import shout
-from tests.test_webapi import make_settings, model_dir, served, wait_ready  # noqa: F401
+from tests.test_webapi import download, make_settings, model_dir, served, wait_ready  # noqa: F401
+from tests.test_webapi import translate_file as post_file
 
 TEXT = "one.\ntwo.\nthree.\nfour.\nfive.\nsix.\nseven.\neight.\nnine.\nten.\n"
 
@@ -325,3 +333,64 @@ def test_the_official_deepl_client_translates_a_document(model_dir, tmp_path, mo
         stranger = deepl.DocumentHandle(handle.document_id, "not-its-key")
         with pytest.raises(deepl.DeepLException, match="Not found"):
             translator.translate_document_get_status(stranger)
+
+
+# --- every format through both APIs ------------------------------------------------------------
+
+
+def opened(name: str, content: bytes) -> object:
+    """``content`` opened by the library that reads its format (raises when it cannot)."""
+    suffix = name.rsplit(".", 1)[1]
+    data = io.BytesIO(content)
+    readers = {
+        "docx": docx.Document,
+        "pptx": pptx.Presentation,
+        "xlsx": openpyxl.load_workbook,
+        "odt": odf_load,
+        "odp": odf_load,
+        "ods": odf_load,
+        "epub": epub.read_epub,
+        "xlf": lambda d: xliff.xlifffile.parsestring(d.read()),
+        "xliff": lambda d: xliff2.Xliff2File.parsestring(d.read()),
+        "md": lambda d: MarkdownIt("commonmark").parse(d.read().decode()),
+    }
+    return readers[suffix](data)
+
+
+FORMATS = [
+    ("a.docx", build_docx, {"word/document.xml", "word/header1.xml"}),
+    ("b.pptx", documents.build_pptx, {"ppt/slides/slide1.xml", "ppt/notesSlides/notesSlide1.xml"}),
+    ("c.odt", documents.build_odt, {"content.xml", "styles.xml"}),
+    ("d.odp", documents.build_odp, {"content.xml"}),
+    ("e.ods", documents.build_ods, {"content.xml"}),
+    ("f.epub", documents.build_epub, {"EPUB/ch1.xhtml", "EPUB/nav.xhtml", "EPUB/toc.ncx"}),
+    ("g.xlsx", documents.build_xlsx, None),  # openpyxl's inline strings: the sheets change
+    ("h.xlf", lambda: documents.XLIFF_12, None),
+    ("i.xliff", lambda: documents.XLIFF_20, None),
+    ("j.md", lambda: documents.MARKDOWN.encode(), None),
+]
+
+
+def test_every_format_through_translate_file_and_document_jobs_alike(model_dir, tmp_path):  # noqa: F811
+    # The Markdown test document's first paragraph is one long sentence.
+    settings = make_settings(model_dir, tmp_path, data_dir=tmp_path / "data", max_input_tokens=128)
+    with TestClient(create_app(settings)) as client:
+        wait_ready(client)
+        for name, build, text_parts in FORMATS:
+            source = build()
+            _, synchronous = download(client, post_file(client, name, source))
+            created = client.post(
+                "/v1/documents",
+                data={"source_lang": "en", "target_lang": "de"},
+                files={"file": (name, source)},
+            )
+            assert created.status_code == 202, (name, created.text)
+            job_id = created.json()["id"]
+            assert poll(client, job_id)["status"] == "done", name
+            background = client.get(f"/v1/documents/{job_id}/result").content
+            # One model, the same texts: both APIs give the same document, byte for byte.
+            assert background == synchronous, name
+            assert source != background, name
+            opened(name, background)
+            if text_parts is not None:
+                assert_only_text_parts_changed(source, background, text_parts)
