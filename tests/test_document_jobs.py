@@ -255,7 +255,7 @@ def test_document_job_upload_progress_and_result(app_settings):
         )
         gone = client.delete(f"/v1/documents/{body['id']}")
         assert gone.status_code == 200 and gone.json()["status"] == "done"
-        assert client.get(f"/v1/documents/{body['id']}/result").status_code == 409
+        assert client.get(f"/v1/documents/{body['id']}/result").status_code == 410
         assert client.get("/v1/documents/nope").status_code == 404
 
 

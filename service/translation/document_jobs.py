@@ -131,6 +131,11 @@ class DocumentStore:
             connection = sqlite3.connect(
                 self.directory / "documents.sqlite3", check_same_thread=False
             )
+            # Progress is written from the event loop after every chunk: with a write-ahead
+            # log and NORMAL sync a commit does not wait for the disk (a crash loses at most
+            # the last progress counts; uploads and results are flushed files of their own).
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute("PRAGMA synchronous = NORMAL")
             connection.executescript(_SCHEMA)
             self._connection = connection
         return self._connection
@@ -190,7 +195,12 @@ class DocumentStore:
             )
         return job
 
+    def _exists(self) -> bool:
+        return self._connection is not None or (self.directory / "documents.sqlite3").exists()
+
     def get(self, job_id: str) -> DocumentJob:
+        if not self._exists():  # asking about a job creates no database
+            raise NotFound(f"no document job with id {job_id!r}", "document_not_found")
         with self._lock:
             row = (
                 self._db()
@@ -204,7 +214,7 @@ class DocumentStore:
     def unfinished(self) -> list[DocumentJob]:
         """Jobs a restart must take up again, oldest first (none before the first job: a
         server that is never sent a document creates no database)."""
-        if self._connection is None and not (self.directory / "documents.sqlite3").exists():
+        if not self._exists():
             return []
         with self._lock:
             rows = self._db().execute(

@@ -117,8 +117,10 @@ def job_status(request: Request, job: DocumentJob) -> DocumentJobStatus:
 
 
 def result_response(service: ServiceState, job: DocumentJob) -> FileResponse:
-    """The finished document; 409 while it is not (yet) there."""
+    """The finished document; 409 while it is not (yet) there, 410 once it was deleted."""
     path = service.documents.result_path(job)
+    if path is None and job.status == "done":
+        raise ApiError(410, "document_deleted", "the translated document was deleted")
     if path is None:
         detail = f": {job.error}" if job.error else ""
         raise ApiError(
@@ -191,7 +193,7 @@ async def get_job(
     "/{job_id}/result",
     name="document_result",
     response_class=FileResponse,
-    responses={**ERROR_RESPONSES, 409: ERROR_RESPONSES[400]},
+    responses={**ERROR_RESPONSES, 409: ERROR_RESPONSES[400], 410: ERROR_RESPONSES[400]},
     summary="The translated document (409 until the job is done)",
 )
 async def get_result(job_id: str, request: Request, service: Service, access: Access) -> Response:
