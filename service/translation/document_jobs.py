@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 
 from service.errors import NotFound, ServiceError
@@ -173,27 +173,24 @@ class DocumentStore:
         files = self._files(job.job_id)
         files.mkdir(parents=True, exist_ok=True)
         _write_atomically(files / "upload", content)
-        with self._lock, self._db() as db:
-            db.execute(
-                f"INSERT INTO document_jobs ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
-                (
-                    job.job_id,
-                    job.key,
-                    filename,
-                    source_lang,
-                    target_lang,
-                    job.status,
-                    sentences,
-                    0,
-                    characters,
-                    None,
-                    None,
-                    job.created_at,
-                    None,
-                    None,
-                ),
-            )
+        with self._lock:
+            db = self._db()
+            # The client is told 202 once this row is on the disk: this commit waits for it.
+            db.execute("PRAGMA synchronous = FULL")
+            try:
+                with db:
+                    self._insert(db, job)
+            finally:
+                db.execute("PRAGMA synchronous = NORMAL")
         return job
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, job: DocumentJob) -> None:
+        # The dataclass's fields are the table's columns, in order.
+        db.execute(
+            f"INSERT INTO document_jobs ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+            astuple(job),
+        )
 
     def _exists(self) -> bool:
         return self._connection is not None or (self.directory / "documents.sqlite3").exists()
