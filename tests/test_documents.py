@@ -185,7 +185,15 @@ def build_pptx() -> bytes:
     bold = paragraph.add_run()
     bold.text = "every region"
     bold.font.bold = True
-    paragraph.add_run().text = " this year."
+    paragraph.add_run().text = " this year, "
+    italic = paragraph.add_run()
+    italic.text = "again"
+    italic.font.italic = True
+    paragraph.add_run().text = ", see "
+    link = paragraph.add_run()
+    link.text = "the report"
+    link.hyperlink.address = "https://example.org/q3"
+    paragraph.add_run().text = "."
     table = slide.shapes.add_table(1, 2, 0, 0, 100, 100).table
     table.cell(0, 0).text = "North office"
     table.cell(0, 1).text = "42"
@@ -201,11 +209,15 @@ def test_pptx_slides_tables_and_notes_translated_with_bold_kept():
     slide = pptx.Presentation(io.BytesIO(result)).slides[0]
     assert slide.shapes.title.text == "QUARTERLY RESULTS"
     texts = [shape.text_frame.text for shape in slide.shapes if shape.has_text_frame]
-    assert "SALES GREW IN EVERY REGION THIS YEAR." in texts
+    assert "SALES GREW IN EVERY REGION THIS YEAR, AGAIN, SEE THE REPORT." in texts
     runs = [
         r for s in slide.shapes if s.has_text_frame for p in s.text_frame.paragraphs for r in p.runs
     ]
     assert [r.text for r in runs if r.font.bold] == ["EVERY REGION"]
+    assert [r.text for r in runs if r.font.italic] == ["AGAIN"]
+    assert [(r.text, r.hyperlink.address) for r in runs if r.hyperlink.address] == [
+        ("THE REPORT", "https://example.org/q3")
+    ]
     table = next(s for s in slide.shapes if s.has_table).table
     assert [table.cell(0, 0).text, table.cell(0, 1).text] == ["NORTH OFFICE", "42"]
     assert slide.notes_slide.notes_text_frame.text == "MENTION THE NEW CUSTOMERS"
