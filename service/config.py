@@ -247,8 +247,9 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         Path("data"),
-        description="Where stored glossaries and translation memories live (SQLite, "
-        "mtserve.sqlite3), kept across restarts; created on first use.",
+        description="Where stored glossaries, translation memories (SQLite, mtserve.sqlite3) and "
+        "document jobs (documents.sqlite3; uploads and results under documents/) live, kept "
+        "across restarts; created on first use.",
     )
     deepl_character_limit: int = Field(
         0,
@@ -256,6 +257,19 @@ class Settings(BaseSettings):
         description="Characters each API key (each client address when keys are off) may "
         "translate through DeepL's /v2/translate per calendar month (UTC); DeepL's 456 "
         "above it, and /v2/usage reports it. 0: no limit.",
+    )
+    document_jobs: int = Field(
+        1,
+        ge=1,
+        description="Document jobs (POST /v1/documents, DeepL's /v2/document) translated at "
+        "once; each sends its sentences to the translator a few at a time, so interactive "
+        "requests are not queued behind a document.",
+    )
+    document_ttl_s: float = Field(
+        86400.0,
+        gt=0,
+        description="Finished document jobs (their upload and result) older than this are "
+        "deleted (checked whenever a job is created).",
     )
     max_glossary_entries: int = Field(
         5000,

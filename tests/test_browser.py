@@ -65,6 +65,7 @@ def base_url(tmp_path_factory):
         intra_op_threads=1,
         max_new_tokens=32,
         files_dir=tmp_path_factory.mktemp("files"),
+        data_dir=tmp_path_factory.mktemp("data"),
         frontend_timeout_ms=150,
     )
     with live_server(settings) as url:
@@ -158,19 +159,33 @@ def test_type_translate_switch_pair_stream_upload_a_po_file(base_url, page, tmp_
     assert "first sentence" in page.text_content("#latency")
     page.screenshot(path=str(SCREENSHOTS / "page.png"))
 
-    # Files: upload a .po file, get a link to the translated one.
+    # Files: upload a .po file as a document job; the progress bar follows the job's status
+    # to the end and the page links to the translated file.
     page.click("#tab-files")
     assert page.is_visible("#file-input") and not page.is_visible("#source-text")
+    assert not page.is_visible("#file-progress")
     po_path = tmp_path / "ui.po"
     po_path.write_bytes(PO_FILE)
     page.set_input_files("#file-input", str(po_path))
     page.click("#file-submit")
     page.wait_for_selector("#file-download:not([hidden])", timeout=60_000)
+    assert page.is_visible("#file-progress")
+    assert page.evaluate("document.getElementById('file-progress').value") == 1
+    assert "(2 sentences)" in page.text_content("#file-status")
     link = page.get_attribute("#file-download", "href")
+    assert "/v1/documents/" in link and link.endswith("/result")
     catalog = polib.pofile(httpx.get(link, timeout=30).text)
     assert catalog.find("Save %s files").msgstr == expected(base_url, "Save %s files", "en", "de")
     assert all("fuzzy" in entry.flags for entry in catalog if entry.msgstr)
     page.screenshot(path=str(SCREENSHOTS / "files.png"))
+    # A corrupt document is refused with the server's message, and no bar is left behind.
+    broken = tmp_path / "broken.docx"
+    broken.write_bytes(b"PK\x03\x04 not really a zip")
+    page.set_input_files("#file-input", str(broken))
+    page.click("#file-submit")
+    page.wait_for_selector("#file-status.error", timeout=30_000)
+    assert "corrupt" in page.text_content("#file-status")
+    assert not page.is_visible("#file-progress")
 
     # Dark mode, by the toggle; the choice is remembered.
     page.click("#tab-text")

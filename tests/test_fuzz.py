@@ -50,6 +50,7 @@ def server_url(tmp_path_factory):
         max_new_tokens=16,
         max_texts_per_request=16,
         request_timeout_s=30,
+        data_dir=tmp_path_factory.mktemp("data"),  # stored glossaries and document jobs
     )
     with live_server(settings) as url:
         yield url.rstrip("/")

@@ -246,7 +246,8 @@ def test_frontend_settings_have_libretranslate_fields_and_our_limits(client):
         "filesTranslation": True,
         "supportedFilesFormat": [
             *[".txt", ".html", ".htm", ".po", ".pot", ".srt"],
-            *[".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods"],
+            *[".xlf", ".xliff", ".md", ".markdown"],
+            *[".docx", ".pptx", ".xlsx", ".odt", ".odp", ".ods", ".epub"],
         ],
         "language": {
             "source": {"code": "en", "name": "English"},

@@ -1,5 +1,5 @@
 """Translate whole files (LibreTranslate's ``POST /translate_file``): .txt, .html, .po/.pot, .srt,
-and office documents (.docx, .pptx, .xlsx, .odt, .odp, .ods).
+Markdown, XLIFF, office documents (.docx, .pptx, .xlsx, .odt, .odp, .ods) and EPUB.
 
 Each format is read with a library that knows it, its translatable texts are collected in
 order, translated in one go by an async ``translate_texts`` callable (the route batches them
@@ -23,9 +23,14 @@ through the translator), and written back with everything else kept:
     One text per subtitle, its lines joined (a sentence often runs over two lines); the
     translation is wrapped back into as many lines as the subtitle had. Timings and
     indices kept.
-``.docx`` / ``.pptx`` / ``.xlsx`` / ``.odt`` / ``.odp`` / ``.ods``
+``.docx`` / ``.pptx`` / ``.xlsx`` / ``.odt`` / ``.odp`` / ``.ods`` / ``.epub``
     service/text/documents/ (whole paragraphs with their formatting runs kept; only the
-    parts that hold text change).
+    parts that hold text change; EPUB's chapters through the HTML path).
+``.md`` / ``.markdown`` (with ``markdown-it-py``)
+    service/text/documents/markdown.py (code, link targets, images and HTML kept).
+``.xlf`` / ``.xliff`` (XLIFF 1.2 and 2.0, with ``translate-toolkit``)
+    service/text/documents/xliff.py (empty targets filled, ``state="translated"``, inline
+    codes kept).
 
 Decoding text: UTF-8 (a BOM is dropped), else an error; gettext files may declare another
 charset, which polib honours.
@@ -44,6 +49,8 @@ import srt
 from service.errors import UnsupportedFile
 from service.text.bulk import TranslateTexts
 from service.text.documents import DOCUMENT_EXTENSIONS, translate_document
+from service.text.documents.markdown import translate_markdown
+from service.text.documents.xliff import translate_xliff
 from service.text.html import translate_html
 
 SUPPORTED_EXTENSIONS: tuple[str, ...] = (
@@ -53,6 +60,10 @@ SUPPORTED_EXTENSIONS: tuple[str, ...] = (
     ".po",
     ".pot",
     ".srt",
+    ".xlf",
+    ".xliff",
+    ".md",
+    ".markdown",
     *DOCUMENT_EXTENSIONS,
 )
 
@@ -97,6 +108,9 @@ async def translate_file(
         raise UnsupportedFile("file format not supported")
     if suffix in (".po", ".pot"):
         return await _translate_po(filename, content, target_lang, translate_texts)
+    if suffix in (".xlf", ".xliff"):
+        translated_xliff, count = await translate_xliff(content, target_lang, translate_texts)
+        return TranslatedFile(PurePath(filename).name, translated_xliff, count)
     if suffix in DOCUMENT_EXTENSIONS:
         document, count = await translate_document(suffix, content, translate_texts)
         return TranslatedFile(PurePath(filename).name, document, count)
@@ -105,6 +119,8 @@ async def translate_file(
         translated, count = await _translate_lines(text, translate_texts)
     elif suffix == ".srt":
         translated, count = await _translate_srt(text, translate_texts)
+    elif suffix in (".md", ".markdown"):
+        translated, count = await translate_markdown(text, translate_texts)
     else:
         translated = await translate_html(text, translate_texts)
         count = -1  # not counted for html

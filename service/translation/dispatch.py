@@ -152,6 +152,26 @@ class Dispatcher:
         batch = await self._run(texts, route, options, glossary, memory)
         return DispatchResult(batch, route, detections)
 
+    def pair_translator(
+        self, source: str, target: str, options: DecodingOptions
+    ) -> Callable[[list[str]], Awaitable[list[str]]]:
+        """Texts of one document → their translations, all by one pair: a named source is
+        routed now (an unserved pair is refused before any work); ``auto`` is detected once,
+        on the first texts translated, and kept for the rest of the document."""
+        chosen: list[tuple[str, str]] = []
+        if normalise_language_code(source) != AUTO:
+            route = self.route(source, target)
+            chosen.append((route.source, route.target))
+
+        async def translate_texts(texts: list[str]) -> list[str]:
+            if not chosen:
+                planned, _ = await self.plan(texts, AUTO, target)
+                chosen.append((planned.source, planned.target))
+            result = await self.translate(texts, *chosen[0], options)
+            return [translation.text for translation in result.batch.translations]
+
+        return translate_texts
+
     def detects_each(self, source: str | None) -> bool:
         """Whether ``source`` asks for detection among more than one served language."""
         return (

@@ -2,7 +2,7 @@
 
 Routes validate (pydantic models in service/web/schemas.py), then hand texts to the dispatcher
 (service/translation/dispatch.py), which picks the models and runs their translators. The
-pieces live in service/web/: routes per API in ``routes/`` (``v1``, ``glossaries``,
+pieces live in service/web/: routes per API in ``routes/`` (``v1``, ``glossaries``, ``documents``,
 ``stream``, ``libretranslate``, ``deepl``, ``files``, ``ops``, ``page``: the page at ``/``),
 ``errors`` (one error shape, domain errors mapped to statuses), ``middleware`` (body size
 limit, request metrics), ``lifecycle`` (background load, graceful shutdown), ``deps`` (what
@@ -30,6 +30,7 @@ from service.web.middleware import BodySizeLimit, RequestMetrics
 from service.web.request_id import HEADER, RequestId
 from service.web.routes import (
     deepl,
+    documents,
     files,
     glossaries,
     libretranslate,
@@ -56,7 +57,18 @@ def build_app(service: ServiceState) -> FastAPI:
     app.state.service = service
     app.state.access = AccessPolicy(settings)
     app.state.translated_files = TranslatedFiles(settings.files_dir, settings.files_ttl_s)
-    for api in (v1, glossaries, memories, stream, libretranslate, deepl, files, ops, page):
+    for api in (
+        v1,
+        glossaries,
+        memories,
+        documents,
+        stream,
+        libretranslate,
+        deepl,
+        files,
+        ops,
+        page,
+    ):
         app.include_router(api.router)
     app.mount("/static", StaticFiles(directory=page.STATIC_DIR), name="static")
     install_error_handlers(app, metrics, settings.retry_after_s, settings.request_timeout_s)

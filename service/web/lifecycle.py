@@ -18,9 +18,11 @@ from fastapi import FastAPI
 
 from service.config import Settings
 from service.metrics import ServiceMetrics
+from service.text.bulk import TranslateTexts
 from service.text.pipeline import TextLimits
 from service.translation.database import Database
 from service.translation.dispatch import Dispatcher
+from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
 from service.translation.glossaries import GlossaryStore
 from service.translation.memories import MemoryStore
 from service.translation.registry import ModelRegistry
@@ -57,6 +59,10 @@ class ServiceState:
         database = Database(settings.data_dir)
         self.glossaries = glossaries or GlossaryStore(database, settings.max_glossary_entries)
         self.memories = memories or MemoryStore(database, settings.max_chars_per_text)
+        self.documents = DocumentStore(settings.data_dir, settings.document_ttl_s)
+        self.document_runner = DocumentRunner(
+            self.documents, self._document_translator, settings.document_jobs
+        )
         self._build_dispatcher = build_dispatcher
         # DeepL's /v2/usage and MT_DEEPL_CHARACTER_LIMIT, in the same SQLite file.
         self.quota = CharacterQuota(self.glossaries.database, settings.deepl_character_limit)
@@ -91,6 +97,21 @@ class ServiceState:
             self.phase = "ready"
             logger.info("ready: %d models, %d loaded", len(registry.slots), registry.loaded_count())
 
+    def _document_translator(self, job: DocumentJob) -> TranslateTexts:
+        """A document job's texts through the dispatcher, by the job's pair, with the
+        service's default decoding options; the dispatcher is looked up on the first chunk
+        (a job resumed at start-up waits, refused with 503, until the models are ready)."""
+        bound: list[TranslateTexts] = []
+
+        async def translate(texts: list[str]) -> list[str]:
+            if not bound:
+                dispatcher = self.require_dispatcher()
+                options = self.limits.options(None, None)
+                bound.append(dispatcher.pair_translator(job.source_lang, job.target_lang, options))
+            return await bound[0](texts)
+
+        return translate
+
     def begin_shutdown(self) -> None:
         """SIGTERM: refuse new work with 503 from now on; in-flight work goes on."""
         if self.shutdown_deadline is None:
@@ -102,6 +123,8 @@ class ServiceState:
 
     async def shutdown(self) -> None:
         self.begin_shutdown()
+        await self.document_runner.stop()  # jobs in progress are taken up again at the next start
+        self.documents.close()
         self.glossaries.database.close()
         self.memories.database.close()
         if self.registry is not None:
@@ -155,6 +178,7 @@ def lifespan_of(service: ServiceState) -> Callable[[FastAPI], AbstractAsyncConte
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loading = asyncio.create_task(service.load())
+        service.document_runner.start()
         try:
             yield
         finally:

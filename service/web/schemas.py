@@ -367,3 +367,21 @@ class FrontendSettings(BaseModel):
     alternativesLimit: int  # noqa: N815
     maxTextsPerRequest: int  # noqa: N815
     maxBodyBytes: int  # noqa: N815
+
+
+class DocumentJobStatus(BaseModel):
+    """``/v1/documents/{id}``: a document job and its progress."""
+
+    id: str
+    status: Literal["queued", "translating", "done", "error", "cancelled"]
+    filename: str
+    source_lang: str = Field(description="`auto` when detected")
+    target_lang: str
+    sentences_done: int
+    sentences_total: int
+    progress: float = Field(description="sentences done / total, 0 to 1")
+    seconds_left: float | None = Field(
+        None, description="estimated from the rate so far; null until a sentence is done"
+    )
+    error: str | None = None
+    result_url: str | None = Field(None, description="where the document is, once done")

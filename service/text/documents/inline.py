@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 _TAG = "mt-g{}"
-_TAG_RE = re.compile(r"<(/?)mt-g(\d+)\s*/?>", re.IGNORECASE)
+TAG_RE = re.compile(r"<(/?)mt-g(\d+)\s*/?>", re.IGNORECASE)  # a formatting boundary
 
 
 @dataclass
@@ -147,7 +147,7 @@ class Unit:
                 return
             plain_text.setdefault(target, []).append(text)
 
-        for match in _TAG_RE.finditer(full):
+        for match in TAG_RE.finditer(full):
             take(full[cursor : match.start()])
             cursor = match.end()
             number = int(match.group(2))

@@ -6,7 +6,8 @@ the chain of inline elements around it. What is translated:
 
 * **odt / odp**: every ``text:p`` and ``text:h`` of ``content.xml`` (body, tables, frames and
   text boxes, footnotes and endnotes, comments, speaker notes) and the headers and footers of
-  the master pages in ``styles.xml`` (not the rest of it: master slides' prompt texts).
+  the master pages in ``styles.xml`` (not the rest of it: master slides' prompt texts); a
+  presentation's declared header and footer texts (``presentation:footer-decl``).
 * **ods**: paragraphs of string cells and of comments on sheets that are shown; cells with a
   formula, numbers, dates, and sheets whose table style hides them are left alone.
 """
@@ -25,6 +26,7 @@ TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
 STYLE = "urn:oasis:names:tc:opendocument:xmlns:style:1.0"
 TABLE = "urn:oasis:names:tc:opendocument:xmlns:table:1.0"
+PRESENTATION = "urn:oasis:names:tc:opendocument:xmlns:presentation:1.0"
 
 _PARAGRAPHS = (f"{{{TEXT}}}p", f"{{{TEXT}}}h")
 # Inline elements a sentence runs through: styled spans, links, metadata, ruby bases.
@@ -107,7 +109,12 @@ def odt_units(parts: Parts) -> Iterator[Unit]:
 
 
 def odp_units(parts: Parts) -> Iterator[Unit]:
-    return _text_document_units(parts, "odp")
+    yield from _text_document_units(parts, "odp")
+    # A presentation's footer and header texts are declared once in content.xml and shown
+    # on every slide whose master has the field.
+    root = parts.tree("content.xml").getroot()
+    declarations = root.iter(*(f"{{{PRESENTATION}}}{n}-decl" for n in ("header", "footer")))
+    yield from _units(parts, "content.xml", list(declarations))
 
 
 def ods_units(parts: Parts) -> Iterator[Unit]:

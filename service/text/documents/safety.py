@@ -96,7 +96,9 @@ def parse_xml(data: bytes, name: str) -> etree._ElementTree:
         tree = etree.parse(io.BytesIO(data), parser)
     except etree.XMLSyntaxError as error:
         raise UnsupportedFile(f"{name} is not well-formed XML ({error})") from error
-    if tree.docinfo.internalDTD is not None:
+    # A bare ``<!DOCTYPE html>`` (XHTML) is a DTD without declarations: only entities refuse.
+    dtd = tree.docinfo.internalDTD
+    if dtd is not None and next(iter(dtd.iterentities()), None) is not None:
         raise UnsupportedFile(f"{name} declares XML entities (refused)")
     return tree
 

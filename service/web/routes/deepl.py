@@ -15,6 +15,10 @@
 * ``GET /v2/languages?type=source|target``; ``GET /v2/usage``: the calling client's
   characters this month and ``MT_DEEPL_CHARACTER_LIMIT``, past which ``/v2/translate``
   answers DeepL's 456 (service/web/quota.py).
+* ``POST /v2/document`` (multipart ``file``, ``target_lang``, ``source_lang``) →
+  ``document_id`` and ``document_key``; ``POST /v2/document/{id}`` (status, with
+  ``seconds_remaining``) and ``POST /v2/document/{id}/result``, each with the
+  ``document_key``: the service's document jobs (service/web/routes/documents.py).
 * ``GET /v2/glossary-language-pairs``, ``POST/GET/DELETE /v2/glossaries[/{id}]``,
   ``GET /v2/glossaries/{id}/entries`` (TSV): the same store as ``/v1/glossaries``.
 
@@ -26,17 +30,23 @@ answers. Errors carry DeepL's ``message`` field (service/web/errors.py).
 
 from __future__ import annotations
 
+import secrets
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import FileResponse
+from starlette.datastructures import UploadFile
 
-from service.errors import ApiError
+from service.errors import ApiError, NotFound
 from service.text.glossary import entries_tsv, parse_entries
+from service.translation.document_jobs import DocumentJob
 from service.translation.languages import language_name
 from service.translation.routing import source_languages, targets_by_source
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, json_body, run_for_client, sends_form
 from service.web.lifecycle import ServiceState
+from service.web.routes.documents import result_response, submit
 from service.web.routes.glossaries import card, create_glossary
 from service.web.routes.libretranslate import _translate_html
 from service.web.routes.memories import memory_choice
@@ -316,3 +326,104 @@ async def delete(glossary_id: str, request: Request, service: Service, access: A
     admit(request, access, chars=0)
     service.glossaries.delete(glossary_id)
     return Response(status_code=204)
+
+
+# --- documents: DeepL's /v2/document on the service's document jobs ----------------------------
+
+# DeepL has no "cancelled": a cancelled job reads as an error with that message.
+_DEEPL_STATUS = {"queued": "queued", "translating": "translating", "done": "done"}
+
+
+def _document(service: ServiceState, document_id: str, fields: dict[str, Any]) -> DocumentJob:
+    """The job, if ``document_key`` is its key (the id alone does not open a document)."""
+    key = _string(fields, "document_key", required=True)
+    try:
+        job = service.documents.get(document_id)
+    except NotFound:
+        job = None
+    if job is None or not secrets.compare_digest(job.key, key or ""):
+        raise ApiError(404, "document_not_found", "Document not found")
+    return job
+
+
+_KEY_BODY = _form(["document_key"], {"document_key": _STRING})
+
+
+@router.post(
+    "/document",
+    summary="Upload a document to translate (DeepL API v2)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file", "target_lang"],
+                        "properties": {
+                            "file": {"type": "string", "format": "binary"},
+                            "source_lang": _STRING,
+                            "target_lang": _STRING,
+                            "filename": _STRING,
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
+async def upload_document(request: Request, service: Service, access: Access) -> dict[str, Any]:
+    admit(request, access, chars=0)  # the characters are charged once the file is read
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise ApiError(400, "invalid_request", "Parameter 'file' not specified")
+    form = await request.form()
+    fields = {key: form.get(key) for key in form if key != "file"}
+    target = _string(fields, "target_lang", required=True) or ""
+    source = _string(fields, "source_lang")
+    upload = form.get("file")
+    if isinstance(upload, UploadFile) and (filename := _string(fields, "filename")):
+        upload.filename = filename  # DeepL's alternative to the file part's own name
+    job = await submit(
+        request,
+        service,
+        access,
+        upload,
+        deepl_code(source) if source else None,
+        deepl_code(target),
+    )
+    service.quota.record(access.identity(request), job.characters, 0)
+    return {"document_id": job.job_id, "document_key": job.key}
+
+
+@router.post(
+    "/document/{document_id}", summary="A document's status (DeepL API v2)", openapi_extra=_KEY_BODY
+)
+async def document_status(
+    document_id: str, request: Request, service: Service, access: Access
+) -> dict[str, Any]:
+    admit(request, access, chars=0)
+    job = _document(service, document_id, await read_fields(request))
+    status: dict[str, Any] = {
+        "document_id": job.job_id,
+        "status": _DEEPL_STATUS.get(job.status, "error"),
+    }
+    if (seconds := job.seconds_left(time.time())) is not None:
+        status["seconds_remaining"] = round(seconds)
+    if job.status == "done":
+        status["billed_characters"] = job.characters
+    if job.status in ("error", "cancelled"):
+        status["error_message"] = job.error or job.status
+    return status
+
+
+@router.post(
+    "/document/{document_id}/result",
+    summary="The translated document (DeepL API v2)",
+    openapi_extra=_KEY_BODY,
+    response_class=FileResponse,
+)
+async def document_result(
+    document_id: str, request: Request, service: Service, access: Access
+) -> Response:
+    admit(request, access, chars=0)
+    return result_response(service, _document(service, document_id, await read_fields(request)))

@@ -27,7 +27,7 @@ from service.web.schemas import TranslateFileResponse
 router = APIRouter()
 
 
-def _require_files_enabled(service: ServiceState) -> None:
+def require_files_enabled(service: ServiceState) -> None:
     """Both file routes refuse alike when file translation is off (403: the server's
     configuration forbids it, not the request's form)."""
     if not service.settings.files_translation:
@@ -65,7 +65,7 @@ def file_store(request: Request) -> TranslatedFiles:
 async def translate_file(
     request: Request, service: Service, access: Access
 ) -> TranslateFileResponse:
-    _require_files_enabled(service)
+    require_files_enabled(service)
     content_type = request.headers.get("content-type", "")
     if not content_type.startswith("multipart/form-data"):
         raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
@@ -91,17 +91,7 @@ async def translate_file(
     options = service.limits.options(None, None)
     # The pair is chosen once for the whole file: a named source is checked now, before any
     # work; "auto" is detected on the file's first texts.
-    chosen: list[tuple[str, str]] = []
-    if normalise_language_code(source) != "auto":
-        route = dispatcher.route(source, target)
-        chosen.append((route.source, route.target))
-
-    async def translate_chunk(texts: list[str]) -> list[str]:
-        if not chosen:
-            planned, _ = await dispatcher.plan(texts, "auto", target)
-            chosen.append((planned.source, planned.target))
-        result = await dispatcher.translate(texts, *chosen[0], options)
-        return [translation.text for translation in result.batch.translations]
+    translate_chunk = dispatcher.pair_translator(source, target, options)
 
     async def translate_texts(texts: list[str]) -> list[str]:
         # Every format hands over all of its texts in one call: the whole file is counted
@@ -132,7 +122,7 @@ async def translate_file(
     response_class=FileResponse,
 )
 async def download_file(filename: str, request: Request, service: Service) -> FileResponse:
-    _require_files_enabled(service)
+    require_files_enabled(service)
     store = file_store(request)
     path = store.path(filename)
     if path is None:

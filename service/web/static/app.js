@@ -240,30 +240,54 @@ function tabKeys(event) {
   }
 }
 
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function describeJob(name, job) {
+  const counted = `${job.sentences_done} of ${job.sentences_total} sentences`;
+  if (job.status === "queued") return `${name}: waiting for its turn…`;
+  const left = job.seconds_left == null ? "" : `, about ${Math.ceil(job.seconds_left)} s left`;
+  return `Translating ${name}: ${counted}${left}`;
+}
+
+// A document job (POST /v1/documents): the progress bar follows its status until it is done.
 async function translateFile(event) {
   event.preventDefault();
   const file = $("file-input").files[0];
   if (!file) return;
   const form = new FormData();
   form.append("file", file);
-  form.append("source", $("source-lang").value);
-  form.append("target", $("target-lang").value);
+  form.append("source_lang", $("source-lang").value);
+  form.append("target_lang", $("target-lang").value);
   const status = $("file-status");
   const link = $("file-download");
+  const progress = $("file-progress");
   link.hidden = true;
   status.classList.remove("error");
-  status.textContent = `Translating ${file.name}…`;
+  status.textContent = `Uploading ${file.name}…`;
+  progress.value = 0;
+  progress.hidden = false;
   $("file-submit").disabled = true;
   const started = performance.now();
   try {
-    const response = await fetch("translate_file", { method: "POST", body: form });
+    const response = await fetch("v1/documents", { method: "POST", body: form });
     if (!response.ok) throw new Error(await errorMessage(response));
-    const body = await response.json();
-    link.href = body.translatedFileUrl;
+    let job = await response.json();
+    while (job.status === "queued" || job.status === "translating") {
+      progress.value = job.progress;
+      status.textContent = describeJob(file.name, job);
+      await sleep(300);
+      const polled = await fetch(`v1/documents/${job.id}`);
+      if (!polled.ok) throw new Error(await errorMessage(polled));
+      job = await polled.json();
+    }
+    if (job.status !== "done") throw new Error(job.error || `The translation was ${job.status}.`);
+    progress.value = 1;
+    link.href = job.result_url;
     link.hidden = false;
-    link.textContent = `Download ${decodeURIComponent(body.translatedFileUrl.split("/").pop().replace(/^[0-9a-f-]{36}\./, ""))}`;
-    status.textContent = `Translated ${file.name} in ${Math.round(performance.now() - started)} ms`;
+    link.textContent = `Download ${job.filename}`;
+    status.textContent = `Translated ${file.name} (${job.sentences_total} sentences) in ${Math.round(performance.now() - started)} ms`;
   } catch (error) {
+    progress.hidden = true;
     status.textContent = error.message;
     status.classList.add("error");
   } finally {

@@ -1,0 +1,214 @@
+"""Document jobs: ``POST /v1/documents`` (multipart: ``file``, ``target_lang``, optional
+``source_lang``) → 202 with the job's id; ``GET /v1/documents/{id}`` for its status and
+progress; ``GET /v1/documents/{id}/result`` for the translated document;
+``DELETE /v1/documents/{id}`` cancels it. DeepL's ``/v2/document`` (service/web/routes/deepl.py)
+is the same jobs.
+
+The upload is read once on arrival (in a worker thread): a file that is corrupt, encrypted,
+a zip bomb or declares XML entities is refused with 400 there and then, its sentences are
+counted for the progress, and its characters are charged to the client before it is queued.
+The translation itself runs in the background (service/translation/document_jobs.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import FileResponse
+from starlette.datastructures import UploadFile
+
+from service.text.documents.inline import TAG_RE
+from service.text.files import UnsupportedFile, supported, translate_file
+from service.translation.document_jobs import DocumentJob, count_sentences
+from service.translation.languages import normalise_language_code
+from service.web.access import AccessPolicy
+from service.web.deps import Access, Service
+from service.web.errors import ERROR_RESPONSES, ApiError
+from service.web.file_store import safe_filename
+from service.web.lifecycle import ServiceState
+from service.web.routes.files import require_files_enabled
+from service.web.schemas import DocumentJobStatus
+
+router = APIRouter(prefix="/v1/documents", tags=["documents"])
+
+
+async def read_texts(filename: str, content: bytes, target: str) -> list[str]:
+    """The texts the document would send to the translator; a bad file is refused (400)."""
+    texts: list[str] = []
+
+    async def collect(batch: list[str]) -> list[str]:
+        texts.extend(batch)
+        return list(batch)
+
+    def scan() -> None:
+        asyncio.run(translate_file(filename, content, target, collect))
+
+    try:
+        await asyncio.to_thread(scan)
+    except UnsupportedFile as error:
+        raise ApiError(400, "invalid_request", f"Invalid request: {error}") from error
+    return texts
+
+
+async def submit(
+    request: Request,
+    service: ServiceState,
+    access: AccessPolicy,
+    upload: object,
+    source: str | None,
+    target: str | None,
+    body_key: str | None = None,
+) -> DocumentJob:
+    """Check, count, charge and queue an uploaded document (both APIs)."""
+    require_files_enabled(service)
+    if not isinstance(upload, UploadFile):
+        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
+    if not upload.filename:
+        raise ApiError(400, "invalid_request", "Invalid request: empty file")
+    if not supported(upload.filename):
+        raise ApiError(400, "invalid_request", "Invalid request: file format not supported")
+    dispatcher = service.require_dispatcher()
+    source = normalise_language_code(source) or "auto"
+    if not target:
+        if source == "auto":
+            raise ApiError(400, "invalid_request", "Invalid request: missing target_lang parameter")
+        target = dispatcher.default_target(source)
+    target = normalise_language_code(target) or ""
+    if source != "auto":
+        route = dispatcher.route(source, target)  # an unserved pair is refused now
+        source, target = route.source, route.target
+    content = await upload.read()
+    texts = await read_texts(upload.filename, content, target)
+    # Characters of the text itself: formatting boundaries are the service's markup.
+    characters = sum(len(TAG_RE.sub("", text)) for text in texts)
+    access.charge_characters(request, body_key, chars=characters)
+    job = await asyncio.to_thread(
+        service.documents.create,
+        safe_filename(upload.filename),
+        content,
+        source,
+        target,
+        count_sentences(texts, source if source != "auto" else "en"),
+        characters,
+    )
+    service.document_runner.submit(job)
+    return job
+
+
+def job_status(request: Request, job: DocumentJob) -> DocumentJobStatus:
+    total = job.sentences_total
+    return DocumentJobStatus(
+        id=job.job_id,
+        status=job.status,  # the store writes only these
+        filename=job.filename,
+        source_lang=job.source_lang,
+        target_lang=job.target_lang,
+        sentences_done=job.sentences_done,
+        sentences_total=total,
+        progress=1.0 if job.status == "done" else (job.sentences_done / total if total else 0.0),
+        seconds_left=job.seconds_left(time.time()),
+        error=job.error,
+        result_url=str(request.url_for("document_result", job_id=job.job_id))
+        if job.status == "done"
+        else None,
+    )
+
+
+def result_response(service: ServiceState, job: DocumentJob) -> FileResponse:
+    """The finished document; 409 while it is not (yet) there, 410 once it was deleted."""
+    path = service.documents.result_path(job)
+    if path is None and job.status == "done":
+        raise ApiError(410, "document_deleted", "the translated document was deleted")
+    if path is None:
+        detail = f": {job.error}" if job.error else ""
+        raise ApiError(
+            409,
+            "document_not_ready",
+            f"the document is not translated (status {job.status}){detail}",
+        )
+    return FileResponse(path, filename=job.result_name or job.filename)
+
+
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "target_lang"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "source_lang": {"type": "string", "example": "en"},
+                        "target_lang": {"type": "string", "example": "de"},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=DocumentJobStatus,
+    responses=ERROR_RESPONSES,
+    summary="Upload a document to translate in the background",
+    openapi_extra=_UPLOAD_BODY,
+)
+async def create_job(request: Request, service: Service, access: Access) -> DocumentJobStatus:
+    access.admit(request, None, chars=0)  # the characters are charged once the file is read
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
+    form = await request.form()
+    source, target = form.get("source_lang"), form.get("target_lang")
+    job = await submit(
+        request,
+        service,
+        access,
+        form.get("file"),
+        source if isinstance(source, str) else None,
+        target if isinstance(target, str) else None,
+    )
+    return job_status(request, job)
+
+
+@router.get(
+    "/{job_id}",
+    response_model=DocumentJobStatus,
+    responses=ERROR_RESPONSES,
+    summary="A document job's status and progress",
+)
+async def get_job(
+    job_id: str, request: Request, service: Service, access: Access
+) -> DocumentJobStatus:
+    access.admit(request, None, chars=0)
+    return job_status(request, service.documents.get(job_id))
+
+
+@router.get(
+    "/{job_id}/result",
+    name="document_result",
+    response_class=FileResponse,
+    responses={**ERROR_RESPONSES, 409: ERROR_RESPONSES[400], 410: ERROR_RESPONSES[400]},
+    summary="The translated document (409 until the job is done)",
+)
+async def get_result(job_id: str, request: Request, service: Service, access: Access) -> Response:
+    access.admit(request, None, chars=0)
+    return result_response(service, service.documents.get(job_id))
+
+
+@router.delete(
+    "/{job_id}",
+    response_model=DocumentJobStatus,
+    responses=ERROR_RESPONSES,
+    summary="Cancel a document job (and delete its files)",
+)
+async def cancel_job(
+    job_id: str, request: Request, service: Service, access: Access
+) -> DocumentJobStatus:
+    access.admit(request, None, chars=0)
+    return job_status(request, service.document_runner.cancel(job_id))

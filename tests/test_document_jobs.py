@@ -1,0 +1,396 @@
+"""Document jobs (service/translation/document_jobs.py, /v1/documents, DeepL's /v2/document):
+the runner with stand-in translators (progress, cancel, busy retry, failure, stop and resume),
+then the API with the tiny model: a docx uploaded, polled and downloaded, checked against the
+service's own /v1/translate of the same texts; a restart that finds unfinished jobs; bad
+files refused at upload; and the official ``deepl`` client's ``translate_document``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+
+import docx
+import httpx
+import openpyxl
+import pptx
+import pytest
+from ebooklib import epub
+from fastapi.testclient import TestClient
+from markdown_it import MarkdownIt
+from odf.opendocument import load as odf_load
+from translate.storage import xliff, xliff2
+
+from service.errors import InputTooLarge, QueueFull
+from service.translation import document_jobs
+from service.translation.document_jobs import DocumentRunner, DocumentStore
+from service.wiring import create_app
+from tests import test_documents as documents
+from tests.test_documents import (
+    XXE,
+    XXE_XLIFF,
+    assert_only_text_parts_changed,
+    epub_bomb,
+    replace_part,
+    zip_bomb,
+)
+from tests.test_html_text import shout
+from tests.test_webapi import download, make_settings, model_dir, served, wait_ready  # noqa: F401
+from tests.test_webapi import translate_file as post_file
+
+TEXT = "one.\ntwo.\nthree.\nfour.\nfive.\nsix.\nseven.\neight.\nnine.\nten.\n"
+
+
+def store_with_job(tmp_path, content: bytes = TEXT.encode(), name: str = "notes.txt"):
+    store = DocumentStore(tmp_path / "data", ttl_s=3600)
+    job = store.create(name, content, "en", "de", sentences=10, characters=len(content))
+    return store, job
+
+
+async def finish(runner: DocumentRunner, job_id: str, timeout_s: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = runner.store.get(job_id).status
+        if status not in ("queued", "translating"):
+            return status
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"job {job_id} never finished")
+
+
+# --- the runner --------------------------------------------------------------------------------
+
+
+def test_runner_translates_in_small_chunks_one_at_a_time_and_reports_progress(tmp_path):
+    store, job = store_with_job(tmp_path)
+    seen: list[tuple[int, int]] = []  # (chunk size, chunks in flight)
+    in_flight = 0
+
+    def translate_for(_job):
+        async def translate(texts: list[str]) -> list[str]:
+            nonlocal in_flight
+            in_flight += 1
+            seen.append((len(texts), in_flight))
+            progress = store.get(job.job_id)
+            assert progress.status == "translating" and store.result_path(progress) is None
+            await asyncio.sleep(0.01)
+            in_flight -= 1
+            return await shout(texts)
+
+        return translate
+
+    async def main() -> None:
+        runner = DocumentRunner(store, translate_for, concurrency=1)
+        runner.start()
+        assert await finish(runner, job.job_id) == "done"
+        await runner.stop()
+
+    asyncio.run(main())
+    assert [size for size, _ in seen] == [4, 4, 2]  # CHUNK_TEXTS, one chunk in flight
+    assert all(flight == 1 for _, flight in seen)
+    done = store.get(job.job_id)
+    assert (done.sentences_done, done.sentences_total) == (10, 10)
+    assert store.result_path(done).read_text() == TEXT.upper()
+    assert store.upload(done) == TEXT.encode()  # the upload stays beside the result
+
+
+def test_a_busy_translator_is_retried_and_a_refusal_fails_the_job(tmp_path, monkeypatch):
+    monkeypatch.setattr(document_jobs, "RETRY_S", 0.01)
+    store, busy_job = store_with_job(tmp_path)
+    refused_job = store.create("b.txt", b"too long\n", "en", "de", 1, 8)
+    calls = {"busy": 0}
+
+    def translate_for(job):
+        async def translate(texts: list[str]) -> list[str]:
+            if job.job_id == refused_job.job_id:
+                raise InputTooLarge("too_long", "a sentence is over the token limit")
+            calls["busy"] += 1
+            if calls["busy"] <= 2:
+                raise QueueFull("the queue is full")
+            return await shout(texts)
+
+        return translate
+
+    async def main() -> None:
+        runner = DocumentRunner(store, translate_for, concurrency=2)
+        runner.start()
+        assert await finish(runner, busy_job.job_id) == "done"
+        assert await finish(runner, refused_job.job_id) == "error"
+        await runner.stop()
+
+    asyncio.run(main())
+    assert calls["busy"] == 2 + 3  # two refusals, then the three chunks
+    failed = store.get(refused_job.job_id)
+    assert failed.error == "a sentence is over the token limit"
+    assert store.result_path(failed) is None
+
+
+def test_cancel_stops_a_translating_job_and_serves_nothing(tmp_path):
+    store, job = store_with_job(tmp_path)
+    entered: list[int] = []
+
+    def translate_for(_job):
+        async def translate(texts: list[str]) -> list[str]:
+            entered.append(len(texts))
+            await asyncio.sleep(3600)  # until cancelled
+            return texts
+
+        return translate
+
+    async def main() -> None:
+        runner = DocumentRunner(store, translate_for, concurrency=1)
+        runner.start()
+        while not entered:
+            await asyncio.sleep(0.01)
+        cancelled = runner.cancel(job.job_id)
+        assert cancelled.status == "cancelled"
+        await asyncio.sleep(0.05)
+        assert not runner._running  # the job's task ended
+        await runner.stop()
+
+    asyncio.run(main())
+    assert entered == [4]  # no chunk after the cancel
+    final = store.get(job.job_id)
+    assert final.status == "cancelled" and store.result_path(final) is None
+    assert not (tmp_path / "data" / "documents" / job.job_id).exists()
+
+
+def test_stopped_jobs_are_taken_up_again_by_the_next_runner(tmp_path):
+    store, job = store_with_job(tmp_path)
+
+    def blocking(_job):
+        async def translate(texts: list[str]) -> list[str]:
+            await asyncio.sleep(3600)
+            return texts
+
+        return translate
+
+    def shouting(_job):
+        return shout
+
+    async def first_run() -> None:
+        runner = DocumentRunner(store, blocking, concurrency=1)
+        runner.start()
+        while store.get(job.job_id).status != "translating":
+            await asyncio.sleep(0.01)
+        await runner.stop()
+
+    async def second_run() -> None:
+        runner = DocumentRunner(store, shouting, concurrency=1)
+        runner.start()
+        assert await finish(runner, job.job_id) == "done"
+        await runner.stop()
+
+    asyncio.run(first_run())
+    assert store.get(job.job_id).status == "queued"
+    store.close()
+    store = DocumentStore(tmp_path / "data", ttl_s=3600)  # a new process
+    asyncio.run(second_run())
+    assert store.result_path(store.get(job.job_id)).read_text() == TEXT.upper()
+
+
+def test_finished_jobs_past_their_ttl_are_swept_with_their_files(tmp_path):
+    store, job = store_with_job(tmp_path)
+    store.fail(job.job_id, "boom")
+    store.ttl_s = 0.0
+    assert store.sweep() == 1
+    assert not (tmp_path / "data" / "documents" / job.job_id).exists()
+    with pytest.raises(Exception, match="no document job"):
+        store.get(job.job_id)
+
+
+# --- the API with the tiny model ---------------------------------------------------------------
+
+
+def build_docx() -> bytes:
+    document = docx.Document()
+    document.add_paragraph("Save the file")
+    formatted = document.add_paragraph("Open ")
+    formatted.add_run("the window").bold = True
+    document.sections[0].header.paragraphs[0].text = "Close all files"
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+@pytest.fixture()
+def app_settings(model_dir, tmp_path):  # noqa: F811
+    return make_settings(model_dir, tmp_path, data_dir=tmp_path / "data")
+
+
+def poll(client: TestClient, job_id: str) -> dict:
+    for _ in range(2000):
+        status = client.get(f"/v1/documents/{job_id}").json()
+        if status["status"] not in ("queued", "translating"):
+            return status
+        time.sleep(0.01)
+    raise AssertionError(f"the job never finished: {status}")
+
+
+def test_document_job_upload_progress_and_result(app_settings):
+    source = build_docx()
+    with TestClient(create_app(app_settings)) as client:
+        wait_ready(client)
+        created = client.post(
+            "/v1/documents",
+            data={"source_lang": "en", "target_lang": "de"},
+            files={"file": ("report.docx", source)},
+        )
+        assert created.status_code == 202, created.text
+        body = created.json()
+        assert body["status"] == "queued" and body["sentences_total"] == 3
+        done = poll(client, body["id"])
+        assert done["status"] == "done", done
+        assert (done["sentences_done"], done["progress"]) == (3, 1.0)
+        result = client.get(f"/v1/documents/{body['id']}/result")
+        assert result.status_code == 200
+        assert "report.docx" in result.headers["content-disposition"]
+        document = docx.Document(io.BytesIO(result.content))
+        expected = served(client, ["Save the file", "Close all files"])
+        assert document.paragraphs[0].text == expected[0]
+        assert document.sections[0].header.paragraphs[0].text == expected[1]
+        assert [bool(r.bold) for r in document.paragraphs[1].runs] == [False, True]
+        assert_only_text_parts_changed(
+            source, result.content, {"word/document.xml", "word/header1.xml"}
+        )
+        gone = client.delete(f"/v1/documents/{body['id']}")
+        assert gone.status_code == 200 and gone.json()["status"] == "done"
+        assert client.get(f"/v1/documents/{body['id']}/result").status_code == 410
+        assert client.get("/v1/documents/nope").status_code == 404
+
+
+def test_a_restart_takes_up_jobs_left_unfinished(app_settings):
+    # A previous process stored the upload and died before (or while) translating it.
+    store = DocumentStore(app_settings.data_dir, ttl_s=3600)
+    queued = store.create("a.txt", b"Save the file\n", "en", "de", 1, 13)
+    halfway = store.create("b.txt", b"Close the window\nOpen it\n", "en", "de", 2, 23)
+    store.start(halfway.job_id)
+    store.progress(halfway.job_id, 1)
+    store.close()
+    with TestClient(create_app(app_settings)) as client:
+        wait_ready(client)
+        for job, texts in ((queued, ["Save the file"]), (halfway, ["Close the window", "Open it"])):
+            assert poll(client, job.job_id)["status"] == "done"
+            result = client.get(f"/v1/documents/{job.job_id}/result").content.decode()
+            assert result.splitlines() == served(client, texts)
+
+
+BAD_DOCUMENTS = [
+    ("x.docx", lambda: replace_part(build_docx(), "word/document.xml", XXE), "entities"),
+    ("x.xlsx", zip_bomb, "zip bomb"),
+    ("x.docx", lambda: build_docx()[:3000], "corrupt"),
+    ("x.epub", epub_bomb, "zip bomb"),
+    ("x.xlf", lambda: XXE_XLIFF, "entities"),
+    ("x.pdf", lambda: b"%PDF-1.4", "file format not supported"),
+]
+
+
+def test_bad_documents_are_refused_at_upload(app_settings):
+    with TestClient(create_app(app_settings)) as client:
+        wait_ready(client)
+        for name, make, message in BAD_DOCUMENTS:
+            response = client.post(
+                "/v1/documents", data={"target_lang": "de"}, files={"file": (name, make())}
+            )
+            assert response.status_code == 400, (name, response.text)
+            assert message in response.json()["error"], name
+        assert not list((app_settings.data_dir / "documents").glob("*"))  # nothing queued
+
+
+def test_the_official_deepl_client_translates_a_document(model_dir, tmp_path, monkeypatch):  # noqa: F811
+    deepl = pytest.importorskip("deepl")
+    from tests.live_server import live_server
+
+    # The client polls every 5 s; the wait is shortened, not the protocol.
+    class QuickPolls:
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(_seconds: float) -> None:
+            time.sleep(0.05)
+
+    monkeypatch.setattr(deepl.translator, "time", QuickPolls())
+    settings = make_settings(model_dir, tmp_path, data_dir=tmp_path / "data", api_keys="k1")
+    source = build_docx()
+    with live_server(settings) as base:
+        translator = deepl.Translator("k1", server_url=base.rstrip("/"))
+        out = io.BytesIO()
+        status = translator.translate_document(
+            source, out, source_lang="EN", target_lang="DE", filename="r.docx"
+        )
+        billed = len("Save the file") + len("Open the window") + len("Close all files")
+        assert status.done and status.billed_characters == billed
+        reference = httpx.post(
+            f"{base}v1/translate",
+            json={"text": ["Save the file"], "source_lang": "en", "target_lang": "de"},
+            headers={"Authorization": "Bearer k1"},
+        )
+        expected = reference.json()["translations"][0]["text"]
+        assert docx.Document(io.BytesIO(out.getvalue())).paragraphs[0].text == expected
+        handle = translator.translate_document_upload(source, target_lang="DE", filename="r.docx")
+        assert translator.translate_document_get_status(handle).ok
+        stranger = deepl.DocumentHandle(handle.document_id, "not-its-key")
+        with pytest.raises(deepl.DeepLException, match="Not found"):
+            translator.translate_document_get_status(stranger)
+
+
+# --- every format through both APIs ------------------------------------------------------------
+
+
+def opened(name: str, content: bytes) -> object:
+    """``content`` opened by the library that reads its format (raises when it cannot)."""
+    suffix = name.rsplit(".", 1)[1]
+    data = io.BytesIO(content)
+    readers = {
+        "docx": docx.Document,
+        "pptx": pptx.Presentation,
+        "xlsx": openpyxl.load_workbook,
+        "odt": odf_load,
+        "odp": odf_load,
+        "ods": odf_load,
+        "epub": epub.read_epub,
+        "xlf": lambda d: xliff.xlifffile.parsestring(d.read()),
+        "xliff": lambda d: xliff2.Xliff2File.parsestring(d.read()),
+        "md": lambda d: MarkdownIt("commonmark").parse(d.read().decode()),
+    }
+    return readers[suffix](data)
+
+
+FORMATS = [
+    ("a.docx", build_docx, {"word/document.xml", "word/header1.xml"}),
+    ("b.pptx", documents.build_pptx, {"ppt/slides/slide1.xml", "ppt/notesSlides/notesSlide1.xml"}),
+    ("c.odt", documents.build_odt, {"content.xml", "styles.xml"}),
+    ("d.odp", documents.build_odp, {"content.xml"}),
+    ("e.ods", documents.build_ods, {"content.xml"}),
+    ("f.epub", documents.build_epub, {"EPUB/ch1.xhtml", "EPUB/nav.xhtml", "EPUB/toc.ncx"}),
+    ("g.xlsx", documents.build_xlsx, None),  # openpyxl's inline strings: the sheets change
+    ("h.xlf", lambda: documents.XLIFF_12, None),
+    ("i.xliff", lambda: documents.XLIFF_20, None),
+    ("j.md", lambda: documents.MARKDOWN.encode(), None),
+]
+
+
+def test_every_format_through_translate_file_and_document_jobs_alike(model_dir, tmp_path):  # noqa: F811
+    # The Markdown test document's first paragraph is one long sentence.
+    settings = make_settings(model_dir, tmp_path, data_dir=tmp_path / "data", max_input_tokens=128)
+    with TestClient(create_app(settings)) as client:
+        wait_ready(client)
+        for name, build, text_parts in FORMATS:
+            source = build()
+            _, synchronous = download(client, post_file(client, name, source))
+            created = client.post(
+                "/v1/documents",
+                data={"source_lang": "en", "target_lang": "de"},
+                files={"file": (name, source)},
+            )
+            assert created.status_code == 202, (name, created.text)
+            job_id = created.json()["id"]
+            assert poll(client, job_id)["status"] == "done", name
+            background = client.get(f"/v1/documents/{job_id}/result").content
+            # One model, the same texts: both APIs give the same document, byte for byte.
+            assert background == synchronous, name
+            assert source != background, name
+            opened(name, background)
+            if text_parts is not None:
+                assert_only_text_parts_changed(source, background, text_parts)
