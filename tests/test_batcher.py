@@ -1108,3 +1108,15 @@ async def test_the_encoder_threads_share_of_a_core_is_exported_per_window(make_b
     engine.allow(10**6)
     assert (await newcomer)[0].tokens == FakeEngine.expected(sentence(5, first=100).src_ids)
     assert (await running)[0].tokens == FakeEngine.expected(sentence(30, first=1).src_ids)
+
+
+def test_the_drain_time_shrinks_with_the_rows_still_running():
+    """Two rows, 2 and 4 steps left, 10 ms steps: two full steps, then two with half the rows
+    (5 ms each, above the 30 % fixed share); a lone row's steps never go below that share."""
+    from service.scheduling.admission import LatencyBudget, RunningRow
+
+    budget = LatencyBudget()
+    running = [RunningRow(1, 4), RunningRow(1, 2)]
+    assert budget.drain_s(0.010, running) == pytest.approx(0.030)
+    many = [RunningRow(1, 1)] * 9 + [RunningRow(1, 3)]
+    assert budget.drain_s(0.010, many) == pytest.approx(0.010 + 2 * 0.003)

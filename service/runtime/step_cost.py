@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +86,18 @@ def _non_negative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return coefficients
 
 
+def _fit_relative(
+    samples: Sequence[tuple[tuple[float, ...], float]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative coefficients of ``(features, seconds)`` samples, and the seconds.
+    Relative error matters (a 1 ms call and a 100 ms call are equally important to get right
+    in proportion): each sample is weighted by 1 / its duration."""
+    features = np.array([f for f, _ in samples])  # (samples, terms)
+    seconds = np.array([s for _, s in samples])
+    weights = 1.0 / np.maximum(seconds, 1e-5)
+    return _non_negative_least_squares(features * weights[:, None], seconds * weights), seconds
+
+
 class StepCostModel:
     """Least-squares fit of decoder-call seconds over calibration and recent live steps.
 
@@ -127,14 +139,7 @@ class StepCostModel:
         self._since_fit = 0
         if len(samples) < 6:
             return
-        features = np.array([f for f, _ in samples])  # (samples, 5)
-        seconds = np.array([s for _, s in samples])
-        # Relative error matters (a 1 ms step and a 100 ms step are equally important to get
-        # right in proportion): weight each sample by 1 / its duration.
-        weights = 1.0 / np.maximum(seconds, 1e-5)
-        self._coefficients = _non_negative_least_squares(
-            features * weights[:, None], seconds * weights
-        )
+        self._coefficients, seconds = _fit_relative(samples)
         self._coefficient_list = [float(c) for c in self._coefficients]
         self._floor = float(seconds.min()) * 0.5
         self._knees = {}
@@ -206,10 +211,7 @@ class CallCostModel:
         self._since_fit = 0
         if len(self._samples) < 4:
             return
-        features = np.array([f for f, _ in self._samples])
-        seconds = np.array([s for _, s in self._samples])
-        weights = 1.0 / np.maximum(seconds, 1e-5)  # relative error, as the step fit
-        fit = _non_negative_least_squares(features * weights[:, None], seconds * weights)
+        fit, _ = _fit_relative(list(self._samples))
         self._coefficients = [float(c) for c in fit]
 
     def predict(self, features: tuple[float, ...]) -> float:

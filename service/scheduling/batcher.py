@@ -33,12 +33,10 @@ from typing import Protocol, runtime_checkable
 
 from service.metrics import ServiceMetrics
 from service.runtime.engine import (
-    BatchEstimate,
     DecodeRequest,
     EncodedRequests,
     FinishedRequest,
 )
-from service.scheduling.admission import AdmissionPlan
 from service.scheduling.engine_loop import EngineLoop
 from service.scheduling.overlap import EncoderCpuShare, EncoderOverlap
 from service.scheduling.policies import (
@@ -47,7 +45,7 @@ from service.scheduling.policies import (
     ContinuousPolicy,
     StaticPolicy,
 )
-from service.scheduling.scheduler import Scheduler
+from service.scheduling.scheduler import CostedEngine, Scheduler
 from service.scheduling.sentences import RowResult, Sentence, SentenceQueue
 from service.scheduling.stream import RowStream
 
@@ -57,11 +55,10 @@ __all__ = ["BatchingConfig", "ContinuousBatcher", "DecodeEngine", "RowResult", "
 
 
 @runtime_checkable
-class DecodeEngine(Protocol):
-    """Everything the batcher calls on ``service.runtime.engine.Engine``."""
+class DecodeEngine(CostedEngine, Protocol):
+    """Everything the batcher calls on ``service.runtime.engine.Engine``: what choosing
+    newcomers asks (``CostedEngine``: steps, estimate, plan) and the batch operations."""
 
-    @property
-    def steps(self) -> int: ...
     @property
     def active_rows(self) -> int: ...
     @property
@@ -71,10 +68,6 @@ class DecodeEngine(Protocol):
     def place(self, encoded: EncodedRequests) -> None: ...
     def step(self) -> list[FinishedRequest]: ...
     def drop(self, request_ids: Iterable[Hashable]) -> None: ...
-    def estimate(
-        self, newcomers: Sequence[tuple[int, int]] = (), max_rows: int = 64, tolerance: float = 0.0
-    ) -> BatchEstimate: ...
-    def plan(self, max_rows: int = 64, tolerance: float = 0.0) -> AdmissionPlan: ...
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ where that adds less delay, summed over every row, than waiting for the batch to
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from service.metrics import ServiceMetrics
@@ -37,7 +37,6 @@ class CostedEngine(Protocol):
         self, newcomers: Sequence[tuple[int, int]] = (), max_rows: int = 64, tolerance: float = 0.0
     ) -> BatchEstimate: ...
     def plan(self, max_rows: int = 64, tolerance: float = 0.0) -> AdmissionPlan: ...
-    def drop(self, request_ids: Iterable[Hashable]) -> None: ...
 
 
 class Scheduler:
@@ -82,7 +81,8 @@ class Scheduler:
 
     def _fill(self, units: list[list[Sentence]], staying: list[Sentence]) -> list[Sentence]:
         running_rows = sum(s.rows for s in staying)
-        now = self.engine.estimate((), self.max_rows, self.cost_tolerance)
+        plan = self.engine.plan(self.max_rows, self.cost_tolerance)
+        now = plan.estimate(())  # the batch as it is: nothing taken yet
         judges_cost = self.judges_cost
         limits = AdmissionLimits(
             max_rows=self.max_rows,
@@ -92,9 +92,7 @@ class Scheduler:
             judge_knee=judges_cost,
             encode_in_line=self.encode_in_line,
         )
-        admitter = Admitter(
-            self.engine.plan(self.max_rows, self.cost_tolerance), running_rows, limits
-        )
+        admitter = Admitter(plan, running_rows, limits)
         head, *others = units
         if admitter.try_unit(head) is not Verdict.TAKEN:
             if not staying:
