@@ -144,10 +144,11 @@ def generate_runner(model: Any, pad_id: int, eos_id: int, forced_id: int | None 
         for row, ids in enumerate(sources):
             input_ids[row, : len(ids)] = torch.tensor(ids)
             attention_mask[row, : len(ids)] = 1
+        device = getattr(model, "device", torch.device("cpu"))  # CUDA: the ids go there too
         with torch.inference_mode():
             sequences = model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
                 num_beams=beam_size,
                 do_sample=False,
                 min_new_tokens=new_tokens + extra,

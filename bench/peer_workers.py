@@ -7,9 +7,15 @@ System names (``request["system"]``):
 - ``ours``, ``ours-plain``, ``ours-int8``: ``service.runtime.engine.Engine`` on our ONNX export of the
   Marian dir (``ours-plain``: the fp32 export without the int8 screen of greedy steps)
   (``export.onnx_export.export_from_dir``; int8 = the exporter's int8 variant);
-- ``ct2``, ``ct2-int8``: ``ctranslate2.Translator`` on ``TransformersConverter`` output;
+- ``ours-fp16``: the exporter's fp16 variant of that export (``export.variants.make_fp16``),
+  for CUDA;
+- ``ct2``, ``ct2-int8``: ``ctranslate2.Translator`` on ``TransformersConverter`` output (on
+  CUDA: float16 and int8_float16);
 - ``transformers``: ``MarianMTModel.generate`` (``M2M100ForConditionalGeneration`` for
-  ``request["arch"] == "nllb"``) in eager PyTorch.
+  ``request["arch"] == "nllb"``) in eager PyTorch (on CUDA: in fp16).
+
+``request["device"]`` is "cpu" or "cuda"; on "cuda" a system that cannot run on the GPU fails
+rather than fall back to the CPU.
 
 For NLLB every system generates ``request["forced_id"]`` (the target-language code) first and
 returns the ids after it.
@@ -49,6 +55,11 @@ def build_ours(request: dict[str, Any]) -> dict[str, Any]:
     fp32_dir = Path(request["fp32_dir"])
     if not (fp32_dir / "decoder.onnx").exists():
         export_from_dir(request["marian_dir"], fp32_dir)
+    if request["system"] == "ours-fp16":
+        from export.variants import make_fp16
+
+        make_fp16(fp32_dir, artifact_dir)
+        return {"variant": "export.variants.make_fp16"}
     return {"int8_mode": make_int8(fp32_dir, artifact_dir)}
 
 
@@ -90,9 +101,12 @@ def load_ours(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
 
     from service.runtime.engine import Engine
 
+    device = request.get("device", "cpu")
     engine = Engine.from_dir(
-        request["artifact_dir"], provider="cpu", intra_op_threads=request["threads"]
+        request["artifact_dir"], provider=device, intra_op_threads=request["threads"]
     )
+    if engine.provider != device:
+        raise RuntimeError(f"asked for {device}, the engine runs on {engine.provider}")
 
     forced_id = request.get("forced_id")
 
@@ -131,7 +145,9 @@ def translate_forced(
 # --- CTranslate2 -------------------------------------------------------------------------
 
 
-def _ct2_quantization(system: str) -> str:
+def _ct2_quantization(system: str, device: str = "cpu") -> str:
+    if device == "cuda":
+        return "int8_float16" if system.endswith("int8") else "float16"
     return "int8" if system.endswith("int8") else "float32"
 
 
@@ -139,7 +155,7 @@ def build_ct2(request: dict[str, Any]) -> dict[str, Any]:
     import ctranslate2
 
     converter = ctranslate2.converters.TransformersConverter(request["marian_dir"])
-    quantization = _ct2_quantization(request["system"])
+    quantization = _ct2_quantization(request["system"], request.get("device", "cpu"))
     converter.convert(request["artifact_dir"], quantization=quantization, force=True)
     return {"quantization": quantization}
 
@@ -147,10 +163,11 @@ def build_ct2(request: dict[str, Any]) -> dict[str, Any]:
 def load_ct2(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
     import ctranslate2
 
+    device = request.get("device", "cpu")
     translator = ctranslate2.Translator(
         request["artifact_dir"],
-        device="cpu",
-        compute_type=_ct2_quantization(request["system"]),
+        device=device,
+        compute_type=_ct2_quantization(request["system"], device),
         intra_threads=request["threads"],
         inter_threads=1,
     )
@@ -178,9 +195,7 @@ def load_ct2(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
             max_decoding_length=new_tokens + prefix,
             length_penalty=1.0,
         )
-        return [
-            [token_ids[token] for token in result.hypotheses[0][prefix:]] for result in results
-        ]
+        return [[token_ids[token] for token in result.hypotheses[0][prefix:]] for result in results]
 
     return run, {"versions": {"ctranslate2": ctranslate2.__version__}}
 
@@ -197,12 +212,15 @@ def load_transformers(request: dict[str, Any]) -> tuple[RunFn, dict[str, Any]]:
     nllb = request.get("arch") == "nllb"
     model_class = M2M100ForConditionalGeneration if nllb else MarianMTModel
     model = model_class.from_pretrained(request["marian_dir"]).eval()
+    if request.get("device", "cpu") == "cuda":
+        model = model.half().to("cuda")
     pad_id, eos_id = request["pad_id"], request["eos_id"]
 
     run = generate_runner(model, pad_id, eos_id, request.get("forced_id"))
 
     versions = {"transformers": transformers.__version__, "torch": torch.__version__}
-    return run, {"versions": versions, "torch_threads": torch.get_num_threads()}
+    info = {"versions": versions, "torch_threads": torch.get_num_threads()}
+    return run, {**info, "torch_device": str(model.device), "torch_dtype": str(model.dtype)}
 
 
 # --- dispatch ------------------------------------------------------------------------------

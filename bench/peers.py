@@ -67,7 +67,19 @@ from loadtest.machine import machine_facts  # noqa: E402
 
 MAIN_PYTHON = sys.executable
 OPTIMUM_PYTHON = BENCH_DIR / ".venv-optimum" / "bin" / "python"
-ALL_SYSTEMS = ("ours", "ours-plain", "ours-int8", "ct2", "ct2-int8", "optimum", "transformers")
+ALL_SYSTEMS = (
+    "ours",
+    "ours-plain",
+    "ours-int8",
+    "ours-fp16",
+    "ct2",
+    "ct2-int8",
+    "optimum",
+    "transformers",
+)
+# On ``--device cuda``: our fp32 and fp16 exports on the CUDA provider, CTranslate2 in float16
+# and int8_float16, transformers in fp16 (the int8 screen and int8 exports are CPU-only).
+CUDA_SYSTEMS = ("ours", "ours-fp16", "ct2", "ct2-int8", "transformers")
 REFERENCE_SYSTEM = "transformers"  # outputs of the others are compared with its outputs
 # ours (fp32 with the int8 screen of greedy steps) against ours-plain (without): same outputs
 SCREEN_CHECK = ("ours", "ours-plain")
@@ -79,6 +91,9 @@ RATIO_PAIRS = (
     ("ours", "ct2"),
     ("ours-plain", "ct2"),
     ("ours-int8", "ct2-int8"),
+    ("ours-fp16", "ct2"),  # CUDA: fp16 against CTranslate2 float16
+    ("ours-fp16", "ct2-int8"),  # CUDA: against int8_float16
+    ("ours-fp16", "transformers"),
 )
 EOS_SUPPRESSION = -1.0e4  # added to eos's logits bias in random models: fixed-length outputs
 
@@ -612,7 +627,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="random model: Marian tiny/base (default base), NLLB tiny/600m (default 600m)",
     )
     which.add_argument("--model", help="a Marian dir or a checkpoint in our format")
-    parser.add_argument("--systems", default=",".join(ALL_SYSTEMS), help="comma-separated")
+    parser.add_argument("--systems", help="comma-separated (default: every one the device runs)")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: every system on the GPU (ours fp32/fp16, CTranslate2 float16/int8_float16, "
+        "transformers fp16); a system that cannot load CUDA fails instead of falling back",
+    )
     parser.add_argument("--batches", help="comma-separated batch sizes (base: 1,8,32)")
     parser.add_argument("--beams", default="1,4", help="comma-separated beam sizes")
     parser.add_argument("--new-tokens", type=int, help="forced output length (base: 64)")
@@ -648,6 +670,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=BENCH_DIR / "work")
     parser.add_argument("--results-dir", type=Path, default=BENCH_DIR / "results")
     args = parser.parse_args(argv)
+    if args.systems is None:
+        args.systems = ",".join(CUDA_SYSTEMS if args.device == "cuda" else ALL_SYSTEMS)
+        if args.device == "cpu":
+            args.systems = args.systems.replace("ours-fp16,", "")
     if args.arch == "nllb":
         if args.model is not None:
             parser.error("--arch nllb builds its random model; --model is for Marian dirs")
@@ -682,6 +708,8 @@ def main(argv: list[str] | None = None) -> None:
     name = args.size if args.model is None else Path(args.model).resolve().name
     if args.arch == "nllb":
         name = f"nllb-{args.size}"
+    if args.device == "cuda":
+        name = f"{name}-cuda"
     work_dir = (args.work_dir / name).resolve()
     systems = [system for system in ALL_SYSTEMS if system in args.systems.split(",")]
     batches = [int(batch) for batch in args.batches.split(",")]
@@ -700,6 +728,7 @@ def main(argv: list[str] | None = None) -> None:
         "arch": args.arch,
         "forced_id": forced,  # NLLB: the target code every system generates first
         "threads": args.threads,
+        "device": args.device,
         "sources": sources,
         "new_tokens": args.new_tokens,
         "cells": [{"beam": beam, "batch": batch} for beam in beams for batch in batches],
@@ -758,6 +787,7 @@ def main(argv: list[str] | None = None) -> None:
             "new_tokens": args.new_tokens,
             "source_length": args.source_length,
             "threads": args.threads,
+            "device": args.device,
             "warmup": args.warmup,
             "warmup_tokens": args.warmup_tokens,
             "repeats": args.repeats,

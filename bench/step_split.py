@@ -35,7 +35,9 @@ from service.runtime.engine import Engine  # noqa: E402
 
 
 class TimedSession:
-    """An InferenceSession whose ``run`` calls are timed (everything else passes through)."""
+    """An InferenceSession whose ``run`` and ``run_with_iobinding`` calls are timed (everything
+    else passes through). On CUDA a bound run returns once its outputs are synchronised, so its
+    time is the device's work plus ONNX Runtime's launches and copies."""
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -46,6 +48,14 @@ class TimedSession:
         started = time.perf_counter()
         try:
             return self.session.run(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - started
+            self.calls += 1
+
+    def run_with_iobinding(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self.session.run_with_iobinding(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - started
             self.calls += 1
@@ -139,13 +149,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--floor", action="store_true", help="also time the weights-only graph")
+    parser.add_argument("--provider", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--json", type=Path, help="also write the splits here")
     args = parser.parse_args(argv)
 
-    engine = Engine.from_dir(args.model_dir, provider="cpu", intra_op_threads=args.threads)
+    engine = Engine.from_dir(args.model_dir, provider=args.provider, intra_op_threads=args.threads)
+    if engine.provider != args.provider:
+        raise SystemExit(f"asked for {args.provider}, the engine runs on {engine.provider}")
+    splits = {}
     cells = [tuple(int(part) for part in cell.split("x")) for cell in args.cells.split(",")]
     sources = random_sources(engine.model.info.vocab_size, max(b for _, b in cells), 24)
     for beam, batch in cells:
         split = split_cell(engine, sources[:batch], beam, args.new_tokens, args.repeats)
+        splits[f"{beam}x{batch}"] = split
         print(
             f"beam {beam} x {batch}: {split['step_ms']:.2f} ms/step = decoder "
             f"{split['decoder_ms']:.2f} + encoder {split['encoder_ms']:.2f} + host "
@@ -154,6 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.floor:
         floor = matmul_floor(args.model_dir, args.threads)
         print(f"weights-only MatMul graph: {floor[1]:.2f} ms at 1 row, {floor[128]:.2f} at 128")
+    if args.json:
+        args.json.write_text(json.dumps({"provider": args.provider, "cells": splits}, indent=2))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -38,6 +39,8 @@ from export.onnx_export import (
 from export.search_head import HEAD_PREFIX
 from export.vocab_screen import strip_vocab_screen
 from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES
+
+log = logging.getLogger(__name__)
 
 INT8_MODES = {
     # name: (weight type, reduce_range)
@@ -141,12 +144,48 @@ def make_fp16(fp32_dir: str | Path, output_dir: str | Path) -> Path:
         converted = convert_float_to_float16(
             model, keep_io_types=keep_fp32 or False, node_block_list=head_nodes
         )
+        drop_duplicate_nodes(converted)
         save_onnx(converted, target / name)
     write_kv_helpers(target, 2 * config["num_layers"], onnx.TensorProto.FLOAT16, config["opset"])
     config.pop("vocab_screen", None)
     config.update(variant="fp16", kv_dtype="float16")
     _write_config(target, config)
     return target
+
+
+def drop_duplicate_nodes(model: onnx.ModelProto) -> int:
+    """Remove second copies of identical nodes and rename other nodes whose name is taken;
+    returns how many nodes were removed or renamed.
+
+    ``convert_float_to_float16`` names the Cast it puts before a float32-only node after the
+    value it casts. On a decoder exported by torch 2.11 it produced two nodes named
+    ``search_head/all_log_probs_cast_to_fp32_node``, and ONNX Runtime refuses a graph with two
+    nodes of one name. An identical copy computes nothing the first does not; a different node
+    only needs a name of its own."""
+    seen: set[bytes] = set()
+    names: set[str] = set()
+    kept = []
+    changed = 0
+    for node in model.graph.node:
+        key = node.SerializeToString(deterministic=True)
+        if key in seen:
+            log.info("fp16: dropped a second copy of node %s", node.name)
+            changed += 1
+            continue
+        seen.add(key)
+        if node.name and node.name in names:
+            renamed = next(
+                f"{node.name}_{n}" for n in range(1, 10**6) if f"{node.name}_{n}" not in names
+            )
+            log.info("fp16: renamed a second node %s (%s) to %s", node.name, node.op_type, renamed)
+            node.name = renamed
+            changed += 1
+        names.add(node.name)
+        kept.append(node)
+    if len(kept) != len(model.graph.node):
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+    return changed
 
 
 def make_optimized(fp32_dir: str | Path, output_dir: str | Path) -> Path:

@@ -26,7 +26,7 @@ from models.checkpoint import load_pretrained
 from models.search import beam_search, greedy_search
 from models.transformer import Transformer
 from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES, SCREEN_INPUT
-from service.runtime.onnx_model import ProviderName
+from service.runtime.onnx_model import CUDA_OPTIONS, ProviderName
 
 
 @dataclass
@@ -58,26 +58,52 @@ def padded_source(
     return src_ids, src_mask
 
 
-def sessions(onnx_dir: Path) -> tuple[ort.InferenceSession, ort.InferenceSession]:
+def sessions(
+    onnx_dir: Path, provider: ProviderName = "cpu"
+) -> tuple[ort.InferenceSession, ort.InferenceSession]:
+    """Encoder and decoder sessions on ``provider``; "cuda" refuses to fall back to the CPU
+    (onnxruntime-gpu lists CUDA even where it cannot load it, then runs on the CPU)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    cpu = ["CPUExecutionProvider"]
-    return (
-        ort.InferenceSession(str(onnx_dir / ENCODER_FILE), options, providers=cpu),
-        ort.InferenceSession(str(onnx_dir / DECODER_FILE), options, providers=cpu),
+    wanted = "CUDAExecutionProvider" if provider == "cuda" else "CPUExecutionProvider"
+    providers = [(wanted, CUDA_OPTIONS if provider == "cuda" else {})]
+    opened = tuple(
+        ort.InferenceSession(str(onnx_dir / name), options, providers=providers)
+        for name in (ENCODER_FILE, DECODER_FILE)
     )
+    for session in opened:
+        if session.get_providers()[0] != wanted:
+            raise RuntimeError(f"{wanted} did not load: {session.get_providers()}")
+    return opened[0], opened[1]
+
+
+def _typed_feeds(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict:
+    """Float feeds in the dtype the graph declares: an fp16 export takes its caches in fp16."""
+    half = {value.name for value in session.get_inputs() if value.type == "tensor(float16)"}
+    return {
+        name: value.astype(np.float16) if name in half else value for name, value in feeds.items()
+    }
+
+
+def _as_float32(outputs: list) -> list[np.ndarray]:
+    return [np.asarray(output, dtype=np.float32) for output in outputs]
 
 
 @torch.no_grad()
-def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) -> dict[str, float]:
+def logits_errors(
+    model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3), provider: ProviderName = "cpu"
+) -> dict[str, float]:
     """Max |ORT - PyTorch| of cross K/V, logits and new keys/values; a padded batch of 3, with the first
-    row joining late (invalid left cache slots), at each past length; T = 1 and T = 2 new tokens."""
+    row joining late (invalid left cache slots), at each past length; T = 1 and T = 2 new tokens.
+    An fp16 export is fed and read in fp16 and compared in fp32 with the fp32 PyTorch model."""
     config = model.config
     layers = config.decoder_layers
-    encoder, decoder = sessions(onnx_dir)
+    encoder, decoder = sessions(onnx_dir, provider)
     src_ids, src_mask = padded_source([7, 3, 5], model)
     _, cross_keys, cross_values = model.encode(src_ids, src_mask)
-    outputs = encoder.run(None, {"input_ids": src_ids.numpy(), "attention_mask": src_mask.numpy()})
+    outputs = _as_float32(
+        encoder.run(None, {"input_ids": src_ids.numpy(), "attention_mask": src_mask.numpy()})
+    )
     names = [o.name for o in encoder.get_outputs()]
     errors = {"encoder_cross_kv": 0.0}
     for i in range(layers):
@@ -153,7 +179,7 @@ def logits_errors(model: Transformer, onnx_dir: Path, past_lengths=(0, 1, 3)) ->
                 mask[:, :past_len] = self_mask[:, :past_len].numpy()
                 mask[:, past_len + spare :] = self_mask[:, past_len:].numpy()
                 feeds["self_attention_mask"] = mask
-                got = decoder.run(None, feeds)
+                got = _as_float32(decoder.run(None, _typed_feeds(decoder, feeds)))
                 tag = f"P{past_len}_T{new_len}" + (f"_spare{spare}" if spare else "")
                 errors[f"logits_{tag}"] = float(
                     np.abs(got[out_names.index("logits")] - expected[0].numpy()).max()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -48,4 +49,26 @@ def machine_facts() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "gpus": gpu_facts(),
     }
+
+
+def gpu_facts() -> list[dict[str, str]]:
+    """Name, driver and memory of every NVIDIA GPU ``nvidia-smi`` sees; empty without one."""
+    fields = ("name", "driver_version", "memory.total")
+    try:
+        completed = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if completed.returncode != 0:
+        return []
+    return [
+        dict(zip(fields, (part.strip() for part in line.split(",")), strict=False))
+        for line in completed.stdout.splitlines()
+        if line.strip()
+    ]

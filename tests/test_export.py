@@ -206,3 +206,35 @@ def _head_feeds(rows: int, pad_id: int, top_k: int) -> dict[str, np.ndarray]:
         "banned_ids": np.full((rows, 1), pad_id),
         "watch_ids": np.full((rows, 1), pad_id),
     }
+
+
+def test_fp16_conversion_keeps_one_node_per_name():
+    """A second identical Cast (what the fp16 converter wrote into a torch 2.11 decoder) is
+    dropped, a different node that reuses a name is renamed, and ONNX Runtime loads the result."""
+    from onnx import TensorProto, helper
+
+    from export.variants import drop_duplicate_nodes
+
+    cast = helper.make_node("Cast", ["x"], ["x32"], to=TensorProto.FLOAT, name="x_cast_node")
+    relu = helper.make_node("Relu", ["x32"], ["y"], name="x_cast_node")  # a taken name
+    graph = helper.make_graph(
+        [
+            cast,
+            helper.make_node("Cast", ["x"], ["x32"], to=TensorProto.FLOAT, name="x_cast_node"),
+            relu,
+        ],
+        "duplicates",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 10
+    with pytest.raises(Exception, match="same node name"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    assert drop_duplicate_nodes(model) == 2
+    assert [node.op_type for node in model.graph.node] == ["Cast", "Relu"]
+    assert len({node.name for node in model.graph.node}) == 2
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.array([-1.5, 2.0], dtype=np.float16)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], [0.0, 2.0])

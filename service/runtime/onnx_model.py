@@ -50,6 +50,11 @@ from service.runtime.contract import SCREEN_INPUT
 log = logging.getLogger(__name__)
 
 ProviderName = Literal["auto", "cuda", "cpu"]
+
+# The CUDA provider's options. TF32 off: with it, fp32 matrix products round their inputs to
+# 10-bit mantissas, and an fp32 export on an H100 drifted from the CPU by 7e-3 in its K/V
+# (measured, BENCHMARKS.md § GPU); fp32 is the exact variant, fp16 the fast one.
+CUDA_OPTIONS = {"device_id": 0, "use_tf32": 0}
 KVBackendName = Literal["host", "device"]
 
 _NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16}
@@ -547,7 +552,7 @@ class OnnxSeq2Seq:
     @staticmethod
     def _providers(provider: str) -> list:
         if provider == "cuda":
-            return [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"]
+            return [("CUDAExecutionProvider", CUDA_OPTIONS), "CPUExecutionProvider"]
         return ["CPUExecutionProvider"]
 
     def _first_session(
