@@ -111,9 +111,9 @@ def logits_errors(
             (f"cross_key_{i}", cross_keys[i]),
             (f"cross_value_{i}", cross_values[i]),
         ):
-            got = outputs[names.index(name)]
+            got_kv = outputs[names.index(name)]
             errors["encoder_cross_kv"] = max(
-                errors["encoder_cross_kv"], float(np.abs(got - expected_kv.numpy()).max())
+                errors["encoder_cross_kv"], float(np.abs(got_kv - expected_kv.numpy()).max())
             )
 
     generator = torch.Generator().manual_seed(2)
