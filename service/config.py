@@ -147,6 +147,14 @@ class Settings(BaseSettings):
         "of their predicted steps; a bigger admission is cut into chunks between steps.",
     )
 
+    background_max_rows: int = Field(
+        4,
+        ge=1,
+        description="Rows of document-job sentences in the running batch at most. They join "
+        "only when no interactive sentence waits, so a long document uses the engine's spare "
+        "steps without slowing interactive requests much.",
+    )
+
     admission_cost_aware: bool = Field(
         True,
         description="`continuous` batching only: the engine's cost models (calibrated at "

@@ -1120,3 +1120,42 @@ def test_the_drain_time_shrinks_with_the_rows_still_running():
     assert budget.drain_s(0.010, running) == pytest.approx(0.030)
     many = [RunningRow(1, 1)] * 9 + [RunningRow(1, 3)]
     assert budget.drain_s(0.010, many) == pytest.approx(0.010 + 2 * 0.003)
+
+
+@pytest.mark.anyio
+async def test_document_rows_join_after_interactive_ones_and_a_few_at_a_time(make_batcher):
+    """Background sentences (document jobs) wait while an interactive one waits, then join at
+    most ``background_max_rows`` rows at a time; every sentence still gets its own result."""
+    engine = GatedEngine()
+    batcher = make_batcher(engine, background_max_rows=2)
+    running = asyncio.ensure_future(batcher.submit([sentence(30)]))
+    await wait_until(engine.waiting.is_set, "first step waiting")
+    documents = [
+        asyncio.ensure_future(batcher.submit([sentence(20, first=100 + 30 * i)], background=True))
+        for i in range(3)
+    ]
+    await wait_until(lambda: batcher.queue_depth == 3, "three document sentences queued")
+    interactive = asyncio.ensure_future(batcher.submit([sentence(4, first=400)]))
+    await wait_until(lambda: batcher.queue_depth == 4, "an interactive sentence queued last")
+    engine.allow(10**4)
+    results = await asyncio.gather(running, interactive, *documents)
+    # step 1: the running row; then the interactive newcomer alone, though it came last; then
+    # two document rows, the third only once one of them has finished
+    assert engine.rows_per_step[:3] == [1, 2, 4]
+    assert max(engine.rows_per_step) == 4
+    first_document_done = 2 + 19  # joined before step 3, 19 tokens
+    assert engine.rows_per_step[first_document_done - 1] <= 3
+    expected = [sentence(30), sentence(4, first=400)] + [
+        sentence(20, first=100 + 30 * i) for i in range(3)
+    ]
+    assert [r[0].tokens for r in results] == [FakeEngine.expected(s.src_ids) for s in expected]
+
+
+@pytest.mark.anyio
+async def test_a_lone_document_paragraph_runs_whatever_the_background_row_limit(make_batcher):
+    engine = FakeEngine()
+    batcher = make_batcher(engine, background_max_rows=1)
+    rows = [sentence(5, first=10 * i + 1) for i in range(3)]  # one unit of three rows
+    results = await batcher.submit(rows, background=True)
+    assert [r.tokens for r in results] == [FakeEngine.expected(row.src_ids) for row in rows]
+    assert engine.rows_per_step[0] == 3  # the whole paragraph joined an empty batch

@@ -89,6 +89,9 @@ class BatchingConfig:
     # An admission encoded in line (no spare core) stalls the running rows for at most this
     # many of their predicted steps; bigger ones are cut into chunks between steps.
     max_stall_steps: float = 2.0
+    # Rows of background sentences (document jobs) in the batch at most; they join only when
+    # no interactive sentence waits.
+    background_max_rows: int = 4
     # Source tokens one overlapped admission encodes (the encoder thread's share).
     max_admit_tokens: int = 1024
     # Continuous, with a spare core: encode newcomers on a second thread while the running
@@ -164,6 +167,7 @@ class ContinuousBatcher:
             max_tokens=config.max_batch_tokens,
             max_encode_tokens=config.max_admit_tokens,
             max_stall_steps=config.max_stall_steps,
+            background_max_rows=config.background_max_rows,
             cost_tolerance=config.cost_tolerance,
             judges_cost=self.policy.judges_cost and config.cost_aware,
             encode_in_line=overlap is None,
@@ -208,15 +212,19 @@ class ContinuousBatcher:
         return overlap is not None and overlap.done
 
     async def submit(
-        self, rows: Sequence[DecodeRequest], timeout_s: float | None = None
+        self,
+        rows: Sequence[DecodeRequest],
+        timeout_s: float | None = None,
+        background: bool = False,
     ) -> list[RowResult]:
         """Decode ``rows``; results in the same order. All rows of one call enter the queue
         together or not at all (:class:`QueueFull`). On timeout (``TimeoutError``) or
         cancellation (client gone) the rows still queued leave the queue and the rows in the
-        batch are dropped from the engine."""
+        batch are dropped from the engine. ``background``: a document job's rows, admitted
+        after every waiting interactive one and a few at a time."""
         if not rows:
             return []
-        sentences = self._put(rows)
+        sentences = self._put(rows, background)
         try:
             async with asyncio.timeout(timeout_s):
                 return list(await asyncio.gather(*(s.future for s in sentences)))
@@ -225,15 +233,18 @@ class ContinuousBatcher:
             raise
 
     def submit_as_completed(
-        self, rows: Sequence[DecodeRequest], timeout_s: float | None = None
+        self,
+        rows: Sequence[DecodeRequest],
+        timeout_s: float | None = None,
+        background: bool = False,
     ) -> RowStream:
         """Queue ``rows`` now (all or none: :class:`QueueFull`, :class:`NotAccepting` raise
         here) and return an async iterator of ``(index in rows, result)`` in the order the
         rows finish. When the iteration stops early, the unfinished rows are abandoned."""
-        return RowStream(self, self._put(rows) if rows else [], timeout_s)
+        return RowStream(self, self._put(rows, background) if rows else [], timeout_s)
 
-    def _put(self, rows: Sequence[DecodeRequest]) -> list[Sentence]:
-        sentences = self.queue.put(rows)
+    def _put(self, rows: Sequence[DecodeRequest], background: bool = False) -> list[Sentence]:
+        sentences = self.queue.put(rows, background)
         self.metrics.queue_depth.set(len(self.queue))
         self._idle.clear()
         return sentences

@@ -55,6 +55,7 @@ class Scheduler:
         max_encode_tokens: int,
         max_stall_steps: float,
         cost_tolerance: float,
+        background_max_rows: int = 4,
         judges_cost: bool,
         encode_in_line: bool,
         metrics: ServiceMetrics,
@@ -64,6 +65,7 @@ class Scheduler:
         self.max_tokens = max_tokens
         self.max_encode_tokens = max_encode_tokens
         self.max_stall_steps = max_stall_steps
+        self.background_max_rows = background_max_rows
         self.cost_tolerance = cost_tolerance
         self.judges_cost = judges_cost
         self.encode_in_line = encode_in_line
@@ -74,10 +76,30 @@ class Scheduler:
     def choose(self, units: list[list[Sentence]], staying: list[Sentence]) -> list[Sentence]:
         """The sentences of ``units`` (queued, by unit, in arrival order) that join the
         ``staying`` running sentences at this boundary; [] when none does (a deferral)."""
-        chosen = self._fill(units, staying)
+        units = self._by_priority(units, staying)
+        chosen = self._fill(units, staying) if units else []
         if not chosen:
             self.metrics.admission_deferrals.inc()
         return chosen
+
+    def _by_priority(
+        self, units: list[list[Sentence]], staying: list[Sentence]
+    ) -> list[list[Sentence]]:
+        """Interactive units first; background units (document jobs) only where no interactive
+        one waits, and only while the batch holds at most ``background_max_rows`` of their rows
+        (the first one whatever its size where none runs, so a big paragraph still runs)."""
+        interactive = [unit for unit in units if not unit[0].background]
+        if interactive:
+            return interactive
+        room = self.background_max_rows - sum(s.rows for s in staying if s.background)
+        allowed: list[list[Sentence]] = []
+        for unit in units:
+            rows = sum(s.rows for s in unit)
+            if rows > room and (allowed or room < self.background_max_rows):
+                break
+            allowed.append(unit)
+            room -= rows
+        return allowed
 
     def _fill(self, units: list[list[Sentence]], staying: list[Sentence]) -> list[Sentence]:
         running_rows = sum(s.rows for s in staying)

@@ -46,6 +46,7 @@ class Sentence:
     # admitted together where it fits: a request does not wait for its last sentence to
     # trickle into the batch (its latency is its slowest sentence's).
     unit: int = -1
+    background: bool = False  # a document job's: admitted after interactive sentences
 
     @property
     def rows(self) -> int:
@@ -97,7 +98,7 @@ class SentenceQueue:
     def rows(self) -> int:
         return sum(sentence.rows for sentence in self.waiting)
 
-    def put(self, rows: Sequence[DecodeRequest]) -> list[Sentence]:
+    def put(self, rows: Sequence[DecodeRequest], background: bool = False) -> list[Sentence]:
         """One sentence per row, all queued or none (:class:`QueueFull`, :class:`NotAccepting`)."""
         loop = asyncio.get_running_loop()
         now = self.clock()
@@ -107,7 +108,9 @@ class SentenceQueue:
             request = replace(row, request_id=sentence_id, src_ids=tuple(row.src_ids))
             unit = sentences[0].sentence_id if sentences else sentence_id
             future: asyncio.Future[RowResult] = loop.create_future()
-            sentences.append(Sentence(sentence_id, request, future, loop, now, unit=unit))
+            sentences.append(
+                Sentence(sentence_id, request, future, loop, now, unit=unit, background=background)
+            )
         with self.cond:
             if self.death is not None:
                 raise NotAccepting("engine_stopped")
@@ -134,9 +137,15 @@ class SentenceQueue:
         return removed
 
     def units(self, window: int) -> Units:
-        """The first ``window`` + 1 queued sentences by unit, in arrival order (holds ``cond``)."""
+        """The first ``window`` + 1 queued sentences by unit, in arrival order, interactive
+        ones before background ones, so a document's backlog never hides a request behind the
+        window (holds ``cond``)."""
         units: Units = {}
-        for sentence in itertools.islice(self.waiting, 0, 1 + window):
+        by_priority = itertools.chain(
+            (s for s in self.waiting if not s.background),
+            (s for s in self.waiting if s.background),
+        )
+        for sentence in itertools.islice(by_priority, 0, 1 + window):
             units.setdefault(sentence.unit, []).append(sentence)
         return units
 

@@ -193,7 +193,9 @@ class Translator:
         beam of at least ``alternatives + 1``. The cache is bypassed: it keeps no n-best."""
         plans = await self._plan(texts, options, use_cache=False, glossary=glossary, memory=memory)
         to_decode, rows = self._rows(plans, options)
-        results = await self.batcher.submit(rows, timeout_s=self.config.request_timeout_s)
+        results = await self.batcher.submit(
+            rows, timeout_s=self.config.request_timeout_s, background=options.background
+        )
         others: dict[int, list[str]] = {}
         for sentence, result in zip(to_decode, results, strict=True):
             self._finish(sentence, result.tokens, options)
@@ -227,7 +229,9 @@ class Translator:
         the :class:`TranslationBatch` that :meth:`translate` would have returned."""
         plans = await self._plan(texts, options, glossary=glossary, memory=memory)
         to_decode, rows = self._rows(plans, options)
-        rows_done = self.batcher.submit_as_completed(rows, timeout_s=self.config.request_timeout_s)
+        rows_done = self.batcher.submit_as_completed(
+            rows, timeout_s=self.config.request_timeout_s, background=options.background
+        )
         return TranslationStream(self, plans, to_decode, rows_done, options)
 
     async def _plan(
@@ -256,7 +260,9 @@ class Translator:
         ``deadline`` (``time.monotonic``; ``TimeoutError`` past it); how many."""
         to_decode, rows = self._rows(plans, options)
         timeout_s = max(0.0, deadline - time.monotonic())
-        results = await self.batcher.submit(rows, timeout_s=timeout_s)
+        results = await self.batcher.submit(
+            rows, timeout_s=timeout_s, background=options.background
+        )
         for sentence, result in zip(to_decode, results, strict=True):
             self._finish(sentence, result.tokens, options)
         return len(to_decode)

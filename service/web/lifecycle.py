@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 
 from fastapi import FastAPI
 
@@ -106,7 +107,8 @@ class ServiceState:
         async def translate(texts: list[str]) -> list[str]:
             if not bound:
                 dispatcher = self.require_dispatcher()
-                options = self.limits.options(None, None)
+                # background: admitted after interactive requests (service/scheduling/scheduler.py)
+                options = replace(self.limits.options(None, None), background=True)
                 bound.append(dispatcher.pair_translator(job.source_lang, job.target_lang, options))
             return await bound[0](texts)
 
