@@ -4,7 +4,9 @@ document job (``POST /v1/documents``), with and without interactive traffic besi
     .venv/bin/python bench/documents.py [--model build/onnx/default] [--pages 50]
         [--clients 4] [--seconds 20] [--threads 2] [--output bench/results]
 
-Serves the model on a local socket (uvicorn in a thread, the real app) and runs three phases:
+Starts the service as a process of its own (``python -m service``, the translation cache off,
+so every sentence of the document and of the clients is decoded) and runs three phases from
+this process:
 
 1. **interactive alone**: ``--clients`` closed-loop clients, each sending one UI sentence to
    ``POST /v1/translate`` and the next as soon as the answer comes, for ``--seconds``;
@@ -14,7 +16,8 @@ Serves the model on a local socket (uvicorn in a thread, the real app) and runs 
 Prints and writes (JSON, with the machine's CPU flags) the document's wall time and
 sentences/s alone and under load, and the interactive p50/p99 alone and beside the
 document (the issue's bar: p99 at most 25 % higher). Run it alone: ``flock -x /tmp/cpu.lock``
-on shared machines. ``--pages 1 --seconds 2`` checks that it runs.
+on shared machines. ``--pages 1 --seconds 2`` checks that it runs. ``--server-env
+MT_BACKGROUND_MAX_ROWS=1`` (repeatable) passes settings to the service.
 """
 
 from __future__ import annotations
@@ -35,9 +38,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from loadtest.client import spawned_server  # noqa: E402
 from loadtest.machine import machine_facts  # noqa: E402
-from service.config import Settings  # noqa: E402
-from tests.live_server import live_server  # noqa: E402
 
 SENTENCES = [
     "Save your changes before you close the window.",
@@ -170,19 +172,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="interactive phase alone")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--server-env", action="append", default=[], help="NAME=VALUE for the service"
+    )
     args = parser.parse_args(argv)
 
     content = build_docx(args.pages)
     with tempfile.TemporaryDirectory() as data_dir:
-        settings = Settings(
-            model_dir=args.model,
-            provider="cpu",
-            intra_op_threads=args.threads,
-            data_dir=Path(data_dir),
-            files_dir=Path(data_dir) / "files",
-            max_body_bytes=max(len(content) * 2, 1_000_000),
-        )
-        with live_server(settings) as base:
+        env = {
+            "MT_PROVIDER": "cpu",
+            "MT_INTRA_OP_THREADS": str(args.threads),
+            "MT_DATA_DIR": data_dir,
+            "MT_FILES_DIR": str(Path(data_dir) / "files"),
+            "MT_MAX_BODY_BYTES": str(max(len(content) * 2, 1_000_000)),
+            # the document repeats its sentences, and so do the clients: decode them all
+            "MT_TRANSLATION_CACHE_SIZE": "0",
+            **dict(item.split("=", 1) for item in args.server_env),
+        }
+        with spawned_server(args.model, extra_env=env) as url:
+            base = url.rstrip("/") + "/"
             with Interactive(base, args.clients) as alone:
                 time.sleep(args.seconds)
             document_alone = translate_document(base, content)
@@ -195,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         "pages": args.pages,
         "docx_bytes": len(content),
         "clients": args.clients,
+        "server_env": args.server_env,
         "document_alone": document_alone,
         "document_with_interactive": document_loaded,
         "interactive_alone": interactive_alone,
