@@ -155,6 +155,14 @@ class Settings(BaseSettings):
         "steps without slowing interactive requests much.",
     )
 
+    background_max_wait_ms: float = Field(
+        1000.0,
+        ge=0,
+        description="Document-job sentences join a batch with interactive rows running only "
+        "once the oldest has waited this long (otherwise at a step boundary with none): "
+        "documents use the spare steps, and still move under a steady interactive load.",
+    )
+
     admission_cost_aware: bool = Field(
         True,
         description="`continuous` batching only: the engine's cost models (calibrated at "

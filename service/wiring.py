@@ -73,6 +73,7 @@ def batching_config(settings: Settings) -> BatchingConfig:
         static_max_wait_s=settings.static_max_wait_ms / 1000,
         max_stall_steps=settings.admission_max_stall_steps,
         background_max_rows=settings.background_max_rows,
+        background_max_wait_s=settings.background_max_wait_ms / 1000,
         cost_aware=settings.admission_cost_aware,
         cost_tolerance=settings.admission_cost_tolerance,
         max_admit_tokens=settings.admission_max_tokens,

@@ -1122,12 +1122,11 @@ def test_the_drain_time_shrinks_with_the_rows_still_running():
     assert budget.drain_s(0.010, many) == pytest.approx(0.010 + 2 * 0.003)
 
 
-@pytest.mark.anyio
-async def test_document_rows_join_after_interactive_ones_and_a_few_at_a_time(make_batcher):
-    """Background sentences (document jobs) wait while an interactive one waits, then join at
-    most ``background_max_rows`` rows at a time; every sentence still gets its own result."""
+async def _documents_beside_a_running_request(make_batcher, **limits):
+    """One interactive sentence running, three one-row document requests queued, then an
+    interactive newcomer queued last; every result checked. Returns the engine."""
     engine = GatedEngine()
-    batcher = make_batcher(engine, background_max_rows=2)
+    batcher = make_batcher(engine, background_max_rows=2, **limits)
     running = asyncio.ensure_future(batcher.submit([sentence(30)]))
     await wait_until(engine.waiting.is_set, "first step waiting")
     documents = [
@@ -1139,16 +1138,31 @@ async def test_document_rows_join_after_interactive_ones_and_a_few_at_a_time(mak
     await wait_until(lambda: batcher.queue_depth == 4, "an interactive sentence queued last")
     engine.allow(10**4)
     results = await asyncio.gather(running, interactive, *documents)
-    # step 1: the running row; then the interactive newcomer alone, though it came last; then
-    # two document rows, the third only once one of them has finished
-    assert engine.rows_per_step[:3] == [1, 2, 4]
-    assert max(engine.rows_per_step) == 4
-    first_document_done = 2 + 19  # joined before step 3, 19 tokens
-    assert engine.rows_per_step[first_document_done - 1] <= 3
     expected = [sentence(30), sentence(4, first=400)] + [
         sentence(20, first=100 + 30 * i) for i in range(3)
     ]
     assert [r[0].tokens for r in results] == [FakeEngine.expected(s.src_ids) for s in expected]
+    return engine
+
+
+@pytest.mark.anyio
+async def test_document_rows_wait_for_a_boundary_without_interactive_rows(make_batcher):
+    """The interactive newcomer joins first though it came last; the document rows join only
+    once no interactive row runs, two rows at a time."""
+    engine = await _documents_beside_a_running_request(make_batcher, background_max_wait_s=60.0)
+    running_alone = 29  # the running sentence's 29 tokens
+    assert engine.rows_per_step[:2] == [1, 2]
+    assert max(engine.rows_per_step[:running_alone]) == 2  # no document row beside them
+    assert engine.rows_per_step[running_alone] == 2  # then two document rows, not three
+    assert max(engine.rows_per_step) == 2
+
+
+@pytest.mark.anyio
+async def test_document_rows_that_waited_long_enough_join_beside_interactive_ones(make_batcher):
+    engine = await _documents_beside_a_running_request(make_batcher, background_max_wait_s=0.0)
+    # the interactive newcomer alone first, then two document rows beside both, never three
+    assert engine.rows_per_step[:3] == [1, 2, 4]
+    assert max(engine.rows_per_step) == 4
 
 
 @pytest.mark.anyio

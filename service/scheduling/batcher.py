@@ -92,6 +92,8 @@ class BatchingConfig:
     # Rows of background sentences (document jobs) in the batch at most; they join only when
     # no interactive sentence waits.
     background_max_rows: int = 4
+    # ... and join beside running interactive rows only once the oldest has waited this long.
+    background_max_wait_s: float = 1.0
     # Source tokens one overlapped admission encodes (the encoder thread's share).
     max_admit_tokens: int = 1024
     # Continuous, with a spare core: encode newcomers on a second thread while the running
@@ -168,6 +170,7 @@ class ContinuousBatcher:
             max_encode_tokens=config.max_admit_tokens,
             max_stall_steps=config.max_stall_steps,
             background_max_rows=config.background_max_rows,
+            background_max_wait_s=config.background_max_wait_s,
             cost_tolerance=config.cost_tolerance,
             judges_cost=self.policy.judges_cost and config.cost_aware,
             encode_in_line=overlap is None,

@@ -11,6 +11,7 @@ where that adds less delay, summed over every row, than waiting for the batch to
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -56,6 +57,7 @@ class Scheduler:
         max_stall_steps: float,
         cost_tolerance: float,
         background_max_rows: int = 4,
+        background_max_wait_s: float = 1.0,
         judges_cost: bool,
         encode_in_line: bool,
         metrics: ServiceMetrics,
@@ -66,6 +68,7 @@ class Scheduler:
         self.max_encode_tokens = max_encode_tokens
         self.max_stall_steps = max_stall_steps
         self.background_max_rows = background_max_rows
+        self.background_max_wait_s = background_max_wait_s
         self.cost_tolerance = cost_tolerance
         self.judges_cost = judges_cost
         self.encode_in_line = encode_in_line
@@ -86,11 +89,18 @@ class Scheduler:
         self, units: list[list[Sentence]], staying: list[Sentence]
     ) -> list[list[Sentence]]:
         """Interactive units first; background units (document jobs) only where no interactive
-        one waits, and only while the batch holds at most ``background_max_rows`` of their rows
-        (the first one whatever its size where none runs, so a big paragraph still runs)."""
+        one waits or runs (or the oldest has waited ``background_max_wait_s``), and only while
+        the batch holds at most ``background_max_rows`` of their rows (the first one whatever
+        its size where none runs, so a big paragraph still runs)."""
         interactive = [unit for unit in units if not unit[0].background]
         if interactive:
             return interactive
+        # Beside running interactive rows a background unit waits, up to background_max_wait_s,
+        # for a step boundary with none: a document uses the engine's spare steps, and under a
+        # steady interactive load it still moves a unit at a time.
+        serving = any(not s.background for s in staying)
+        if serving and time.monotonic() - units[0][0].enqueued_at < self.background_max_wait_s:
+            return []
         room = self.background_max_rows - sum(s.rows for s in staying if s.background)
         allowed: list[list[Sentence]] = []
         for unit in units:
