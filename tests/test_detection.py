@@ -84,3 +84,23 @@ def test_a_language_without_a_word_list_leaves_the_ngrams_alone():
     plain = LanguageDetector(["en", "de", "la"], use_words=False)
     for text in ("Toggle Sort Order", "Gallia est omnis divisa in partes tres"):
         assert mixed.detect(text) == plain.detect(text)
+
+
+def test_an_unlisted_compound_counts_as_its_rarer_listed_part():
+    from service.translation.detection import _LOG_FLOOR, word_score
+
+    table = {"produkt": -10.0, "information": -9.0, "installation": -11.0, "dokumentation": -12.0}
+    links = ("", "s", "es", "n", "en", "e")
+    assert word_score(table, "produkt", links) == -10.0  # listed: its own frequency
+    assert word_score(table, "produktinformation", links) == -10.0
+    assert word_score(table, "installationsdokumentation", links) == -12.0  # linking s
+    assert word_score(table, "installationsdokumentation", ("",)) == _LOG_FLOOR  # no links
+    assert word_score(table, "produktxyz", links) == _LOG_FLOOR  # one part unknown
+    short = {"tot": -8.0, "als": -7.0}
+    assert word_score(short, "totals", links) == _LOG_FLOOR  # parts under five letters
+
+
+def test_german_compounds_of_interface_strings_are_detected_as_german():
+    detector = LanguageDetector(["en", "de"])
+    for text in ("Produktinformation", "Installationsdokumentation", "Konfigurationsdokumentation"):
+        assert detector.detect(text)[0].language == "de", text

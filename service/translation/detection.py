@@ -11,7 +11,8 @@ makes short texts far less ambiguous), their log-probabilities added:
   n-grams that py3langid finds as German as English, but each of its words is hundreds of
   times more frequent in English. The lists are cut to words of at least ``MIN_FREQUENCY``
   (tens of thousands of words a language, a few MiB) and unknown words count as that
-  frequency in every language, so they weigh nothing.
+  frequency in every language, so they weigh nothing, unless they split into two listed
+  words of the language (``word_score``: German writes "Produktinformation" as one word).
 
 Placeholders (``%(count)s``, ``{name}``, markup, URLs) are left out first: they are code, and
 ``count`` in ``%(count)s Elemente`` is not an English word of the text. Where a served
@@ -54,6 +55,13 @@ _LOG_FLOOR = math.log(MIN_FREQUENCY)
 # the n-grams when the words are unknown or shared.
 NGRAM_WEIGHT = 1.5
 _WORD_RE = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
+# A word missing from a language's list may be a compound of two words in it ("Produkt" +
+# "information", "Installation" + s + "dokumentation"): it counts as its rarer part, where
+# both parts have at least COMPOUND_MIN_PART letters (chosen on the pretalx half of the
+# held-out strings: 4 let English words split into German pieces, "tot" + "als"). German
+# joins its compounds' parts with these linking letters; other languages with none.
+COMPOUND_MIN_PART = 5
+COMPOUND_LINKS: Mapping[str, tuple[str, ...]] = {"de": ("", "s", "es", "n", "en", "e")}
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,27 @@ def words_of(text: str) -> list[str]:
     return [word.lower() for word in _WORD_RE.findall(PLACEHOLDER_RE.sub(" ", text))]
 
 
+def word_score(table: Mapping[str, float], word: str, links: tuple[str, ...]) -> float:
+    """The log frequency of ``word`` in ``table``; for a word missing from it, that of its
+    rarer part where it splits into two listed words (with one of ``links`` between them);
+    else the floor every unknown word gets."""
+    known = table.get(word)
+    if known is not None:
+        return known
+    best = _LOG_FLOOR
+    for cut in range(COMPOUND_MIN_PART, len(word) - COMPOUND_MIN_PART + 1):
+        head = table.get(word[:cut])
+        if head is None or head <= best:
+            continue
+        for link in links:
+            if not word.startswith(link, cut):
+                continue
+            tail = table.get(word[cut + len(link) :])
+            if tail is not None and len(word) - cut - len(link) >= COMPOUND_MIN_PART:
+                best = max(best, min(head, tail))
+    return best
+
+
 class LanguageDetector:
     """Detects among ``languages``; those the detection model does not know are left out.
     ``use_words=False``: py3langid alone (the comparison in bench/detection.py)."""
@@ -154,7 +183,7 @@ class LanguageDetector:
         words = words_of(bare)
         scores = [
             NGRAM_WEIGHT * math.log(max(ngrams[code], 1e-300))
-            + sum(table.get(word, _LOG_FLOOR) for word in words)
+            + sum(word_score(table, word, COMPOUND_LINKS.get(code, ("",))) for word in words)
             for code, table in zip(self.languages, self._words, strict=True)
         ]
         best = max(scores)
