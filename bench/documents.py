@@ -38,23 +38,12 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# the same interface sentences as the streaming benchmark's
+from stream_latency import SENTENCES  # noqa: E402
+
 from loadtest.client import spawned_server  # noqa: E402
 from loadtest.machine import machine_facts  # noqa: E402
 
-SENTENCES = [
-    "Save your changes before you close the window.",
-    "The file could not be opened because it is used by another program.",
-    "Do you want to replace the existing file?",
-    "Your password must contain at least eight characters.",
-    "Click the button below to download the latest version.",
-    "The connection to the server was lost.",
-    "Please try again in a few minutes.",
-    "All selected items will be deleted permanently.",
-    "You can change this setting later in the preferences.",
-    "The search returned no results for your query.",
-    "This account has been locked after too many failed attempts.",
-    "Open the folder that contains the downloaded files.",
-]
 PARAGRAPHS_PER_PAGE = 9  # of three sentences each: about a page of a contract or a manual
 
 
