@@ -33,6 +33,10 @@ ENCODER_LAG_WAITS_PATTERN = r"encoder_lag_waits(_total)?$"
 QUEUE_DEPTH_PATTERN = r"queue_depth$"
 INFLIGHT_ROWS_PATTERN = r"inflight_rows$"
 ROW_LIMIT_PATTERN = r"admission_row_limit$"
+ENGINE_PHASE_PATTERN = r"engine_phase_seconds(_total)?$"
+THREAD_CPU_PATTERN = r"thread_cpu_seconds(_total)?$"
+THREAD_RUNQUEUE_PATTERN = r"thread_runqueue_seconds(_total)?$"
+ADMISSION_STALL_PATTERN = r"admission_stall_seconds$"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -124,6 +128,26 @@ def counter_delta(
     return name, _total(after, name) - _total(before, name)
 
 
+def counter_delta_by(
+    before: MetricSamples, after: MetricSamples, pattern: str, label: str
+) -> dict[str, float] | None:
+    """A labelled counter's growth between two scrapes, by the value of ``label``."""
+    name = find_counter(after, pattern)
+    if name is None:
+        return None
+
+    def by_label(samples: MetricSamples) -> dict[str, float]:
+        values: dict[str, float] = {}
+        for (sample_name, labels), value in samples.items():
+            if sample_name == name:
+                key = dict(labels).get(label, "")
+                values[key] = values.get(key, 0.0) + value
+        return values
+
+    start, end = by_label(before), by_label(after)
+    return {key: round(value - start.get(key, 0.0), 3) for key, value in sorted(end.items())}
+
+
 def histogram_quantile(q: float, cumulative_buckets: Mapping[float, float]) -> float | None:
     """Prometheus' ``histogram_quantile``: linear interpolation inside the bucket that holds
     the q-quantile (0..1); the lowest bucket starts at 0; a quantile in the +Inf bucket
@@ -192,6 +216,7 @@ def server_metrics_delta(
     calls = counter_delta(before, after, DECODER_CALLS_PATTERN)
     steps = counter_delta(before, after, DECODE_STEPS_PATTERN)
     lag_waits = counter_delta(before, after, ENCODER_LAG_WAITS_PATTERN)
+    stall = histogram_delta(before, after, ADMISSION_STALL_PATTERN)
     return {
         "available": True,
         "queue_wait": queue_wait,
@@ -207,6 +232,18 @@ def server_metrics_delta(
         "cache_hits": None
         if cache_hits is None
         else {"metric": cache_hits[0], "delta": cache_hits[1]},
+        # the engine thread's wall seconds by phase (service/scheduling/timeline.py), and each
+        # serving thread's CPU and run-queue seconds (schedstat)
+        "engine_phases_s": counter_delta_by(before, after, ENGINE_PHASE_PATTERN, "phase"),
+        "thread_cpu_s": counter_delta_by(before, after, THREAD_CPU_PATTERN, "thread"),
+        "thread_runqueue_s": counter_delta_by(before, after, THREAD_RUNQUEUE_PATTERN, "thread"),
+        "admission_stall": None
+        if stall is None or not stall["count"]
+        else {
+            "count": stall["count"],
+            "mean_ms": round(stall["mean"] * 1000, 3),
+            "p99_ms": None if stall["p99"] is None else round(stall["p99"] * 1000, 3),
+        },
     }
 
 
@@ -341,6 +378,18 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             lines.append(
                 f"encoder lag waits: {int(server['encoder_lag_waits'])} (steps held for an "
                 "encoder call past MT_ENCODER_MAX_LAG_MS)"
+            )
+        if server.get("engine_phases_s"):
+            phases = ", ".join(f"{k} {v:.2f}" for k, v in server["engine_phases_s"].items() if v)
+            lines.append(f"engine thread seconds by phase: {phases}")
+        for role, cpu_s in (server.get("thread_cpu_s") or {}).items():
+            queued = (server.get("thread_runqueue_s") or {}).get(role)
+            lines.append(f"thread {role}: {cpu_s:.2f} s CPU, {queued or 0:.2f} s waiting for a core")
+        if server.get("admission_stall"):
+            stall = server["admission_stall"]
+            lines.append(
+                f"admissions that stalled running rows: {int(stall['count'])}, mean "
+                f"{stall['mean_ms']:.2f} ms, p99 {stall['p99_ms']} ms"
             )
         hits = server.get("cache_hits")
         if hits and hits["delta"]:

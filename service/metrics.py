@@ -13,6 +13,9 @@ over models.
 from __future__ import annotations
 
 import copy
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -22,6 +25,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -92,6 +97,23 @@ class ServiceMetrics:
             "are encoded on the encoder thread while the running rows step).",
             registry=r,
         )
+        self.engine_phase = Counter(
+            "mt_engine_phase_seconds",
+            "Wall seconds of the engine thread by phase: idle, wait (a coalescing window or an "
+            "overlapped encoder call), turn, schedule, encode (in line), place, decoder, "
+            "step_host, update (service/scheduling/timeline.py).",
+            ["phase"],
+            registry=r,
+        )
+        self.admission_stall = Histogram(
+            "mt_admission_stall_seconds",
+            "How long one admission stalled the running rows: its encoder call in line (no "
+            "spare core) and its merge into the running groups.",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        )
+        self.threads = ThreadSched()
+        r.register(self.threads)
         self.generated_tokens = Counter(
             "mt_generated_tokens",
             "Tokens generated (best hypothesis of each sentence).",
@@ -181,3 +203,63 @@ class ServiceMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def read_schedstat(tid: int, proc: Path = Path("/proc/self/task")) -> tuple[float, float] | None:
+    """``(CPU seconds, run-queue seconds)`` of thread ``tid`` so far; None where the kernel
+    has no schedstat (not Linux, CONFIG_SCHED_INFO off) or the thread is gone."""
+    try:
+        fields = (proc / str(tid) / "schedstat").read_text().split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class ThreadSched(Collector):
+    """``mt_thread_cpu_seconds`` and ``mt_thread_runqueue_seconds`` by thread role, read from
+    schedstat at each scrape. A thread that exits keeps its last reading, so the counters
+    never go back; several threads of one role (one engine thread per model) are summed."""
+
+    def __init__(self, proc: Path = Path("/proc/self/task")) -> None:
+        self._proc = proc
+        self._lock = threading.Lock()
+        self._threads: dict[int, str] = {}  # native thread id -> role
+        self._last: dict[int, tuple[float, float]] = {}
+
+    def register(self, role: str, tid: int | None = None) -> None:
+        """Count thread ``tid`` (the calling thread by default) under ``role``."""
+        with self._lock:
+            self._threads[tid if tid is not None else threading.get_native_id()] = role
+
+    def readings(self) -> dict[str, tuple[float, float]]:
+        """Role -> (CPU seconds, run-queue seconds), summed over its threads."""
+        totals: dict[str, tuple[float, float]] = {}
+        with self._lock:
+            for tid, role in self._threads.items():
+                reading = read_schedstat(tid, self._proc)
+                if reading is not None:
+                    self._last[tid] = reading
+                cpu, queued = self._last.get(tid, (0.0, 0.0))
+                before = totals.get(role, (0.0, 0.0))
+                totals[role] = (before[0] + cpu, before[1] + queued)
+        return totals
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        readings = self.readings()
+        cpu = CounterMetricFamily(
+            "mt_thread_cpu_seconds",
+            "CPU seconds of the serving threads by role (engine, encoder, event loop), from "
+            "/proc/self/task/*/schedstat.",
+            labels=["thread"],
+        )
+        queued = CounterMetricFamily(
+            "mt_thread_runqueue_seconds",
+            "Seconds the serving threads were runnable but waiting for a core (run-queue "
+            "delay), by role, from /proc/self/task/*/schedstat.",
+            labels=["thread"],
+        )
+        for role, (cpu_s, queued_s) in sorted(readings.items()):
+            cpu.add_metric([role], cpu_s)
+            queued.add_metric([role], queued_s)
+        yield cpu
+        yield queued

@@ -56,6 +56,7 @@ class FakeEngine:
 
     def __init__(self) -> None:
         self.steps = 0
+        self.decoder_seconds = 0.0
         # request id -> (request, its whole "translation", tokens produced so far)
         self._active: dict[Hashable, tuple[DecodeRequest, list[int], list[int]]] = {}
         self.admissions: list[tuple[int, list[Hashable]]] = []  # (steps at add, ids)

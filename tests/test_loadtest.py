@@ -247,6 +247,32 @@ def test_server_metrics_are_found_by_pattern_and_differenced():
     ] == pytest.approx(30.0)
 
 
+def test_the_engine_timeline_is_differenced_by_phase_and_thread():
+    before = parse_prometheus_text(
+        'mt_engine_phase_seconds_total{phase="decoder"} 1.0\n'
+        'mt_engine_phase_seconds_total{phase="encode"} 0.5\n'
+        'mt_thread_cpu_seconds_total{thread="engine"} 2.0\n'
+        'mt_thread_runqueue_seconds_total{thread="engine"} 0.25\n'
+    )
+    after = parse_prometheus_text(
+        'mt_engine_phase_seconds_total{phase="decoder"} 4.0\n'
+        'mt_engine_phase_seconds_total{phase="encode"} 0.5\n'
+        'mt_engine_phase_seconds_total{phase="place"} 0.125\n'
+        'mt_thread_cpu_seconds_total{thread="engine"} 5.5\n'
+        'mt_thread_cpu_seconds_total{thread="event_loop"} 1.0\n'
+        'mt_thread_runqueue_seconds_total{thread="engine"} 1.0\n'
+        'mt_admission_stall_seconds_bucket{le="0.001"} 3.0\n'
+        'mt_admission_stall_seconds_bucket{le="+Inf"} 4.0\n'
+        "mt_admission_stall_seconds_count 4.0\n"
+        "mt_admission_stall_seconds_sum 0.01\n"
+    )
+    delta = server_metrics_delta(before, after)
+    assert delta["engine_phases_s"] == {"decoder": 3.0, "encode": 0.0, "place": 0.125}
+    assert delta["thread_cpu_s"] == {"engine": 3.5, "event_loop": 1.0}
+    assert delta["thread_runqueue_s"] == {"engine": 0.75}
+    assert delta["admission_stall"]["count"] == 4 and delta["admission_stall"]["mean_ms"] == 2.5
+
+
 def test_report_degrades_when_metrics_are_missing():
     empty = parse_prometheus_text("# nothing here\nsome_other_metric 1\n")
     delta = server_metrics_delta(empty, empty)

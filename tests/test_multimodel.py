@@ -406,6 +406,7 @@ class LoggedEngine:
     def __init__(self, name: str, log: list[str], turns: RoundRobinTurns, quiet_done=None):
         self.name, self.log, self.turns, self.quiet_done = name, log, turns, quiet_done
         self.steps = 0
+        self.decoder_seconds = 0.0
         self._active: dict[Hashable, tuple[list[int], list[int]]] = {}
 
     @property

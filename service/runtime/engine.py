@@ -95,6 +95,7 @@ class Engine:
     model_dir: Path
     model_name: str = ""
     steps: int = 0
+    decoder_seconds: float = 0.0  # inside decoder calls so far (the batcher's timeline)
     # Placement (service/runtime/placement.py): at most ``max_groups`` groups; newcomers join
     # a group of past at most ``merge_past`` and similar source lengths (``length_slack``).
     max_groups: int = 4
@@ -296,6 +297,7 @@ class Engine:
             started = time.perf_counter()  # timed whole: host work is a cost too
             finished += group.step(info, static_bans)
             self.step_cost.observe(shape, time.perf_counter() - started)
+            self.decoder_seconds += group.last_decode_s
         self.steps += 1
         self._retire_empty_groups()
         if finished:

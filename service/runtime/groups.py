@@ -21,6 +21,7 @@ remaining source).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
@@ -97,6 +98,7 @@ class Group:
         self.requests = requests
         self.tensors = tensors
         self.rows = sum(active.num_rows for active in requests)
+        self.last_decode_s = 0.0  # the decoder call of the last step (the engine's timeline)
 
     @property
     def past_len(self) -> int:
@@ -185,7 +187,9 @@ class Group:
         """One decoder call; every search advances; finished requests leave."""
         inputs = self.step_inputs(info, static_bans)
         tensors = self.tensors
+        started = time.perf_counter()
         head, present = self.kv.decode(inputs, tensors.self_cache, tensors.cross_cache)
+        self.last_decode_s = time.perf_counter() - started
         tensors.self_cache, tensors.self_mask = present, inputs.self_attention_mask
         return self.advance(head)
 

@@ -26,6 +26,7 @@ from service.scheduling.overlap import EncoderOverlap, EncodingFailed
 from service.scheduling.policies import AdmissionPolicy
 from service.scheduling.scheduler import Scheduler
 from service.scheduling.sentences import RowResult, Sentence, SentenceQueue
+from service.scheduling.timeline import PhaseClock
 
 if TYPE_CHECKING:
     from service.scheduling.batcher import DecodeEngine
@@ -73,8 +74,10 @@ class EngineLoop:
         self.admission_window = admission_window
         self._track_knee = track_knee
         self._running: dict[int, Sentence] = {}
+        self.clock = PhaseClock(metrics.engine_phase)  # where this thread's time goes
 
     def run(self) -> None:
+        self.metrics.threads.register("engine")
         try:
             self._serve()
         except BaseException as error:
@@ -93,8 +96,10 @@ class EngineLoop:
             if schedule.dropped:
                 self._drop(schedule.dropped)
             if schedule.newcomers or self._running or self._encoding:
+                asked = time.perf_counter()
                 with self._turn():
                     busy_since = time.perf_counter()
+                    self.clock.add("turn", busy_since - asked)
                     self._execute(schedule.newcomers)
                     self.metrics.engine_busy.inc(time.perf_counter() - busy_since)
         self._stop(NotAccepting("shutting_down"))
@@ -105,16 +110,20 @@ class EngineLoop:
 
     def _schedule(self) -> Schedule | None:
         """Wait for work; the sentences to drop and to admit at this boundary (None: stop)."""
-        queue = self.queue
+        queue, clock = self.queue, self.clock
         with queue.cond:
             while not (self._running or self._encoding or queue.to_drop or queue.stopping):
+                waited = time.perf_counter()
                 if not queue.waiting:
                     self._idle.set()
                     queue.cond.wait()
+                    clock.add("idle", time.perf_counter() - waited)
                 elif (wait_s := self.policy.wait_s(queue)) > 0:
                     queue.cond.wait(wait_s)  # a submit wakes it earlier
+                    clock.add("wait", time.perf_counter() - waited)
                 else:
                     break
+            chosen = time.perf_counter()
             if queue.stopping:
                 return None
             dropped = [sentence_id for sentence_id in queue.to_drop if sentence_id in self._running]
@@ -133,6 +142,7 @@ class EngineLoop:
             with queue.cond:
                 newcomers = queue.take(newcomers)
                 self.metrics.queue_depth.set(len(queue))
+        clock.add("schedule", time.perf_counter() - chosen)
         return Schedule(dropped, newcomers)
 
     def _running_rows(self, dropped: Sequence[int] = ()) -> int:
@@ -144,7 +154,8 @@ class EngineLoop:
         if overlap is not None and overlap.in_flight is not None:
             if not self._running or overlap.lagging():
                 # nothing to step meanwhile, or the encoder call is not getting a core
-                overlap.wait()
+                with self.clock.phase("wait"):
+                    overlap.wait()
             if overlap.done:
                 self._place_encoded(overlap)
         if newcomers:
@@ -157,19 +168,31 @@ class EngineLoop:
 
     def _admit_in_line(self, newcomers: list[Sentence]) -> None:
         admitted_step, now = self.engine.steps, self._clock()
+        started = time.perf_counter()
         try:
             encoded = self.engine.encode([s.row for s in newcomers])
+            encoded_at = time.perf_counter()
             self.engine.place(encoded)
         except Exception as error:
             self._fail_admission(newcomers, error)
             return
+        placed_at = time.perf_counter()
+        self.clock.add("encode", encoded_at - started)
+        self.clock.add("place", placed_at - encoded_at)
+        if self._running:  # the rows this admission kept waiting
+            self.metrics.admission_stall.observe(placed_at - started)
         self._admitted(newcomers, encoded.rejected, admitted_step, now)
 
     def _place_encoded(self, overlap: EncoderOverlap) -> None:
         """The admission encoded on the encoder thread joins the batch."""
         try:
             encoding, encoded = overlap.finish()
+            started = time.perf_counter()
             self.engine.place(encoded)
+            stall_s = time.perf_counter() - started
+            self.clock.add("place", stall_s)
+            if self._running:
+                self.metrics.admission_stall.observe(stall_s)
         except EncodingFailed as failure:
             self._fail_admission(failure.encoding.sentences, failure.__cause__)
             return
@@ -213,8 +236,12 @@ class EngineLoop:
 
     def _step(self) -> None:
         rows_in_step, calls_in_step = self.engine.active_rows, self.engine.groups
+        started, decoder_before = time.perf_counter(), self.engine.decoder_seconds
         try:
             finished = self.engine.step()
+            decoder_s = self.engine.decoder_seconds - decoder_before
+            self.clock.add("decoder", decoder_s)
+            self.clock.add("step_host", time.perf_counter() - started - decoder_s)
         except Exception as error:
             # The batch state is unknown now: fail every row in it and start afresh.
             logger.exception("engine.step failed with %d rows", rows_in_step)
@@ -228,7 +255,8 @@ class EngineLoop:
         self.metrics.batch_rows.observe(rows_in_step)
         self.metrics.decode_steps.inc()
         self.metrics.decoder_calls.inc(calls_in_step)
-        self._update(finished)
+        with self.clock.phase("update"):
+            self._update(finished)
 
     def _update(self, finished: list[FinishedRequest]) -> None:
         """Finished sentences get their results."""

@@ -154,9 +154,7 @@ class EncoderOverlap:
         """Start the newcomers' encoder call on the encoder thread."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
-                1,
-                thread_name_prefix="encoder",
-                initializer=_idle_priority_for_this_thread if self._idle_priority else None,
+                1, thread_name_prefix="encoder", initializer=self._encoder_thread_started
             )
         rows = [sentence.row for sentence in sentences]
 
@@ -168,6 +166,11 @@ class EncoderOverlap:
                 self._metrics.engine_busy.inc(time.perf_counter() - started)
 
         self.in_flight = Encoding(sentences, self._executor.submit(encode), self._clock())
+
+    def _encoder_thread_started(self) -> None:
+        self._metrics.threads.register("encoder")
+        if self._idle_priority:
+            _idle_priority_for_this_thread()
 
     def lagging(self) -> bool:
         """Whether the encoder call in flight has run past ``max_lag_s``: the engine thread

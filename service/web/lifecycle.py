@@ -179,6 +179,7 @@ def lifespan_of(service: ServiceState) -> Callable[[FastAPI], AbstractAsyncConte
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        service.metrics.threads.register("event_loop")  # this thread runs the event loop
         loading = asyncio.create_task(service.load())
         service.document_runner.start()
         try:
