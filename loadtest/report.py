@@ -384,7 +384,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             lines.append(f"engine thread seconds by phase: {phases}")
         for role, cpu_s in (server.get("thread_cpu_s") or {}).items():
             queued = (server.get("thread_runqueue_s") or {}).get(role)
-            lines.append(f"thread {role}: {cpu_s:.2f} s CPU, {queued or 0:.2f} s waiting for a core")
+            lines.append(
+                f"thread {role}: {cpu_s:.2f} s CPU, {queued or 0:.2f} s waiting for a core"
+            )
         if server.get("admission_stall"):
             stall = server["admission_stall"]
             lines.append(
