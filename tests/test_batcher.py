@@ -270,6 +270,47 @@ async def test_short_request_arriving_during_long_decode_is_admitted_and_finishe
 
 
 @pytest.mark.anyio
+async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batcher):
+    """Choosing costs a good share of a step on one core: once every queued unit was deferred,
+    the engine loop chooses again only when a sentence arrives, joins or leaves, or after
+    ``RECHECK_STEPS`` steps."""
+    engine = GatedEngine()
+    batcher = make_batcher(engine)
+    loop = batcher._loop
+    scheduler_choose, calls, defer = loop.scheduler.choose, [], [True]
+
+    def choose(units, staying):
+        calls.append(engine.steps)
+        return [] if defer[0] and staying else scheduler_choose(units, staying)
+
+    loop.scheduler.choose = choose  # type: ignore[method-assign]
+    long_task = asyncio.ensure_future(batcher.submit([sentence(80)]))
+    engine.allow(2)
+    await wait_until(lambda: engine.steps == 2 and engine.waiting.is_set(), "two long steps")
+    waiting_task = asyncio.ensure_future(batcher.submit([sentence(3, first=100)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "a unit queued")
+    engine.allow(40)
+    await wait_until(lambda: engine.steps == 42 and engine.waiting.is_set(), "40 more steps")
+    deferred = [step for step in calls if step >= 2]
+    # the first choice at step 3, then one each RECHECK_STEPS steps: not one per step
+    assert deferred == [3, 3 + loop.RECHECK_STEPS, 3 + 2 * loop.RECHECK_STEPS], calls
+
+    other_task = asyncio.ensure_future(batcher.submit([sentence(4, first=200)]))
+    await wait_until(lambda: batcher.queue_depth == 2, "another unit queued")
+    engine.allow(1)
+    await wait_until(lambda: len(calls) == len(deferred) + 2, "a choice for the newcomer")
+    assert calls[-1] == 43  # the queue changed: chosen again at once
+
+    defer[0] = False
+    engine.allow(10**6)
+    [waited], [other], [long] = await asyncio.gather(waiting_task, other_task, long_task)
+    assert waited.tokens == FakeEngine.expected(sentence(3, first=100).src_ids)
+    # the deferral made at step 43 held for its RECHECK_STEPS, then both joined
+    assert waited.admitted_step == other.admitted_step == 43 + loop.RECHECK_STEPS
+    assert other.admitted_step < long.finished_step
+
+
+@pytest.mark.anyio
 async def test_rows_per_step_stay_within_max_batch_rows(make_batcher):
     engine = FakeEngine()
     batcher = make_batcher(engine, max_batch_rows=4)
@@ -647,7 +688,7 @@ async def test_token_budget_counts_the_running_past_length(make_batcher):
     bounds, so a newcomer that fits by source alone waits while P is large."""
     engine = GatedEngine()
     batcher = make_batcher(engine, max_batch_tokens=100)
-    long_task = asyncio.ensure_future(batcher.submit([sentence(20)]))
+    long_task = asyncio.ensure_future(batcher.submit([sentence(30)]))
     await wait_until(engine.waiting.is_set, "first step waiting")
     engine.past_len = 40  # 2 x (20 + 40) > 100
     newcomer = asyncio.ensure_future(batcher.submit([sentence(5, first=300)]))
@@ -659,7 +700,10 @@ async def test_token_budget_counts_the_running_past_length(make_batcher):
     engine.allow(1000)
     [late] = await newcomer
     [long] = await long_task
-    assert late.admitted_step == 4 < long.finished_step
+    # The fake shrinks P with no row leaving (the engine's P shrinks only when rows leave,
+    # which has the queue looked at again at once): the deferral made at the first boundary
+    # is looked at again after RECHECK_STEPS.
+    assert late.admitted_step == 1 + batcher._loop.RECHECK_STEPS < long.finished_step
 
 
 @pytest.mark.anyio

@@ -45,6 +45,10 @@ class Schedule:
 class EngineLoop:
     """The engine thread's state and loop (every method runs on the engine thread)."""
 
+    # A deferral is re-examined at least this often even when nothing changed (background
+    # units age; the output-length estimates move).
+    RECHECK_STEPS = 16
+
     def __init__(
         self,
         engine: DecodeEngine,
@@ -74,6 +78,9 @@ class EngineLoop:
         self.admission_window = admission_window
         self._track_knee = track_knee
         self._running: dict[int, Sentence] = {}
+        self._batch_version = 0  # grows whenever a sentence joins or leaves the batch
+        # (queue version, batch version) and step of the last choice that deferred everyone
+        self._deferred: tuple[tuple[int, int], int] | None = None
         self.clock = PhaseClock(metrics.engine_phase)  # where this thread's time goes
 
     def run(self) -> None:
@@ -131,19 +138,36 @@ class EngineLoop:
             encoding = self.overlap.in_flight if self.overlap is not None else None
             in_flight = encoding.sentence_ids if encoding is not None else set()
             queue.to_drop = {i for i in queue.to_drop if i in in_flight}
+            signature = (queue.version, self._batch_version)
             units = (
                 queue.units(self.admission_window)
-                if encoding is None and self.policy.open(queue, self._running_rows(dropped))
+                if encoding is None
+                and not (self._running and not dropped and self._still_deferred(signature))
+                and self.policy.open(queue, self._running_rows(dropped))
                 else {}
             )
         staying = [s for i, s in self._running.items() if i not in dropped]
         newcomers = self.scheduler.choose(list(units.values()), staying) if units else []
+        if units:
+            self._deferred = None if newcomers else (signature, self.engine.steps)
         if newcomers:
             with queue.cond:
                 newcomers = queue.take(newcomers)
                 self.metrics.queue_depth.set(len(queue))
         clock.add("schedule", time.perf_counter() - chosen)
         return Schedule(dropped, newcomers)
+
+    def _still_deferred(self, signature: tuple[int, int]) -> bool:
+        """Whether the last choice deferred every queued unit and neither the queue nor the
+        batch has changed since, for fewer than ``RECHECK_STEPS`` steps: choosing again would
+        defer again (waiting only grows more attractive as the batch nears its drain), and
+        on one core a choice costs a sixth of a step."""
+        deferred = self._deferred
+        return (
+            deferred is not None
+            and deferred[0] == signature
+            and self.engine.steps - deferred[1] < self.RECHECK_STEPS
+        )
 
     def _running_rows(self, dropped: Sequence[int] = ()) -> int:
         return sum(s.rows for i, s in self._running.items() if i not in dropped)
@@ -228,6 +252,7 @@ class EngineLoop:
             sentence.admitted_step = admitted_step
             sentence.queue_wait_s = admitted_at - sentence.enqueued_at
             self._running[sentence.sentence_id] = sentence
+            self._batch_version += 1
             self.metrics.queue_wait.observe(sentence.queue_wait_s)
             self.metrics.input_tokens.inc(sentence.src_len)
         self.metrics.admitted_rows.observe(
@@ -263,6 +288,7 @@ class EngineLoop:
         finished_step = self.engine.steps
         for done in finished:
             sentence = self._running.pop(done.request_id, None)  # type: ignore[call-overload]
+            self._batch_version += 1
             if sentence is None:
                 continue  # dropped meanwhile
             tokens = list(done.tokens)
@@ -289,6 +315,7 @@ class EngineLoop:
             return
         for sentence_id in sentence_ids:
             self._running.pop(sentence_id, None)
+            self._batch_version += 1
         try:
             self.engine.drop(sentence_ids)
         except Exception:

@@ -91,6 +91,9 @@ class SentenceQueue:
         self.stopping = False
         self.death: BaseException | None = None  # why the engine thread died, if it did
         self._ids = itertools.count()
+        # Grows whenever ``waiting`` changes: a choice made on one version of the queue holds
+        # until it changes (the engine loop need not choose again at every step).
+        self.version = 0
 
     def __len__(self) -> int:
         return len(self.waiting)
@@ -122,6 +125,7 @@ class SentenceQueue:
                     f"sentences waiting; this request has {len(sentences)})"
                 )
             self.waiting.extend(sentences)
+            self.version += 1
             self.cond.notify()
         return sentences
 
@@ -131,6 +135,7 @@ class SentenceQueue:
         before = len(self.waiting)
         self.waiting = deque(s for s in self.waiting if s.sentence_id not in sentence_ids)
         removed = before - len(self.waiting)
+        self.version += 1
         if removed < len(sentence_ids):
             self.to_drop.update(sentence_ids)
         self.cond.notify()
@@ -155,6 +160,7 @@ class SentenceQueue:
         ids = {sentence.sentence_id for sentence in chosen}
         queued = {sentence.sentence_id for sentence in self.waiting}
         self.waiting = deque(s for s in self.waiting if s.sentence_id not in ids)
+        self.version += 1
         self.to_drop -= ids
         return [sentence for sentence in chosen if sentence.sentence_id in queued]
 
@@ -162,4 +168,5 @@ class SentenceQueue:
         """Every queued sentence leaves (holds ``cond``): shutdown or death."""
         leftovers = list(self.waiting)
         self.waiting.clear()
+        self.version += 1
         return leftovers
