@@ -311,6 +311,47 @@ async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batche
 
 
 @pytest.mark.anyio
+async def test_a_head_that_cannot_join_is_not_reconsidered_for_what_arrives_behind_it(
+    make_batcher,
+):
+    """Where the head of the queue could not join, nothing behind it joins first: arrivals
+    behind it do not make the engine loop choose again, a change of head does."""
+    engine = GatedEngine()
+    batcher = make_batcher(engine)
+    loop = batcher._loop
+    calls: list[int] = []
+
+    def choose(units, staying):
+        calls.append(engine.steps)
+        loop.scheduler.head_refused = bool(staying)
+        return [] if staying else [s for unit in units for s in unit]
+
+    loop.scheduler.choose = choose  # type: ignore[method-assign]
+    long_task = asyncio.ensure_future(batcher.submit([sentence(80)]))
+    engine.allow(2)
+    await wait_until(lambda: engine.steps == 2 and engine.waiting.is_set(), "two long steps")
+    head_task = asyncio.ensure_future(batcher.submit([sentence(3, first=100)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "the head queued")
+    engine.allow(1)
+    await wait_until(lambda: engine.steps == 3 and engine.waiting.is_set(), "the head refused")
+    assert calls[-1] == 3
+    behind_task = asyncio.ensure_future(batcher.submit([sentence(4, first=200)]))
+    await wait_until(lambda: batcher.queue_depth == 2, "a unit behind the head")
+    engine.allow(5)
+    await wait_until(lambda: engine.steps == 8 and engine.waiting.is_set(), "five more steps")
+    assert calls[-1] == 3  # the arrival behind the refused head changed nothing
+
+    head_task.cancel()  # the head leaves the queue: the new head is looked at
+    await wait_until(lambda: batcher.queue_depth == 1, "the head withdrawn")
+    engine.allow(1)
+    await wait_until(lambda: engine.steps == 9 and engine.waiting.is_set(), "one more step")
+    assert calls[-1] == 9
+    behind_task.cancel()
+    engine.allow(10**6)
+    await long_task
+
+
+@pytest.mark.anyio
 async def test_rows_per_step_stay_within_max_batch_rows(make_batcher):
     engine = FakeEngine()
     batcher = make_batcher(engine, max_batch_rows=4)

@@ -38,6 +38,11 @@ def test_the_knee_lies_where_tokens_per_second_peak():
     assert model.best_rows(0, 8, max_rows=64, tolerance=0.0) == 10
     # a tolerance admits more rows for a little less throughput
     assert model.best_rows(0, 8, max_rows=64, tolerance=0.05) > 10
+    # asked at every step as the past grows: shapes within one bucket share one computation
+    computed = len(model._knees)
+    assert model.best_rows(3, 9, max_rows=64, tolerance=0.0) == 10
+    assert model.best_rows(7, 15, max_rows=64, tolerance=0.0) == 10
+    assert len(model._knees) == computed  # the bucket of (0, 8): already known
 
 
 def test_no_term_is_negative_on_noisy_timings():

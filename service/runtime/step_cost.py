@@ -162,9 +162,12 @@ class StepCostModel:
     def best_rows(self, past_len: int, width: int, max_rows: int, tolerance: float) -> int:
         """The most rows (1..max_rows) of one call of this past and width whose tokens/s stay
         within ``tolerance`` of the best row count's: this machine's knee."""
+        # The batcher asks once per queued candidate, and the past grows at every step: the
+        # knee moves little within KNEE_BUCKET positions, so it is computed once per bucket.
+        past_len, width = _bucket(past_len), _bucket(width)
         key = (past_len, width, max_rows, tolerance)
         knee = self._knees.get(key)
-        if knee is None:  # the batcher asks once per queued candidate: once per shape and fit
+        if knee is None:
             coefficients = self._coefficients
             if coefficients is None:
                 return max_rows
@@ -174,6 +177,14 @@ class StepCostModel:
             knee = int(counts[rates >= rates.max() * (1 - tolerance)].max())
             self._knees[key] = knee
         return knee
+
+
+KNEE_BUCKET = 8
+
+
+def _bucket(positions: int) -> int:
+    """The middle of ``positions``' bucket of KNEE_BUCKET positions."""
+    return positions // KNEE_BUCKET * KNEE_BUCKET + KNEE_BUCKET // 2
 
 
 class CallCostModel:

@@ -63,6 +63,7 @@ class DecodeEngine(CostedEngine, Protocol):
     def active_rows(self) -> int: ...
     @property
     def groups(self) -> int: ...
+
     # seconds inside decoder calls so far: the rest of a step is host work (the timeline)
     decoder_seconds: float
 

@@ -42,6 +42,16 @@ class Schedule:
     newcomers: list[Sentence]
 
 
+@dataclass(frozen=True)
+class Deferral:
+    """What a choice that deferred every queued unit depended on (``_still_deferred``)."""
+
+    queue: int | None  # the queue's version, or its head unit where the head was refused
+    head_refused: bool
+    batch_version: int
+    step: int
+
+
 class EngineLoop:
     """The engine thread's state and loop (every method runs on the engine thread)."""
 
@@ -79,8 +89,7 @@ class EngineLoop:
         self._track_knee = track_knee
         self._running: dict[int, Sentence] = {}
         self._batch_version = 0  # grows whenever a sentence joins or leaves the batch
-        # (queue version, batch version) and step of the last choice that deferred everyone
-        self._deferred: tuple[tuple[int, int], int] | None = None
+        self._deferred: Deferral | None = None  # the last choice, where it deferred everyone
         self.clock = PhaseClock(metrics.engine_phase)  # where this thread's time goes
 
     def run(self) -> None:
@@ -138,18 +147,25 @@ class EngineLoop:
             encoding = self.overlap.in_flight if self.overlap is not None else None
             in_flight = encoding.sentence_ids if encoding is not None else set()
             queue.to_drop = {i for i in queue.to_drop if i in in_flight}
-            signature = (queue.version, self._batch_version)
+            version, head = queue.version, queue.head_unit()
             units = (
                 queue.units(self.admission_window)
                 if encoding is None
-                and not (self._running and not dropped and self._still_deferred(signature))
+                and not (self._running and not dropped and self._still_deferred(version, head))
                 and self.policy.open(queue, self._running_rows(dropped))
                 else {}
             )
         staying = [s for i, s in self._running.items() if i not in dropped]
         newcomers = self.scheduler.choose(list(units.values()), staying) if units else []
         if units:
-            self._deferred = None if newcomers else (signature, self.engine.steps)
+            refused = self.scheduler.head_refused
+            self._deferred = (
+                None
+                if newcomers
+                else Deferral(
+                    head if refused else version, refused, self._batch_version, self.engine.steps
+                )
+            )
         if newcomers:
             with queue.cond:
                 newcomers = queue.take(newcomers)
@@ -157,17 +173,18 @@ class EngineLoop:
         clock.add("schedule", time.perf_counter() - chosen)
         return Schedule(dropped, newcomers)
 
-    def _still_deferred(self, signature: tuple[int, int]) -> bool:
-        """Whether the last choice deferred every queued unit and neither the queue nor the
-        batch has changed since, for fewer than ``RECHECK_STEPS`` steps: choosing again would
-        defer again (waiting only grows more attractive as the batch nears its drain), and
-        on one core a choice costs a sixth of a step."""
+    def _still_deferred(self, version: int, head: int | None) -> bool:
+        """Whether the last choice deferred every queued unit and what it depended on has not
+        changed since, for fewer than ``RECHECK_STEPS`` steps: choosing again would defer
+        again (waiting only grows more attractive as the batch nears its drain), and on one
+        core a choice costs a sixth of a step. It depended on the batch, and on the head of
+        the queue where the head could not join (nothing arriving behind it changes that),
+        else on the whole queue."""
         deferred = self._deferred
-        return (
-            deferred is not None
-            and deferred[0] == signature
-            and self.engine.steps - deferred[1] < self.RECHECK_STEPS
-        )
+        if deferred is None or self.engine.steps - deferred.step >= self.RECHECK_STEPS:
+            return False
+        queue_now = head if deferred.head_refused else version
+        return deferred.batch_version == self._batch_version and deferred.queue == queue_now
 
     def _running_rows(self, dropped: Sequence[int] = ()) -> int:
         return sum(s.rows for i, s in self._running.items() if i not in dropped)

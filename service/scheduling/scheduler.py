@@ -75,11 +75,15 @@ class Scheduler:
         self.metrics = metrics
         self.budget = LatencyBudget()
         self.lengths = OutputLengths()
+        # The last choice deferred because the head of the queue could not join: nobody
+        # joins before it, whatever arrives behind it.
+        self.head_refused = False
 
     def choose(self, units: list[list[Sentence]], staying: list[Sentence]) -> list[Sentence]:
         """The sentences of ``units`` (queued, by unit, in arrival order) that join the
         ``staying`` running sentences at this boundary; [] when none does (a deferral)."""
         units = self._by_priority(units, staying)
+        self.head_refused = False
         chosen = self._fill(units, staying) if units else []
         if not chosen:
             self.metrics.admission_deferrals.inc()
@@ -131,11 +135,13 @@ class Scheduler:
                 admitter.take(head[:1])
             too_big = admitter.over_stall or admitter.never_fits_whole(head, now.row_limit)
             if not admitter.chosen and not too_big:
+                self.head_refused = True
                 return []
             for sentence in head[len(admitter.chosen) :]:  # sentence by sentence
                 if admitter.try_unit([sentence]) is not Verdict.TAKEN:
                     break
             if not admitter.chosen:
+                self.head_refused = True
                 return []
         width = max((s.src_len for s in staying + admitter.chosen), default=0)
         misses = 0

@@ -154,6 +154,13 @@ class SentenceQueue:
             units.setdefault(sentence.unit, []).append(sentence)
         return units
 
+    def head_unit(self) -> int | None:
+        """The unit admission tries first (``units``' order; holds ``cond``)."""
+        first = next((s for s in self.waiting if not s.background), None)
+        if first is None and self.waiting:
+            first = self.waiting[0]
+        return None if first is None else first.unit
+
     def take(self, chosen: list[Sentence]) -> list[Sentence]:
         """Chosen sentences leave the queue (holds ``cond``); those abandoned while they were
         chosen (no longer queued) are left out."""
