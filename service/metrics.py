@@ -205,7 +205,10 @@ class ServiceMetrics:
         return generate_latest(self.registry)
 
 
-def read_schedstat(tid: int, proc: Path = Path("/proc/self/task")) -> tuple[float, float] | None:
+PROC_TASKS = Path("/proc/self/task")  # one directory per thread of this process
+
+
+def read_schedstat(tid: int, proc: Path = PROC_TASKS) -> tuple[float, float] | None:
     """``(CPU seconds, run-queue seconds)`` of thread ``tid`` so far; None where the kernel
     has no schedstat (not Linux, CONFIG_SCHED_INFO off) or the thread is gone."""
     try:
@@ -220,7 +223,7 @@ class ThreadSched(Collector):
     schedstat at each scrape. A thread that exits keeps its last reading, so the counters
     never go back; several threads of one role (one engine thread per model) are summed."""
 
-    def __init__(self, proc: Path = Path("/proc/self/task")) -> None:
+    def __init__(self, proc: Path = PROC_TASKS) -> None:
         self._proc = proc
         self._lock = threading.Lock()
         self._threads: dict[int, str] = {}  # native thread id -> role

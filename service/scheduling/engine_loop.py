@@ -147,11 +147,11 @@ class EngineLoop:
             encoding = self.overlap.in_flight if self.overlap is not None else None
             in_flight = encoding.sentence_ids if encoding is not None else set()
             queue.to_drop = {i for i in queue.to_drop if i in in_flight}
-            version, head = queue.version, queue.head_unit()
+            version = queue.version
             units = (
                 queue.units(self.admission_window)
                 if encoding is None
-                and not (self._running and not dropped and self._still_deferred(version, head))
+                and not (self._running and not dropped and self._still_deferred())
                 and self.policy.open(queue, self._running_rows(dropped))
                 else {}
             )
@@ -163,7 +163,10 @@ class EngineLoop:
                 None
                 if newcomers
                 else Deferral(
-                    head if refused else version, refused, self._batch_version, self.engine.steps
+                    next(iter(units)) if refused else version,  # units' first is the head
+                    refused,
+                    self._batch_version,
+                    self.engine.steps,
                 )
             )
         if newcomers:
@@ -173,18 +176,20 @@ class EngineLoop:
         clock.add("schedule", time.perf_counter() - chosen)
         return Schedule(dropped, newcomers)
 
-    def _still_deferred(self, version: int, head: int | None) -> bool:
+    def _still_deferred(self) -> bool:
         """Whether the last choice deferred every queued unit and what it depended on has not
         changed since, for fewer than ``RECHECK_STEPS`` steps: choosing again would defer
         again (waiting only grows more attractive as the batch nears its drain), and on one
         core a choice costs a sixth of a step. It depended on the batch, and on the head of
         the queue where the head could not join (nothing arriving behind it changes that),
-        else on the whole queue."""
+        else on the whole queue (holds the queue's ``cond``)."""
         deferred = self._deferred
         if deferred is None or self.engine.steps - deferred.step >= self.RECHECK_STEPS:
             return False
-        queue_now = head if deferred.head_refused else version
-        return deferred.batch_version == self._batch_version and deferred.queue == queue_now
+        if deferred.batch_version != self._batch_version:
+            return False
+        queue = self.queue
+        return deferred.queue == (queue.head_unit() if deferred.head_refused else queue.version)
 
     def _running_rows(self, dropped: Sequence[int] = ()) -> int:
         return sum(s.rows for i, s in self._running.items() if i not in dropped)
@@ -305,9 +310,9 @@ class EngineLoop:
         finished_step = self.engine.steps
         for done in finished:
             sentence = self._running.pop(done.request_id, None)  # type: ignore[call-overload]
-            self._batch_version += 1
             if sentence is None:
                 continue  # dropped meanwhile
+            self._batch_version += 1
             tokens = list(done.tokens)
             self.scheduler.lengths.observe(sentence.src_len, done.steps)
             self.metrics.generated_tokens.inc(len(tokens))

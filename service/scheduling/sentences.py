@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from service.errors import NotAccepting, QueueFull
@@ -146,20 +146,21 @@ class SentenceQueue:
         ones before background ones, so a document's backlog never hides a request behind the
         window (holds ``cond``)."""
         units: Units = {}
-        by_priority = itertools.chain(
-            (s for s in self.waiting if not s.background),
-            (s for s in self.waiting if s.background),
-        )
-        for sentence in itertools.islice(by_priority, 0, 1 + window):
+        for sentence in itertools.islice(self._by_priority(), 0, 1 + window):
             units.setdefault(sentence.unit, []).append(sentence)
         return units
 
     def head_unit(self) -> int | None:
-        """The unit admission tries first (``units``' order; holds ``cond``)."""
-        first = next((s for s in self.waiting if not s.background), None)
-        if first is None and self.waiting:
-            first = self.waiting[0]
+        """The unit admission tries first: the first of ``units`` (holds ``cond``)."""
+        first = next(self._by_priority(), None)
         return None if first is None else first.unit
+
+    def _by_priority(self) -> Iterator[Sentence]:
+        """Waiting sentences in admission order: interactive ones, then background ones."""
+        return itertools.chain(
+            (s for s in self.waiting if not s.background),
+            (s for s in self.waiting if s.background),
+        )
 
     def take(self, chosen: list[Sentence]) -> list[Sentence]:
         """Chosen sentences leave the queue (holds ``cond``); those abandoned while they were
