@@ -2,7 +2,7 @@
 document job (``POST /v1/documents``), with and without interactive traffic beside it.
 
     .venv/bin/python bench/documents.py [--model build/onnx/default] [--pages 50]
-        [--clients 4] [--seconds 20] [--threads 2] [--output bench/results]
+        [--clients 4] [--seconds 20] [--threads 0] [--output bench/results]
 
 Starts the service as a process of its own (``python -m service``, the translation cache off,
 so every sentence of the document and of the clients is decoded) and runs three phases from
@@ -41,9 +41,16 @@ sys.path.insert(0, str(ROOT))
 # the same interface sentences as the streaming benchmark's
 from stream_latency import SENTENCES  # noqa: E402
 
-from loadtest.client import spawned_server  # noqa: E402
+from loadtest.client import MetricSamples, parse_prometheus_text, spawned_server  # noqa: E402
 from loadtest.machine import machine_facts  # noqa: E402
+from loadtest.report import (  # noqa: E402
+    ENGINE_PHASE_PATTERN,
+    THREAD_CPU_PATTERN,
+    THREAD_RUNQUEUE_PATTERN,
+    counter_delta_by,
+)
 
+POLL_S = 0.2  # the job's status, as a client polls it
 PARAGRAPHS_PER_PAGE = 9  # of three sentences each: about a page of a contract or a manual
 
 
@@ -125,31 +132,52 @@ class Interactive:
 
 
 def translate_document(base: str, content: bytes) -> dict[str, float]:
-    """Upload, poll until done; wall time from upload to done and sentences/s."""
+    """Upload, poll until done; wall time from upload to done and sentences/s. One client
+    polls every ``POLL_S`` (a fresh connection every 50 ms was a load of its own on 2 cores)."""
     started = time.perf_counter()
-    created = httpx.post(
-        f"{base}v1/documents",
-        data={"source_lang": "en", "target_lang": "de"},
-        files={"file": ("agreement.docx", content)},
-        timeout=300,
-    )
-    created.raise_for_status()
-    job_id = created.json()["id"]
-    while True:
-        status = httpx.get(f"{base}v1/documents/{job_id}", timeout=60).json()
-        if status["status"] not in ("queued", "translating"):
-            break
-        time.sleep(0.05)
-    wall = time.perf_counter() - started
-    if status["status"] != "done":
-        raise RuntimeError(f"the document job ended {status['status']}: {status.get('error')}")
-    result = httpx.get(f"{base}v1/documents/{job_id}/result", timeout=60)
-    result.raise_for_status()
+    with httpx.Client(base_url=base, timeout=300) as client:
+        created = client.post(
+            "v1/documents",
+            data={"source_lang": "en", "target_lang": "de"},
+            files={"file": ("agreement.docx", content)},
+        )
+        created.raise_for_status()
+        job_id = created.json()["id"]
+        while True:
+            status = client.get(f"v1/documents/{job_id}").json()
+            if status["status"] not in ("queued", "translating"):
+                break
+            time.sleep(POLL_S)
+        wall = time.perf_counter() - started
+        if status["status"] != "done":
+            raise RuntimeError(f"the document job ended {status['status']}: {status.get('error')}")
+        result = client.get(f"v1/documents/{job_id}/result")
+        result.raise_for_status()
     docx.Document(io.BytesIO(result.content))  # it opens
     return {
         "sentences": status["sentences_total"],
         "wall_s": round(wall, 2),
         "sentences_per_s": round(status["sentences_total"] / wall, 1),
+    }
+
+
+def scrape(base: str) -> MetricSamples:
+    return parse_prometheus_text(httpx.get(f"{base}metrics", timeout=30).text)
+
+
+def where_time_went(before: MetricSamples, after: MetricSamples, seconds: float) -> dict:
+    """The server's engine thread by phase and its threads' CPU and run-queue wait, each as a
+    share of the phase's wall time (why the clients' latency moved)."""
+
+    def shares(pattern: str, label: str) -> dict[str, float]:
+        delta = counter_delta_by(before, after, pattern, label) or {}
+        return {key: round(value / seconds, 3) for key, value in delta.items() if value}
+
+    return {
+        "seconds": round(seconds, 2),
+        "engine_phase_share": shares(ENGINE_PHASE_PATTERN, "phase"),
+        "thread_cpu_share": shares(THREAD_CPU_PATTERN, "thread"),
+        "thread_runqueue_share": shares(THREAD_RUNQUEUE_PATTERN, "thread"),
     }
 
 
@@ -159,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=50)
     parser.add_argument("--clients", type=int, default=4, help="interactive closed-loop clients")
     parser.add_argument("--seconds", type=float, default=20.0, help="interactive phase alone")
-    parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="intra-op threads (0: the service's default)"
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument(
         "--server-env", action="append", default=[], help="NAME=VALUE for the service"
@@ -170,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as data_dir:
         env = {
             "MT_PROVIDER": "cpu",
-            "MT_INTRA_OP_THREADS": str(args.threads),
+            **({"MT_INTRA_OP_THREADS": str(args.threads)} if args.threads else {}),
             "MT_DATA_DIR": data_dir,
             "MT_FILES_DIR": str(Path(data_dir) / "files"),
             "MT_MAX_BODY_BYTES": str(max(len(content) * 2, 1_000_000)),
@@ -180,11 +210,22 @@ def main(argv: list[str] | None = None) -> int:
         }
         with spawned_server(args.model, extra_env=env) as url:
             base = url.rstrip("/") + "/"
+            timelines = {}
+            start, before = time.perf_counter(), scrape(base)
             with Interactive(base, args.clients) as alone:
                 time.sleep(args.seconds)
+            after = scrape(base)
+            timelines["interactive_alone"] = where_time_went(
+                before, after, time.perf_counter() - start
+            )
             document_alone = translate_document(base, content)
+            start, before = time.perf_counter(), scrape(base)
             with Interactive(base, args.clients) as beside:
                 document_loaded = translate_document(base, content)
+            after = scrape(base)
+            timelines["interactive_with_document"] = where_time_went(
+                before, after, time.perf_counter() - start
+            )
 
     interactive_alone, interactive_beside = alone.summary(), beside.summary()
     ratio = interactive_beside["p99_ms"] / interactive_alone["p99_ms"]
@@ -198,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         "interactive_alone": interactive_alone,
         "interactive_with_document": interactive_beside,
         "p99_ratio": round(ratio, 3),
+        "server_time_shares": timelines,
         "machine": machine_facts(),
     }
     print(
@@ -210,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         f"alone, {interactive_beside['p50_ms']} / {interactive_beside['p99_ms']} beside the "
         f"document (p99 x{ratio:.2f}; the bar is x1.25)"
     )
+    for phase, timeline in timelines.items():
+        print(f"{phase}: shares of wall time, {timeline['seconds']} s")
+        for key in ("engine_phase_share", "thread_cpu_share", "thread_runqueue_share"):
+            print(f"  {key}: " + ", ".join(f"{k} {v}" for k, v in timeline[key].items()))
     args.output.mkdir(parents=True, exist_ok=True)
     path = args.output / f"documents-{args.pages}p.json"
     path.write_text(json.dumps(report, indent=2) + "\n")

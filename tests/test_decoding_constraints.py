@@ -144,7 +144,9 @@ def sources_with_symbols(symbol_ids, count=6, seed=0):
 
 def test_tokenizer_symbol_ids(engine, symbol_ids):
     assert symbol_ids == frozenset(range(2, 2 + len(PLACEHOLDER_SYMBOLS)))
-    src = Tokenizer.from_dir(engine.model_dir).encode_one(f"Save {PLACEHOLDER_SYMBOLS[0]} to {PLACEHOLDER_SYMBOLS[1]}")
+    src = Tokenizer.from_dir(engine.model_dir).encode_one(
+        f"Save {PLACEHOLDER_SYMBOLS[0]} to {PLACEHOLDER_SYMBOLS[1]}"
+    )
     copy = copy_tokens_for(src, symbol_ids)
     assert copy[2] == 1 and copy[3] == 1 and sum(copy.values()) == 2
 

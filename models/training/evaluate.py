@@ -54,9 +54,7 @@ def translate_with(
     ``decode_ids`` is the backend: the PyTorch reference search or the ONNX Runtime engine, so
     both are scored through exactly the same text handling.
     """
-    pipeline = TextPipeline(
-        tokenizer, text_limits(Settings()), source_lang, model_positions
-    )
+    pipeline = TextPipeline(tokenizer, text_limits(Settings()), source_lang, model_positions)
     options = pipeline.limits.options(None, None)  # the output budget; the backend does the search
     plans: list[list[TextPlan] | None] = []
     for text in texts:
