@@ -15,7 +15,8 @@ this process:
 
 Prints and writes (JSON, with the machine's CPU flags) the document's wall time and
 sentences/s alone and under load, and the interactive p50/p99 alone and beside the
-document (the issue's bar: p99 at most 25 % higher). Run it alone: ``flock -x /tmp/cpu.lock``
+document (the issue's bar: p99 at most 25 % higher), and for each phase where the server's time
+went (engine phases, thread CPU and run-queue shares, from its ``/metrics``). Run it alone: ``flock -x /tmp/cpu.lock``
 on shared machines. ``--pages 1 --seconds 2`` checks that it runs. ``--server-env
 MT_BACKGROUND_MAX_ROWS=1`` (repeatable) passes settings to the service.
 """
@@ -23,6 +24,7 @@ MT_BACKGROUND_MAX_ROWS=1`` (repeatable) passes settings to the service.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import statistics
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import docx
@@ -181,6 +184,14 @@ def where_time_went(before: MetricSamples, after: MetricSamples, seconds: float)
     }
 
 
+@contextlib.contextmanager
+def server_time(base: str, timelines: dict[str, dict], phase: str) -> Iterator[None]:
+    """``timelines[phase]``: where the server's time went while the block ran."""
+    started, before = time.perf_counter(), scrape(base)
+    yield
+    timelines[phase] = where_time_went(before, scrape(base), time.perf_counter() - started)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=ROOT / "build" / "onnx" / "default")
@@ -210,22 +221,18 @@ def main(argv: list[str] | None = None) -> int:
         }
         with spawned_server(args.model, extra_env=env) as url:
             base = url.rstrip("/") + "/"
-            timelines = {}
-            start, before = time.perf_counter(), scrape(base)
-            with Interactive(base, args.clients) as alone:
+            timelines: dict[str, dict] = {}
+            with (
+                server_time(base, timelines, "interactive_alone"),
+                Interactive(base, args.clients) as alone,
+            ):
                 time.sleep(args.seconds)
-            after = scrape(base)
-            timelines["interactive_alone"] = where_time_went(
-                before, after, time.perf_counter() - start
-            )
             document_alone = translate_document(base, content)
-            start, before = time.perf_counter(), scrape(base)
-            with Interactive(base, args.clients) as beside:
+            with (
+                server_time(base, timelines, "interactive_with_document"),
+                Interactive(base, args.clients) as beside,
+            ):
                 document_loaded = translate_document(base, content)
-            after = scrape(base)
-            timelines["interactive_with_document"] = where_time_went(
-                before, after, time.perf_counter() - start
-            )
 
     interactive_alone, interactive_beside = alone.summary(), beside.summary()
     ratio = interactive_beside["p99_ms"] / interactive_alone["p99_ms"]
