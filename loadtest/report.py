@@ -37,6 +37,8 @@ ENGINE_PHASE_PATTERN = r"engine_phase_seconds(_total)?$"
 THREAD_CPU_PATTERN = r"thread_cpu_seconds(_total)?$"
 THREAD_RUNQUEUE_PATTERN = r"thread_runqueue_seconds(_total)?$"
 ADMISSION_STALL_PATTERN = r"admission_stall_seconds$"
+ADMITTED_ROWS_PATTERN = r"batch_admitted_rows$"
+DEFERRALS_PATTERN = r"admission_deferrals(_total)?$"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -217,6 +219,8 @@ def server_metrics_delta(
     steps = counter_delta(before, after, DECODE_STEPS_PATTERN)
     lag_waits = counter_delta(before, after, ENCODER_LAG_WAITS_PATTERN)
     stall = histogram_delta(before, after, ADMISSION_STALL_PATTERN)
+    admitted = histogram_delta(before, after, ADMITTED_ROWS_PATTERN)
+    deferrals = counter_delta(before, after, DEFERRALS_PATTERN)
     return {
         "available": True,
         "queue_wait": queue_wait,
@@ -237,6 +241,11 @@ def server_metrics_delta(
         "engine_phases_s": counter_delta_by(before, after, ENGINE_PHASE_PATTERN, "phase"),
         "thread_cpu_s": counter_delta_by(before, after, THREAD_CPU_PATTERN, "thread"),
         "thread_runqueue_s": counter_delta_by(before, after, THREAD_RUNQUEUE_PATTERN, "thread"),
+        # admissions (encoder work joining the batch) and the choices that deferred everyone
+        "admissions": None
+        if admitted is None or not admitted["count"]
+        else {"count": admitted["count"], "mean_rows": round(admitted["mean"], 3)},
+        "admission_deferrals": None if deferrals is None else deferrals[1],
         "admission_stall": None
         if stall is None or not stall["count"]
         else {
