@@ -284,11 +284,9 @@ async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batche
         return [] if defer[0] and staying else scheduler_choose(units, staying)
 
     loop.scheduler.choose = choose  # type: ignore[method-assign]
-    long_task = asyncio.ensure_future(batcher.submit([sentence(80)]))
-    engine.allow(2)
-    await wait_until(lambda: engine.steps == 2 and engine.waiting.is_set(), "two long steps")
-    waiting_task = asyncio.ensure_future(batcher.submit([sentence(3, first=100)]))
-    await wait_until(lambda: batcher.queue_depth == 1, "a unit queued")
+    long_task, waiting_task = await a_running_row_and_a_newcomer(
+        batcher, engine, sentence(80), sentence(3, first=100), steps_first=2
+    )
     engine.allow(40)
     await wait_until(lambda: engine.steps == 42 and engine.waiting.is_set(), "40 more steps")
     deferred = [step for step in calls if step >= 2]
@@ -327,11 +325,9 @@ async def test_a_head_that_cannot_join_is_not_reconsidered_for_what_arrives_behi
         return [] if staying else [s for unit in units for s in unit]
 
     loop.scheduler.choose = choose  # type: ignore[method-assign]
-    long_task = asyncio.ensure_future(batcher.submit([sentence(80)]))
-    engine.allow(2)
-    await wait_until(lambda: engine.steps == 2 and engine.waiting.is_set(), "two long steps")
-    head_task = asyncio.ensure_future(batcher.submit([sentence(3, first=100)]))
-    await wait_until(lambda: batcher.queue_depth == 1, "the head queued")
+    long_task, head_task = await a_running_row_and_a_newcomer(
+        batcher, engine, sentence(80), sentence(3, first=100), steps_first=2
+    )
     engine.allow(1)
     await wait_until(lambda: engine.steps == 3 and engine.waiting.is_set(), "the head refused")
     assert calls[-1] == 3
@@ -979,11 +975,16 @@ class OverlapEngine(GatedEngine):
         return FakeEncoded(list(requests))
 
 
-async def a_running_row_and_a_newcomer(batcher, engine, running_row, newcomer_row):
-    """``running_row`` decodes (held at its first step); ``newcomer_row`` waits in the queue.
-    Returns both submissions' tasks."""
+async def a_running_row_and_a_newcomer(
+    batcher, engine, running_row, newcomer_row, steps_first: int = 0
+):
+    """``running_row`` decodes (held after ``steps_first`` steps); ``newcomer_row`` then waits
+    in the queue. Returns both submissions' tasks."""
     running = asyncio.ensure_future(batcher.submit([running_row]))
-    await wait_until(engine.waiting.is_set, "first row decoding")
+    engine.allow(steps_first)
+    await wait_until(
+        lambda: engine.steps == steps_first and engine.waiting.is_set(), "first row decoding"
+    )
     newcomer = asyncio.ensure_future(batcher.submit([newcomer_row]))
     await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
     return running, newcomer
