@@ -39,6 +39,7 @@ THREAD_RUNQUEUE_PATTERN = r"thread_runqueue_seconds(_total)?$"
 ADMISSION_STALL_PATTERN = r"admission_stall_seconds$"
 ADMITTED_ROWS_PATTERN = r"batch_admitted_rows$"
 DEFERRALS_PATTERN = r"admission_deferrals(_total)?$"
+CHOICE_CPU_PATTERN = r"admission_choice_cpu_seconds(_total)?$"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -221,6 +222,7 @@ def server_metrics_delta(
     stall = histogram_delta(before, after, ADMISSION_STALL_PATTERN)
     admitted = histogram_delta(before, after, ADMITTED_ROWS_PATTERN)
     deferrals = counter_delta(before, after, DEFERRALS_PATTERN)
+    choice_cpu = counter_delta(before, after, CHOICE_CPU_PATTERN)
     return {
         "available": True,
         "queue_wait": queue_wait,
@@ -246,6 +248,8 @@ def server_metrics_delta(
         if admitted is None or not admitted["count"]
         else {"count": admitted["count"], "mean_rows": round(admitted["mean"], 3)},
         "admission_deferrals": None if deferrals is None else deferrals[1],
+        # the engine thread's CPU seconds in those choices (capacity, on one core)
+        "admission_choice_cpu_s": None if choice_cpu is None else round(choice_cpu[1], 3),
         "admission_stall": None
         if stall is None or not stall["count"]
         else {

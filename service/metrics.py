@@ -77,6 +77,12 @@ class ServiceMetrics:
             "budget, or the step-cost model (tokens/s would fall), said no.",
             registry=r,
         )
+        self.admission_choice_cpu = Counter(
+            "mt_admission_choice_cpu_seconds",
+            "CPU seconds the engine thread spent choosing admissions (filling and judging "
+            "them, deferrals included): on one core, capacity the decoder does not get.",
+            registry=r,
+        )
         self.encoder_lag_waits = Counter(
             "mt_encoder_lag_waits",
             "Times the engine thread stopped stepping to wait for an overlapped encoder call "

@@ -1209,6 +1209,60 @@ def test_the_drain_time_shrinks_with_the_rows_still_running():
     assert budget.drain_s(0.010, many) == pytest.approx(0.010 + 2 * 0.003)
 
 
+def test_a_budget_deficit_closes_only_as_far_as_judging_again_would_join():
+    """Eight rows, 5 steps left each, 18 ms steps; a newcomer would stall them 21 ms and
+    slow 4 shared steps by 1 ms: it costs 8 x 25 ms = 200 ms of theirs against ~90 ms of its
+    own wait. The deficit, 110 ms, closes 25 ms per row that leaves (its share of the cost),
+    8 ms per step (every row's shared steps shorten) and 90 ms per row that arrives (one
+    more newcomer's wait): whatever it says, judging the changed batch again agrees."""
+    from service.scheduling.admission import LatencyBudget, RunningRow
+
+    budget = LatencyBudget()
+    now = BatchEstimate(rows=8, padded_tokens=0, step_s=0.018)
+    joined = BatchEstimate(rows=9, padded_tokens=0, step_s=0.019)
+
+    def deficit(rows: int, newcomers: int = 1):
+        running = [RunningRow(1, 5)] * rows
+        return budget.deficit(now, joined, 0.021, running, newcomers, newcomer_steps=4)
+
+    first = deficit(8)
+    assert first is not None
+    assert first.seconds == pytest.approx(8 * 0.025 - 5 * 0.018)
+    assert (first.per_row_left_s, first.per_step_s) == pytest.approx((0.025, 0.008))
+    assert first.per_row_arrived_s == pytest.approx(5 * 0.018)
+    for rows_left in range(8):
+        closed = first.closed_by(rows_left, steps=0, rows_arrived=0)
+        assert closed == (rows_left >= 5)
+        assert (deficit(8 - rows_left) is None) <= closed  # it never joins while held
+    assert not first.closed_by(0, steps=0, rows_arrived=1)
+    assert first.closed_by(0, steps=0, rows_arrived=2)
+    assert deficit(8, newcomers=3) is None  # three newcomers' waits outweigh the cost
+    assert first.closed_by(0, steps=14, rows_arrived=0)
+
+
+@pytest.mark.anyio
+async def test_a_budget_deferral_is_not_judged_again_while_nothing_could_close_it(make_batcher):
+    """Seven rows of 5 steps and one of 3: a 5-token newcomer would cost them far more than
+    it waits (the test above). The short row leaving after two steps changes the batch but
+    closes a quarter of the deficit at most: the deferral holds, so the newcomer is judged
+    once, not at every boundary, and joins the drained batch (one deferral in all)."""
+    engine = GatedEngine()
+    one_core_costs(engine)
+    batcher = make_batcher(engine)
+    rows = [sentence(5, first=1 + 10 * i) for i in range(7)] + [sentence(3, first=90)]
+    running = asyncio.ensure_future(batcher.submit(rows))
+    await wait_until(lambda: engine.active_rows == 8 and engine.waiting.is_set(), "8 running")
+    newcomer = asyncio.ensure_future(batcher.submit([sentence(5, first=500)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "newcomer queued")
+    await step_until(engine, lambda: engine.active_rows == 7, "the short row left")
+    engine.allow(10**6)
+    [late] = await newcomer
+    finished = await running
+    assert late.tokens == FakeEngine.expected(sentence(5, first=500).src_ids)
+    assert late.admitted_step >= max(r.finished_step for r in finished)
+    assert batcher.metrics.admission_deferrals._value.get() == 1
+
+
 async def _documents_beside_a_running_request(make_batcher, **limits):
     """One interactive sentence running, three one-row document requests queued, then an
     interactive newcomer queued last; every result checked. Returns the engine."""

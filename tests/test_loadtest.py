@@ -269,10 +269,12 @@ def test_the_engine_timeline_is_differenced_by_phase_and_thread():
         "mt_batch_admitted_rows_count 5.0\n"
         "mt_batch_admitted_rows_sum 12.0\n"
         "mt_admission_deferrals_total 7.0\n"
+        "mt_admission_choice_cpu_seconds_total 0.25\n"
     )
     delta = server_metrics_delta(before, after)
     assert delta["admissions"] == {"count": 5, "mean_rows": 2.4}
     assert delta["admission_deferrals"] == 7
+    assert delta["admission_choice_cpu_s"] == 0.25
     assert delta["engine_phases_s"] == {"decoder": 3.0, "encode": 0.0, "place": 0.125}
     assert delta["thread_cpu_s"] == {"engine": 3.5, "event_loop": 1.0}
     assert delta["thread_runqueue_s"] == {"engine": 0.75}

@@ -160,6 +160,29 @@ class OutputLengths:
 
 
 @dataclass(frozen=True)
+class Deficit:
+    """How far a deferred admission was from joining (cost minus benefit), and the most that
+    each later change can close of it: a running row leaving takes its share of the cost
+    with it, a step passing shortens the steps the newcomers would share, a row arriving in
+    the queue adds one more newcomer's wait to the benefit. Until their sum reaches
+    ``seconds`` the same choice would defer again, so the engine loop need not make it (on
+    one core a choice costs a sixth of a step, and under load most boundaries defer)."""
+
+    seconds: float
+    per_row_left_s: float
+    per_step_s: float
+    per_row_arrived_s: float
+
+    def closed_by(self, rows_left: int, steps: int, rows_arrived: int) -> bool:
+        closable = (
+            rows_left * self.per_row_left_s
+            + steps * self.per_step_s
+            + rows_arrived * self.per_row_arrived_s
+        )
+        return closable >= self.seconds
+
+
+@dataclass(frozen=True)
 class RunningRow:
     rows: int  # 1 greedy, K beams
     remaining_steps: int
@@ -173,7 +196,7 @@ class LatencyBudget:
     # projections of tiny matrices, the search, Python): the drain time's floor per step.
     FIXED_SHARE = 0.3
 
-    def worth_joining(
+    def deficit(
         self,
         now: BatchEstimate,
         joined: BatchEstimate,
@@ -181,16 +204,25 @@ class LatencyBudget:
         running: Sequence[RunningRow],
         newcomer_rows: int,
         newcomer_steps: int,
-    ) -> bool:
+    ) -> Deficit | None:
+        """None where the admission joins now; else how far it is from joining."""
         if not running or now.step_s <= 0:
-            return True  # nobody to slow down, or nothing known yet
+            return None  # nobody to slow down, or nothing known yet
         slower_s = max(0.0, joined.step_s - now.step_s)
         cost = sum(
             row.rows * (stall_s + slower_s * min(row.remaining_steps, newcomer_steps))
             for row in running
         )
-        benefit = newcomer_rows * self.drain_s(now.step_s, running)
-        return benefit >= cost
+        drain_s = self.drain_s(now.step_s, running)
+        benefit = newcomer_rows * drain_s
+        if benefit >= cost:
+            return None
+        return Deficit(
+            seconds=cost - benefit,
+            per_row_left_s=stall_s + slower_s * newcomer_steps,
+            per_step_s=slower_s * sum(row.rows for row in running),
+            per_row_arrived_s=drain_s,
+        )
 
     def drain_s(self, step_s: float, running: Sequence[RunningRow]) -> float:
         """Predicted seconds until every running row has finished: a step's time shrinks with

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from service.errors import EngineFailure, InvalidRow, NotAccepting
 from service.metrics import ServiceMetrics
 from service.runtime.engine import FinishedRequest, RejectedRequest
+from service.scheduling.admission import Deficit
 from service.scheduling.overlap import EncoderOverlap, EncodingFailed
 from service.scheduling.policies import AdmissionPolicy
 from service.scheduling.scheduler import Scheduler
@@ -50,6 +51,11 @@ class Deferral:
     head_refused: bool
     batch_version: int
     step: int
+    # Deferred by the latency budget: how far from joining, and the counts that close it.
+    deficit: Deficit | None = None
+    rows_left: int = 0  # ``EngineLoop.rows_left`` then
+    rows_joined: int = 0
+    arrived_rows: int = 0  # ``SentenceQueue.arrived_rows`` then
 
 
 class EngineLoop:
@@ -89,6 +95,8 @@ class EngineLoop:
         self._track_knee = track_knee
         self._running: dict[int, Sentence] = {}
         self._batch_version = 0  # grows whenever a sentence joins or leaves the batch
+        self.rows_left = 0  # rows that ever left the batch (finished or dropped)
+        self.rows_joined = 0
         self._deferred: Deferral | None = None  # the last choice, where it deferred everyone
         self.clock = PhaseClock(metrics.engine_phase)  # where this thread's time goes
 
@@ -147,7 +155,7 @@ class EngineLoop:
             encoding = self.overlap.in_flight if self.overlap is not None else None
             in_flight = encoding.sentence_ids if encoding is not None else set()
             queue.to_drop = {i for i in queue.to_drop if i in in_flight}
-            version = queue.version
+            version, arrived_rows = queue.version, queue.arrived_rows
             units = (
                 queue.units(self.admission_window)
                 if encoding is None
@@ -156,8 +164,12 @@ class EngineLoop:
                 else {}
             )
         staying = [s for i, s in self._running.items() if i not in dropped]
-        newcomers = self.scheduler.choose(list(units.values()), staying) if units else []
+        newcomers: list[Sentence] = []
         if units:
+            # CPU, not wall: on one core the event loop takes the core mid-choice
+            choice_cpu = time.thread_time()
+            newcomers = self.scheduler.choose(list(units.values()), staying)
+            self.metrics.admission_choice_cpu.inc(time.thread_time() - choice_cpu)
             refused = self.scheduler.head_refused
             self._deferred = (
                 None
@@ -167,6 +179,10 @@ class EngineLoop:
                     refused,
                     self._batch_version,
                     self.engine.steps,
+                    self.scheduler.deficit,
+                    self.rows_left,
+                    self.rows_joined,
+                    arrived_rows,
                 )
             )
         if newcomers:
@@ -177,18 +193,26 @@ class EngineLoop:
         return Schedule(dropped, newcomers)
 
     def _still_deferred(self) -> bool:
-        """Whether the last choice deferred every queued unit and what it depended on has not
-        changed since, for fewer than ``RECHECK_STEPS`` steps: choosing again would defer
-        again (waiting only grows more attractive as the batch nears its drain), and on one
-        core a choice costs a sixth of a step. It depended on the batch, and on the head of
-        the queue where the head could not join (nothing arriving behind it changes that),
-        else on the whole queue (holds the queue's ``cond``)."""
+        """Whether the last choice deferred every queued unit and choosing again would defer
+        again, for fewer than ``RECHECK_STEPS`` steps (on one core a choice costs a sixth of a
+        step, and under load most boundaries defer). A deferral by the latency budget holds
+        until the rows that left, the steps taken and the rows that arrived since could have
+        closed its deficit (``Deficit``), or a row joined; one where the head could not join,
+        until the batch or the head changes (nothing arriving behind it changes that); any
+        other, until the batch or the queue changes (holds the queue's ``cond``)."""
         deferred = self._deferred
-        if deferred is None or self.engine.steps - deferred.step >= self.RECHECK_STEPS:
-            return False
-        if deferred.batch_version != self._batch_version:
+        steps_since = self.engine.steps - deferred.step if deferred is not None else 0
+        if deferred is None or steps_since >= self.RECHECK_STEPS:
             return False
         queue = self.queue
+        if deferred.deficit is not None and not deferred.head_refused:
+            return self.rows_joined == deferred.rows_joined and not deferred.deficit.closed_by(
+                self.rows_left - deferred.rows_left,
+                steps_since,
+                queue.arrived_rows - deferred.arrived_rows,
+            )
+        if deferred.batch_version != self._batch_version:
+            return False
         return deferred.queue == (queue.head_unit() if deferred.head_refused else queue.version)
 
     def _running_rows(self, dropped: Sequence[int] = ()) -> int:
@@ -275,6 +299,7 @@ class EngineLoop:
             sentence.queue_wait_s = admitted_at - sentence.enqueued_at
             self._running[sentence.sentence_id] = sentence
             self._batch_version += 1
+            self.rows_joined += sentence.rows
             self.metrics.queue_wait.observe(sentence.queue_wait_s)
             self.metrics.input_tokens.inc(sentence.src_len)
         self.metrics.admitted_rows.observe(
@@ -313,6 +338,7 @@ class EngineLoop:
             if sentence is None:
                 continue  # dropped meanwhile
             self._batch_version += 1
+            self.rows_left += sentence.rows
             tokens = list(done.tokens)
             self.scheduler.lengths.observe(sentence.src_len, done.steps)
             self.metrics.generated_tokens.inc(len(tokens))
@@ -336,8 +362,9 @@ class EngineLoop:
         if not sentence_ids:
             return
         for sentence_id in sentence_ids:
-            self._running.pop(sentence_id, None)
+            sentence = self._running.pop(sentence_id, None)
             self._batch_version += 1
+            self.rows_left += sentence.rows if sentence is not None else 0
         try:
             self.engine.drop(sentence_ids)
         except Exception:

@@ -21,6 +21,7 @@ from service.scheduling.admission import (
     AdmissionLimits,
     AdmissionPlan,
     Admitter,
+    Deficit,
     LatencyBudget,
     OutputLengths,
     RunningRow,
@@ -78,12 +79,15 @@ class Scheduler:
         # The last choice deferred because the head of the queue could not join: nobody
         # joins before it, whatever arrives behind it.
         self.head_refused = False
+        # The last choice deferred by the latency budget: how far it was from joining.
+        self.deficit: Deficit | None = None
 
     def choose(self, units: list[list[Sentence]], staying: list[Sentence]) -> list[Sentence]:
         """The sentences of ``units`` (queued, by unit, in arrival order) that join the
         ``staying`` running sentences at this boundary; [] when none does (a deferral)."""
         units = self._by_priority(units, staying)
         self.head_refused = False
+        self.deficit = None
         chosen = self._fill(units, staying) if units else []
         if not chosen:
             self.metrics.admission_deferrals.inc()
@@ -168,7 +172,7 @@ class Scheduler:
         running = [
             RunningRow(s.rows, self.lengths.remaining(s, steps - s.admitted_step)) for s in staying
         ]
-        return self.budget.worth_joining(
+        self.deficit = self.budget.deficit(
             now,
             joined,
             admitter.stall_s(joined),
@@ -176,3 +180,4 @@ class Scheduler:
             newcomer_rows=sum(s.rows for s in admitter.chosen),
             newcomer_steps=max(self.lengths.expected(s) for s in admitter.chosen),
         )
+        return self.deficit is None

@@ -94,6 +94,7 @@ class SentenceQueue:
         # Grows whenever ``waiting`` changes: a choice made on one version of the queue holds
         # until it changes (the engine loop need not choose again at every step).
         self.version = 0
+        self.arrived_rows = 0  # rows ever queued: what a budget deferral waits for
 
     def __len__(self) -> int:
         return len(self.waiting)
@@ -126,6 +127,7 @@ class SentenceQueue:
                 )
             self.waiting.extend(sentences)
             self.version += 1
+            self.arrived_rows += sum(sentence.rows for sentence in sentences)
             self.cond.notify()
         return sentences
 
