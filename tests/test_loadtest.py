@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -735,3 +736,37 @@ def test_the_server_runs_under_taskset_and_the_generator_is_pinned_elsewhere(mon
     assert pinned == [{1}]
     no_pinning = argparse.Namespace(server_command="stub {port}", server_cpus=None)
     assert server_command(no_pinning) == ["stub", "{port}"]
+
+
+def _compare_result(cont: tuple[float, float, float], static: tuple[float, float, float]) -> dict:
+    def run(p50: float, p99: float, rps: float) -> dict:
+        return {"summary": {"latency_ms": {"p50": p50, "p99": p99}, "throughput_rps": rps}}
+
+    return {"runs": {"continuous": run(*cont), "static": run(*static)}}
+
+
+def test_paired_report_takes_each_ratio_within_its_pair(tmp_path):
+    from loadtest.paired_report import main as paired_main
+
+    cells = {  # (continuous p50, p99, req/s), (static p50, p99, req/s)
+        "A-load85-seed1.json": ((80, 400, 99), (100, 500, 100)),
+        "A-load85-seed2.json": ((90, 660, 100), (100, 600, 100)),
+        "B-load85-seed1.json": ((120, 300, 101), (100, 400, 100)),
+        "B-load85-seed2.json": ((50, 200, 100), (100, 400, 100)),
+    }
+    for name, (cont, static) in cells.items():
+        (tmp_path / name).write_text(json.dumps(_compare_result(cont, static)))
+    (tmp_path / "capacity0.json").write_text("{}")  # not a cell: left out
+    assert paired_main([str(tmp_path)]) == 0
+    arms = {row["arm"]: row for row in json.loads((tmp_path / "paired.json").read_text())["arms"]}
+    a, b = arms["A"], arms["B"]
+    assert a["seeds"] == b["seeds"] == 2
+    assert a["p99"] == {"mean": 0.95, "median": 0.95, "min": 0.8, "max": 1.1, "at_or_below_1": 1}
+    assert a["p50"]["mean"] == 0.85 and a["throughput"]["mean"] == 0.995
+    assert b["p99"]["mean"] == 0.625 and b["p99"]["at_or_below_1"] == 2
+    assert b["p50"]["at_or_below_1"] == 1  # 1.2 and 0.5
+
+
+def test_paired_cores_script_parses():
+    script = Path(__file__).resolve().parents[1] / "loadtest" / "paired_cores.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
