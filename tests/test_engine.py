@@ -444,3 +444,32 @@ def test_admission_plan_foresees_the_groups_that_add_makes(exported, fitted):
         ]
     )
     assert foreseen.rows == engine.active_rows == 1 + 1 + 2 + 1 + 1 + 2 + 1
+
+
+def test_the_plan_prices_the_encoder_calls_engine_encode_makes(exported):
+    """The encoder cost model is fitted on each call's features as ``Engine.encode`` makes
+    the call (one per length class, every sentence padded to the class's longest source);
+    the admission plan must predict an admission with the same features, or it charges a
+    padded class for fewer tokens than it computes. With fixed coefficients the prediction
+    for the admission equals the sum over the calls actually made."""
+    from service.runtime.step_cost import CallCostModel
+
+    class Recorded(CallCostModel):
+        def __init__(self) -> None:
+            super().__init__(features=3)
+            self._coefficients = [0.003, 0.001, 0.0005]  # seconds a call / 64 tokens / ...
+            self.calls: list[tuple[float, ...]] = []
+
+        def observe(self, features: tuple[float, ...], seconds: float) -> None:
+            self.calls.append(features)
+
+    engine = Engine.from_dir(exported.onnx_dir, provider="cpu", intra_op_threads=1)
+    engine.encode_cost = recorded = Recorded()
+    lengths = [3, 5, 6, 9, 17, 20, 21]  # two length classes' worth of padding
+    _, _, sources = padded_sources(exported.model, lengths, seed=7)
+    requests = [DecodeRequest(f"r{i}", source, 1, MAX_NEW) for i, source in enumerate(sources)]
+    foreseen = engine.plan().estimate([(1, len(source)) for source in sources])
+    engine.encode(requests)
+    assert len(recorded.calls) >= 2
+    made = sum(recorded.predict(features) for features in recorded.calls)
+    assert foreseen.encode_s == pytest.approx(made)

@@ -433,19 +433,21 @@ class AdmissionPlan:
         )
 
     def _encode_seconds(self, newcomers: list[tuple[int, int]]) -> float:
-        """Encoder calls as ``Engine.encode`` makes them: one per length class, over the
-        sentences (beams share their sentence's call; ``rows`` counts beams, so a unit of
-        beam search is charged per beam: an upper bound)."""
+        """Encoder calls as ``Engine.encode`` makes them: one per length class, each over its
+        sentences padded to the class's longest source, the features the cost model was fitted
+        on (beams share their sentence's call)."""
         if not newcomers:
             return 0.0
         slack = self._engine.length_slack
-        calls, first = 0, -1
+        classes: list[list[int]] = []  # source lengths, by length class
         for _, length in sorted(newcomers, key=lambda newcomer: newcomer[1]):
-            if first < 0 or not similar_lengths(first, length, slack):
-                calls, first = calls + 1, length
-        tokens = sum(length for _, length in newcomers)
-        squared = sum(length * length for _, length in newcomers)
-        return self._engine.encode_cost.predict(encode_features(calls, tokens, squared))
+            if classes and similar_lengths(classes[-1][0], length, slack):
+                classes[-1].append(length)
+            else:
+                classes.append([length])
+        tokens = sum(len(lengths) * max(lengths) for lengths in classes)
+        squared = sum(len(lengths) * max(lengths) ** 2 for lengths in classes)
+        return self._engine.encode_cost.predict(encode_features(len(classes), tokens, squared))
 
     def _place_seconds(self, placement: Placement) -> float:
         """Merging the newcomers into the running groups they join (groups they open cost
