@@ -54,7 +54,7 @@ class Deferral:
     # Deferred by the latency budget: how far from joining, and the counts that close it.
     deficit: Deficit | None = None
     rows_left: int = 0  # ``EngineLoop.rows_left`` then
-    rows_joined: int = 0
+    rows_joined: int = 0  # ``EngineLoop.rows_joined`` then
     arrived_rows: int = 0  # ``SentenceQueue.arrived_rows`` then
 
 
@@ -96,7 +96,7 @@ class EngineLoop:
         self._running: dict[int, Sentence] = {}
         self._batch_version = 0  # grows whenever a sentence joins or leaves the batch
         self.rows_left = 0  # rows that ever left the batch (finished or dropped)
-        self.rows_joined = 0
+        self.rows_joined = 0  # rows that ever joined it
         self._deferred: Deferral | None = None  # the last choice, where it deferred everyone
         self.clock = PhaseClock(metrics.engine_phase)  # where this thread's time goes
 
