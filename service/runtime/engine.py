@@ -34,7 +34,7 @@ from service.runtime.groups import (
     encode_group,
 )
 from service.runtime.onnx_model import KVBackend, KVBackendName, OnnxSeq2Seq, ProviderName
-from service.runtime.placement import Placement, PlacementRules, similar_lengths
+from service.runtime.placement import Placement, PlacementRules, length_classes
 from service.runtime.step_cost import (
     CallCostModel,
     StepCostModel,
@@ -266,14 +266,7 @@ class Engine:
 
     def _length_classes(self, requests: list[DecodeRequest]) -> list[list[DecodeRequest]]:
         """Requests sorted by source length, cut where lengths stop being similar."""
-        classes: list[list[DecodeRequest]] = []
-        for request in sorted(requests, key=lambda request: len(request.src_ids)):
-            length = len(request.src_ids)
-            if classes and similar_lengths(len(classes[-1][0].src_ids), length, self.length_slack):
-                classes[-1].append(request)
-            else:
-                classes.append([request])
-        return classes
+        return length_classes(requests, lambda request: len(request.src_ids), self.length_slack)
 
     def _encode_class(self, requests: list[DecodeRequest]) -> Group:
         """One encoder call for requests of similar source length (timed for the cost model)."""
@@ -438,15 +431,10 @@ class AdmissionPlan:
         on (beams share their sentence's call)."""
         if not newcomers:
             return 0.0
-        slack = self._engine.length_slack
-        classes: list[list[int]] = []  # source lengths, by length class
-        for _, length in sorted(newcomers, key=lambda newcomer: newcomer[1]):
-            if classes and similar_lengths(classes[-1][0], length, slack):
-                classes[-1].append(length)
-            else:
-                classes.append([length])
-        tokens = sum(len(lengths) * max(lengths) for lengths in classes)
-        squared = sum(len(lengths) * max(lengths) ** 2 for lengths in classes)
+        sources = [length for _, length in newcomers]
+        classes = length_classes(sources, lambda length: length, self._engine.length_slack)
+        tokens = sum(len(members) * max(members) for members in classes)
+        squared = sum(len(members) * max(members) ** 2 for members in classes)
         return self._engine.encode_cost.predict(encode_features(len(classes), tokens, squared))
 
     def _place_seconds(self, placement: Placement) -> float:

@@ -19,16 +19,32 @@ in, so a plan can place hypothetical newcomers without touching a tensor.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from service.runtime.groups import GroupSpan
 from service.runtime.step_cost import StepCostModel, StepShape
+
+T = TypeVar("T")
 
 
 def similar_lengths(shortest: int, longest: int, slack: int) -> bool:
     """Sources that may share a padded batch: the padding stays below about half of it."""
     return longest - shortest <= max(slack, shortest)
+
+
+def length_classes(items: Iterable[T], length: Callable[[T], int], slack: int) -> list[list[T]]:
+    """``items`` sorted by ``length`` and cut where lengths stop being similar to the shortest
+    of their class: the encoder calls ``Engine.encode`` makes, one per class, and what the
+    admission plan prices."""
+    classes: list[list[T]] = []
+    for item in sorted(items, key=length):
+        if classes and similar_lengths(length(classes[-1][0]), length(item), slack):
+            classes[-1].append(item)
+        else:
+            classes.append([item])
+    return classes
 
 
 @dataclass
