@@ -473,3 +473,43 @@ def test_the_plan_prices_the_encoder_calls_engine_encode_makes(exported):
     assert len(recorded.calls) >= 2
     made = sum(recorded.predict(features) for features in recorded.calls)
     assert foreseen.encode_s == pytest.approx(made)
+
+
+def _fixed_encode_cost(coefficients: list[float], observed: list[tuple[float, ...]]):
+    """An encoder cost model that stays as set (the engine's refits on every call) and
+    records the features of the calls the engine reports."""
+    from service.runtime.step_cost import CallCostModel
+
+    model = CallCostModel(features=3)
+    model._coefficients = coefficients
+    model.observe = lambda features, seconds: observed.append(features)  # type: ignore[method-assign]
+    return model
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_class_encoded_in_several_calls_gives_the_reference_tokens(engine, exported, beam_size):
+    """With calls free and padding dear, every distinct source length gets an encoder call of
+    its own and the calls' caches are joined into one group (the narrower ones padded): the
+    tokens are still the reference search's, on both cache paths."""
+    from service.runtime.placement import encoder_calls
+    from service.runtime.step_cost import EncodePrices
+
+    lengths = [4, 5, 5, 6, 7, 8, 9]  # one length class (9 - 4 <= 8), six lengths
+    _, _, sources = padded_sources(exported.model, lengths, seed=13)
+    saved, observed = engine.encode_cost, []
+    engine.encode_cost = _fixed_encode_cost([0.0, 1e-3, 0.0], observed)
+    try:
+        prices = EncodePrices.of(engine.encode_cost)
+        assert len(encoder_calls(sorted(lengths), lambda n: n, prices)) == 6
+        requests = [
+            DecodeRequest(f"r{i}", source, beam_size, MAX_NEW) for i, source in enumerate(sources)
+        ]
+        encoded = engine.encode(requests)
+        assert len(encoded.groups) == 1  # one class, one group
+        assert [features[0] for features in observed] == [6.0]  # of six encoder calls
+        engine.place(encoded)
+        finished = run_until_empty(engine, {})
+    finally:
+        engine.encode_cost = saved
+    expected = reference(exported.model, sources, beam_size=beam_size, max_new_tokens=MAX_NEW)
+    assert [finished[f"r{i}"].tokens for i in range(len(sources))] == expected

@@ -31,15 +31,21 @@ from service.runtime.groups import (
     Group,
     GroupSpan,
     GroupTensors,
-    encode_group,
+    encode_calls,
 )
 from service.runtime.onnx_model import KVBackend, KVBackendName, OnnxSeq2Seq, ProviderName
-from service.runtime.placement import Placement, PlacementRules, length_classes
+from service.runtime.placement import (
+    Placement,
+    PlacementRules,
+    encoder_calls,
+    length_classes,
+)
 from service.runtime.step_cost import (
     CallCostModel,
+    EncodePrices,
     StepCostModel,
     StepShape,
-    encode_features,
+    calls_features,
     merge_features,
 )
 
@@ -266,15 +272,17 @@ class Engine:
 
     def _length_classes(self, requests: list[DecodeRequest]) -> list[list[DecodeRequest]]:
         """Requests sorted by source length, cut where lengths stop being similar."""
-        return length_classes(requests, lambda request: len(request.src_ids), self.length_slack)
+        return length_classes(requests, _source_length, self.length_slack)
 
     def _encode_class(self, requests: list[DecodeRequest]) -> Group:
-        """One encoder call for requests of similar source length (timed for the cost model)."""
+        """Requests of similar source length as one group, encoded in the calls that cost
+        least (timed whole for the cost model: the calls and the copy that joins them)."""
         started = time.perf_counter()
-        group = encode_group(self.kv, self.model.info, requests)
-        tokens = len(requests) * group.width
+        calls = encoder_calls(requests, _source_length, EncodePrices.of(self.encode_cost))
+        group = encode_calls(self.kv, self.model.info, calls)
         self.encode_cost.observe(
-            encode_features(1, tokens, tokens * group.width), time.perf_counter() - started
+            calls_features([[_source_length(r) for r in call] for call in calls]),
+            time.perf_counter() - started,
         )
         return group
 
@@ -393,6 +401,8 @@ class AdmissionPlan:
         self._tolerance = tolerance
         self._taken: list[tuple[int, int]] = []
         self._before = list(placement.spans)  # the running groups before any newcomer
+        self._encode_prices = EncodePrices.of(engine.encode_cost)
+        self._cuts: dict[tuple[int, ...], list[list[int]]] = {}
 
     def estimate(self, newcomers: Sequence[tuple[int, int]]) -> BatchEstimate:
         """The batch with what was taken so far and ``newcomers`` too."""
@@ -432,10 +442,21 @@ class AdmissionPlan:
         if not newcomers:
             return 0.0
         sources = [length for _, length in newcomers]
-        classes = length_classes(sources, lambda length: length, self._engine.length_slack)
-        tokens = sum(len(members) * max(members) for members in classes)
-        squared = sum(len(members) * max(members) ** 2 for members in classes)
-        return self._engine.encode_cost.predict(encode_features(len(classes), tokens, squared))
+        calls = [
+            call
+            for length_class in length_classes(sources, _itself, self._engine.length_slack)
+            for call in self._encoder_calls(tuple(length_class))
+        ]
+        return self._engine.encode_cost.predict(calls_features(calls))
+
+    def _encoder_calls(self, length_class: tuple[int, ...]) -> list[list[int]]:
+        """``encoder_calls`` of a class, cut once per plan: the estimates of one choice share
+        all classes but the one a candidate joins."""
+        calls = self._cuts.get(length_class)
+        if calls is None:
+            calls = encoder_calls(list(length_class), _itself, self._encode_prices)
+            self._cuts[length_class] = calls
+        return calls
 
     def _place_seconds(self, placement: Placement) -> float:
         """Merging the newcomers into the running groups they join (groups they open cost
@@ -448,6 +469,14 @@ class AdmissionPlan:
         if not joins:
             return 0.0
         return self._engine.place_cost.predict(merge_features(joins, copied))
+
+
+def _source_length(request: DecodeRequest) -> int:
+    return len(request.src_ids)
+
+
+def _itself(length: int) -> int:
+    return length
 
 
 __all__ = [

@@ -311,6 +311,18 @@ def encode_group(kv: KVBackend, info: ModelInfo, requests: list[DecodeRequest]) 
     )
 
 
+def encode_calls(kv: KVBackend, info: ModelInfo, calls: list[list[DecodeRequest]]) -> Group:
+    """A length class encoded in ``calls`` (``placement.encoder_calls``) and joined into one
+    group: the narrower calls' cross caches right-padded to the widest, a copy and no encoder
+    work."""
+    parts = [encode_group(kv, info, call) for call in calls]
+    while len(parts) > 1:  # pairwise, so a row is copied about log2(len(calls)) times
+        for first, second in zip(parts[::2], parts[1::2], strict=False):
+            first.absorb(second)
+        parts = parts[::2]
+    return parts[0]
+
+
 def _pad_columns(mask: np.ndarray, width: int, left: bool = False) -> np.ndarray:
     """(N, S) -> (N, width), zeros on the right (or on the left)."""
     if mask.shape[1] == width:

@@ -3,10 +3,10 @@
 Rows that joined at about the same time *and* have sources of about the same length share one
 dense batch (one decoder call per group and step). A newcomer is then padded neither to the past
 length of a row that has decoded for a hundred steps nor to a paragraph's source: a UI string
-never attends over a paragraph's padding. Newcomers are split into length classes (one encoder
-call each) and each class joins a group of its age and length, or opens one (at most
-``max_groups``; beyond that, the group it pads least); groups whose pasts and lengths come close
-merge.
+never attends over a paragraph's padding. Newcomers are split into length classes (each
+encoded in the calls that cost least, ``encoder_calls``) and each class joins a group of its
+age and length, or opens one (at most ``max_groups``; beyond that, the group it pads least);
+groups whose pasts and lengths come close merge.
 
 With a fitted step-cost model (service/runtime/step_cost.py) both decisions are by predicted
 time: a newcomer joins whichever group adds least to the step (another decoder call's fixed
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from service.runtime.groups import GroupSpan
-from service.runtime.step_cost import StepCostModel, StepShape
+from service.runtime.step_cost import EncodePrices, StepCostModel, StepShape
 
 T = TypeVar("T")
 
@@ -45,6 +45,45 @@ def length_classes(items: Iterable[T], length: Callable[[T], int], slack: int) -
         else:
             classes.append([item])
     return classes
+
+
+def encoder_calls(
+    length_class: list[T], length: Callable[[T], int], prices: EncodePrices | None
+) -> list[list[T]]:
+    """One length class (sorted by ``length``) cut into the encoder calls that cost least by
+    ``prices``: runs of neighbouring lengths, each padded to its longest.
+
+    A class may pad its shortest source to twice its length (``similar_lengths``), and the
+    encoder's work is linear in padded tokens: one call for a class of UI strings computed
+    1.5-1.7x the real tokens. A further call costs its fixed overhead and saves the padding
+    of the rows below the cut, so the cut follows the fitted prices (a dynamic programme over
+    the class's distinct lengths, a few dozen at most). Without prices: one call."""
+    if prices is None or len(length_class) < 2:
+        return [length_class]
+    # ends[k]: one past the last item of the k-th distinct length; starts[k] where it begins
+    ends = [
+        index + 1
+        for index in range(len(length_class))
+        if index + 1 == len(length_class)
+        or length(length_class[index + 1]) != length(length_class[index])
+    ]
+    starts = [0, *ends]
+    least = [0.0] * (len(ends) + 1)  # least[j]: seconds of the items before ends[j - 1]
+    cut_at = [0] * (len(ends) + 1)
+    for j, end in enumerate(ends, 1):
+        per_row = prices.per_row(length(length_class[end - 1]))
+        best, best_start = least[0] + end * per_row, 0
+        for i in range(1, j):
+            seconds = least[i] + (end - starts[i]) * per_row
+            if seconds < best:
+                best, best_start = seconds, i
+        least[j], cut_at[j] = best + prices.per_call, best_start
+    calls: list[list[T]] = []
+    j = len(ends)
+    while j:
+        calls.append(length_class[starts[cut_at[j]] : ends[j - 1]])
+        j = cut_at[j]
+    return calls[::-1]
 
 
 @dataclass

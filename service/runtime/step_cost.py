@@ -234,9 +234,40 @@ class CallCostModel:
 
 
 def encode_features(calls: int, tokens: int, squared: int) -> tuple[float, float, float]:
-    """An admission's encoder work: calls (one per length class), source tokens over all
-    rows, and the sum of rows x S^2 (self-attention over each source)."""
+    """An admission's encoder work: calls, padded source tokens over all rows, and the sum of
+    rows x S^2 (self-attention over each padded source)."""
     return (float(calls), tokens / 64.0, squared / 4096.0)
+
+
+def calls_features(calls: Sequence[Sequence[int]]) -> tuple[float, float, float]:
+    """``encode_features`` of encoder calls given as each call's source lengths (a call pads
+    every source to its longest)."""
+    tokens = sum(len(call) * max(call) for call in calls)
+    squared = sum(len(call) * max(call) ** 2 for call in calls)
+    return encode_features(len(calls), tokens, squared)
+
+
+@dataclass(frozen=True)
+class EncodePrices:
+    """The fitted encoder cost (``encode_features``' coefficients) per unit: seconds a call,
+    a padded source token, and a row's S^2. What cutting a length class into calls weighs."""
+
+    per_call: float
+    per_token: float
+    per_row_squared: float
+
+    @classmethod
+    def of(cls, model: CallCostModel) -> EncodePrices | None:
+        """None before the model is fitted: nothing is known, so nothing is cut finer."""
+        coefficients = model.coefficients
+        if not coefficients:
+            return None
+        per_call, per_64_tokens, per_4096_squared = coefficients
+        return cls(per_call, per_64_tokens / 64.0, per_4096_squared / 4096.0)
+
+    def per_row(self, width: int) -> float:
+        """Seconds one row padded to ``width`` source tokens adds to a call."""
+        return self.per_token * width + self.per_row_squared * width * width
 
 
 def merge_features(calls: int, copied: int) -> tuple[float, float]:
