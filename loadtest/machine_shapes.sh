@@ -5,7 +5,9 @@
 #   .venv/bin/python -m loadtest.shapes_report loadtest/results/shapes
 # Usage: loadtest/machine_shapes.sh "1core:0:1" "2shared:0-1:0-1"   (name:server cpus:client cpus)
 # Knobs (environment): PY, MODEL (an export dir), DURATION (s per cell), LOADS ("50 85 95"),
-# RUNS ("1 2"), CONCURRENCY (closed-loop clients for capacity), CAPACITY_S, MIX, RESULTS.
+# RUNS ("1 2"), CONCURRENCY (closed-loop clients for capacity), CAPACITY_S, MIX, RESULTS,
+# CAPACITY (req/s: skip the closed loop and load relative to this figure, e.g. the mean of
+# several closed-loop runs; one 20 s closed loop on shared cores has come out 20 % low).
 # The spawned servers inherit the environment (MT_PROVIDER=cuda serves on the GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,10 +23,14 @@ RESULTS=${RESULTS:-loadtest/results/shapes}
 mkdir -p "$RESULTS"
 for shape in "$@"; do
   IFS=: read -r name server client <<<"$shape"
-  $PY -m loadtest closed --spawn-server "$MODEL" --server-cpus "$server" --client-cpus "$client" \
-    --concurrency "$CONCURRENCY" --duration "$CAPACITY_S" --mix "$MIX" --no-plot \
-    --results-dir "$RESULTS" --name "$name-capacity" > "$RESULTS/$name-capacity.log" 2>&1
-  capacity=$($PY -c "import json; d=json.load(open('$RESULTS/$name-capacity.json')); print(d['summary']['throughput_rps'])")
+  if [ -n "${CAPACITY:-}" ]; then
+    capacity=$CAPACITY
+  else
+    $PY -m loadtest closed --spawn-server "$MODEL" --server-cpus "$server" --client-cpus "$client" \
+      --concurrency "$CONCURRENCY" --duration "$CAPACITY_S" --mix "$MIX" --no-plot \
+      --results-dir "$RESULTS" --name "$name-capacity" > "$RESULTS/$name-capacity.log" 2>&1
+    capacity=$($PY -c "import json; d=json.load(open('$RESULTS/$name-capacity.json')); print(d['summary']['throughput_rps'])")
+  fi
   echo "$name: capacity $capacity req/s"
   for load in $LOADS; do
     rate=$($PY -c "print(round($capacity * $load / 100, 2))")
