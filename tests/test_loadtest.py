@@ -767,6 +767,41 @@ def test_paired_report_takes_each_ratio_within_its_pair(tmp_path):
     assert b["p50"]["at_or_below_1"] == 1  # 1.2 and 0.5
 
 
+def test_shapes_report_judges_every_cell_and_finds_the_capacity(tmp_path, capsys):
+    from loadtest.shapes_report import main as shapes_main
+
+    def cell(cont: tuple, static: tuple, rate: float) -> dict:
+        result = _compare_result(cont[:3], static[:3])
+        for policy, shed in (("continuous", cont[3]), ("static", static[3])):
+            result["runs"][policy]["summary"]["by_status"] = {"429": shed} if shed else {}
+        return {**result, "config": {"rate": rate}}
+
+    cells = {  # (p50, p99, req/s, 429s) continuous, static; the rate sent
+        "1core-load50-run1.json": ((40, 150, 50.0, 0), (45, 160, 50.0, 0), 50.0),
+        "1core-load85-run1.json": ((90, 300, 85.0, 0), (80, 310, 85.0, 0), 85.0),  # p50 above
+        "2shared-load85-run1.json": ((60, 200, 169.5, 0), (150, 380, 170.0, 0), 170.0),
+        "2shared-load95-run1.json": ((70, 250, 190.0, 3), (160, 400, 180.0, 2), 190.0),  # sheds
+    }
+    for name, (cont, static, rate) in cells.items():
+        (tmp_path / name).write_text(json.dumps(cell(cont, static, rate)))
+    (tmp_path / "1core-capacity.json").write_text(
+        json.dumps({"summary": {"throughput_rps": 101.5}})
+    )
+    assert shapes_main([str(tmp_path)]) == 1  # not every cell at or below
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    # measured for one core; for two cores (CAPACITY, no closed loop) from the cells' rates
+    assert summary["capacity_rps"] == {"1core": 101.5, "2shared": 200.0}
+    verdicts = {(c["shape"], c["load_pct"]): c["continuous_wins"] for c in summary["cells"]}
+    assert verdicts == {
+        ("1core", 50): True,
+        ("1core", 85): False,
+        ("2shared", 85): True,  # 0.3 % less throughput is within the 1 % allowed
+        ("2shared", 95): False,
+    }
+    table = capsys.readouterr().out
+    assert "| 2shared (200.0 req/s) | 95 % | 1 | 70 / 250 | 160 / 400 |" in table
+
+
 def test_paired_cores_script_parses():
     script = Path(__file__).resolve().parents[1] / "loadtest" / "paired_cores.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)
