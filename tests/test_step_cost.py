@@ -45,6 +45,30 @@ def test_the_knee_lies_where_tokens_per_second_peak():
     assert len(model._knees) == computed  # the bucket of (0, 8): already known
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_without_a_row_squared_term_the_knee_is_the_cap(seed):
+    """Timings that bend the other way (a slightly negative row-squared term, as noise on
+    AVX-512 cores gives) fit without the term; linear in rows, tokens/s never fall as rows
+    grow, and the knee the shortcut gives is the one the model's own predictions give."""
+    rng = np.random.default_rng(seed)
+    terms = dict(
+        c0=rng.uniform(0, 2e-3) if seed else 0.0,
+        c1=rng.uniform(1e-5, 3e-4),
+        c2=rng.uniform(0, 2e-5),
+        c3=1e-5,
+        c4=-rng.uniform(1e-8, 2e-7),
+    )
+    model = StepCostModel()
+    model.calibrate((shape, cost(shape, **terms)) for shape in SHAPES)
+    assert model.coefficients[4] == 0.0  # dropped: no term may be negative
+    counts = np.arange(1, 65)
+    rates = counts / np.array([model.predict(StepShape(int(n), 20, 12)) for n in counts])
+    for tolerance in (0.0, 0.05):
+        expected = int(counts[rates >= rates.max() * (1 - tolerance) - 1e-9].max())
+        assert expected == 64
+        assert model.best_rows(20, 12, max_rows=64, tolerance=tolerance) == expected
+
+
 def test_no_term_is_negative_on_noisy_timings():
     """Timings with no cost per cached position, plus noise that an unconstrained fit turns
     into a negative self-attention term: the fitted terms stay >= 0, the fit stays close."""

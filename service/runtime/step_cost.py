@@ -171,10 +171,17 @@ class StepCostModel:
             coefficients = self._coefficients
             if coefficients is None:
                 return max_rows
-            counts = np.arange(1, max_rows + 1, dtype=np.float64)
-            features = _row_features(counts, past_len, width)  # (max_rows, 5)
-            rates = counts / np.maximum(features @ coefficients, self._floor)
-            knee = int(counts[rates >= rates.max() * (1 - tolerance)].max())
+            if self._coefficient_list[4] == 0.0:
+                # No row-squared term (the fit dropped it, as on AVX-512 cores): a call's
+                # seconds are linear in rows, so tokens/s never fall as rows grow and the knee
+                # is the cap; no need for the arrays (misses come every few steps: the past
+                # moves to the next bucket, a refit clears the cache).
+                knee = max_rows
+            else:
+                counts = np.arange(1, max_rows + 1, dtype=np.float64)
+                features = _row_features(counts, past_len, width)  # (max_rows, 5)
+                rates = counts / np.maximum(features @ coefficients, self._floor)
+                knee = int(counts[rates >= rates.max() * (1 - tolerance)].max())
             self._knees[key] = knee
         return knee
 
