@@ -226,7 +226,7 @@ class Engine:
         return None
 
     def add(self, requests: list[DecodeRequest]) -> list[RejectedRequest]:
-        """Encode the newcomers (one encoder call per length class) and place them in groups.
+        """Encode the newcomers (the encoder calls of each length class) and place them in groups.
         Invalid requests are returned, rejected alone; the others are admitted."""
         encoded = self.encode(requests)
         self.place(encoded)
@@ -436,9 +436,9 @@ class AdmissionPlan:
         )
 
     def _encode_seconds(self, newcomers: list[tuple[int, int]]) -> float:
-        """Encoder calls as ``Engine.encode`` makes them: one per length class, each over its
-        sentences padded to the class's longest source, the features the cost model was fitted
-        on (beams share their sentence's call)."""
+        """Encoder calls as ``Engine.encode`` makes them: each length class cut by
+        ``encoder_calls``, every call over its sentences padded to its longest source, the
+        features the cost model was fitted on (beams share their sentence's call)."""
         if not newcomers:
             return 0.0
         sources = [length for _, length in newcomers]
