@@ -24,6 +24,23 @@ def test_buffers_come_back_for_arrays_that_fit():
     assert pool.reused == 2 and not zeros.any()
 
 
+def test_the_smallest_buffer_that_fits_is_lent_the_oldest_of_equals_first():
+    pool = BufferPool(np.float32)
+    buffers = [np.empty(size, np.float32) for size in (100, 40, 60, 40, 36)]
+    address = [buffer.__array_interface__["data"][0] for buffer in buffers]
+    pool.recycle(buffers)
+    del buffers
+
+    def lent(shape: tuple[int, ...]) -> int:
+        return address.index(pool.empty(shape).__array_interface__["data"][0])
+
+    assert lent((37,)) == 1  # 40 floats: the older of the two
+    assert lent((5, 8)) == 3  # the other 40
+    assert lent((37,)) == 2  # then 60 (100 is also within MAX_WASTE, but larger)
+    assert lent((2, 3, 6)) == 4  # 36 fits exactly
+    assert pool.reused == 4 and pool.allocated == 0
+
+
 def test_buffers_something_else_refers_to_are_not_reused():
     pool = BufferPool(np.float32)
     arrays = [pool.empty((4, 4)) for _ in range(3)]
