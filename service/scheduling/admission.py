@@ -6,7 +6,8 @@ Three parts, each with one job:
     Fills one admission, unit by unit (the sentences of one request), like SGLang's
     ``PrefillAdder``: ``try_unit`` answers ``TAKEN``, ``NO_ROOM`` (rows or padded tokens) or
     ``OVER_BUDGET`` (past this machine's knee, or more encoder work than one admission may
-    stall the running rows for). It asks the engine's plan what the batch would look like.
+    stall the running rows for). It asks the engine's plan what the batch would look like;
+    ``take_run`` takes what ``try_unit`` over a queue would, in a few of those estimates.
 ``LatencyBudget``
     The continuous policy's judgement of a filled admission. Joining now costs the running
     rows: the stall while the newcomers are encoded (unless a spare core overlaps it) and

@@ -2,7 +2,8 @@
 
 The head of the queue goes first whenever it fits, so nothing starves; then units that do
 not widen the batch (less padding for every row), then the others in arrival order, each
-tried with the ``Admitter`` (service/scheduling/admission.py). Whole units join together; a
+judged by the ``Admitter`` (service/scheduling/admission.py; runs of units at once, with the
+same outcome as one at a time). Whole units join together; a
 unit that can never join whole (more rows than the budget or the knee, or more encoder work
 than one in-line admission may stall the running rows for) joins sentence by sentence. Under
 the continuous policy the filled admission then faces the ``LatencyBudget``: it joins now only
