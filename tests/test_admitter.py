@@ -1,7 +1,7 @@
 """The admitter's runs: ``take_run`` takes what ``try_unit`` over the units in turn takes.
 
 The reference is the one-unit-at-a-time loop the scheduler ran before runs (kept here as
-``_fill_one_by_one``); the plan is a fake whose rows, padded tokens and encoder seconds grow
+``_fill_one_by_one``; ``Admitter.fill`` is what replaced it); the plan is a fake whose rows, padded tokens and encoder seconds grow
 as units join, with a knee, a token budget, a stall bound and rows of several beams, so
 every verdict occurs. Nothing here times anything.
 """
@@ -73,11 +73,13 @@ def _limits(rng: random.Random, in_line: bool) -> AdmissionLimits:
     )
 
 
-def _fill_one_by_one(admitter: Admitter, units: list[list[Sentence]], misses_allowed: int) -> None:
+def _fill_one_by_one(
+    admitter: Admitter, units: list[list[Sentence]], misses_allowed: int, max_rows: int
+) -> None:
     """The scheduler's loop before runs: every unit tried alone."""
     misses = 0
     for unit in units:
-        if admitter.rows >= admitter._limits.max_rows or misses >= misses_allowed:
+        if admitter.rows >= max_rows or misses >= misses_allowed:
             break
         verdict = admitter.try_unit(unit)
         if verdict is Verdict.TAKEN:
@@ -88,17 +90,7 @@ def _fill_one_by_one(admitter: Admitter, units: list[list[Sentence]], misses_all
             misses += 1
 
 
-def _fill_in_runs(admitter: Admitter, units: list[list[Sentence]], misses_allowed: int) -> None:
-    """``Scheduler._fill_others``, with the admitter's row budget."""
-    from service.scheduling.scheduler import Scheduler
-
-    scheduler = Scheduler.__new__(Scheduler)
-    scheduler.max_rows = admitter._limits.max_rows
-    scheduler.MAX_ADMISSION_MISSES = misses_allowed
-    scheduler._fill_others(admitter, units)
-
-
-def _admitters(seed: int) -> tuple[Admitter, Admitter, GrowingPlan, GrowingPlan, list]:
+def _admitters(seed: int) -> tuple[Admitter, Admitter, GrowingPlan, GrowingPlan, list, int]:
     rng = random.Random(seed)
     running_rows = rng.choice([0, 0, 3, 12, 30])
     width = rng.randint(0, 30)
@@ -106,13 +98,13 @@ def _admitters(seed: int) -> tuple[Admitter, Admitter, GrowingPlan, GrowingPlan,
     limits = _limits(rng, in_line=rng.random() < 0.7)
     plans = GrowingPlan(running_rows, width, knee), GrowingPlan(running_rows, width, knee)
     admitters = [Admitter(plan, running_rows, limits) for plan in plans]
-    return admitters[0], admitters[1], plans[0], plans[1], _units(rng)
+    return admitters[0], admitters[1], plans[0], plans[1], _units(rng), limits.max_rows
 
 
 def test_a_run_takes_what_unit_by_unit_takes_until_its_first_refusal():
     verdicts_seen = set()
     for seed in range(400):
-        one_by_one, in_runs, _, _, units = _admitters(seed)
+        one_by_one, in_runs, _, _, units, _ = _admitters(seed)
         expected, first_refusal = 0, None
         for unit in units:
             verdict = one_by_one.try_unit(unit)
@@ -131,10 +123,10 @@ def test_a_run_takes_what_unit_by_unit_takes_until_its_first_refusal():
 
 def test_filling_in_runs_chooses_what_one_unit_at_a_time_chose():
     for seed in range(400):
-        one_by_one, in_runs, _, _, units = _admitters(seed)
+        one_by_one, in_runs, _, _, units, max_rows = _admitters(seed)
         misses_allowed = random.Random(seed).choice([1, 3, 8])
-        _fill_one_by_one(one_by_one, units, misses_allowed)
-        _fill_in_runs(in_runs, units, misses_allowed)
+        _fill_one_by_one(one_by_one, units, misses_allowed, max_rows)
+        in_runs.fill(units, misses_allowed)
         assert [s.sentence_id for s in in_runs.chosen] == [
             s.sentence_id for s in one_by_one.chosen
         ], seed
@@ -152,9 +144,9 @@ def test_a_long_queue_that_joins_whole_costs_a_handful_of_estimates():
     )
     units = [[_sentence(index, 8, 1, index)] for index in range(40)]
     one_plan, runs_plan = GrowingPlan(10, 8, None), GrowingPlan(10, 8, None)
-    _fill_one_by_one(Admitter(one_plan, 10, limits), units, 8)
+    _fill_one_by_one(Admitter(one_plan, 10, limits), units, 8, limits.max_rows)
     in_runs = Admitter(runs_plan, 10, limits)
-    _fill_in_runs(in_runs, units, 8)
+    in_runs.fill(units, 8)
     assert len(in_runs.chosen) == 40
     assert one_plan.estimates == 40
     assert runs_plan.estimates <= 2 * (40).bit_length()  # runs of 1, 2, 4, ..., 32, then 40

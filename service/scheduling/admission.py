@@ -7,7 +7,8 @@ Three parts, each with one job:
     ``PrefillAdder``: ``try_unit`` answers ``TAKEN``, ``NO_ROOM`` (rows or padded tokens) or
     ``OVER_BUDGET`` (past this machine's knee, or more encoder work than one admission may
     stall the running rows for). It asks the engine's plan what the batch would look like;
-    ``take_run`` takes what ``try_unit`` over a queue would, in a few of those estimates.
+    ``fill`` takes what ``try_unit`` over a queue would, in runs of units (``take_run``),
+    in a few of those estimates.
 ``LatencyBudget``
     The continuous policy's judgement of a filled admission. Joining now costs the running
     rows: the stall while the newcomers are encoded (unless a spare core overlaps it) and
@@ -93,6 +94,22 @@ class Admitter:
         if verdict is Verdict.TAKEN:
             self.take(unit, estimate)
         return verdict
+
+    def fill(self, units: Sequence[Sequence[Sentence]], max_misses: int) -> None:
+        """Each unit in turn joins if it fits beside those taken, until the rows are full or
+        ``max_misses`` refusals in a row; tried in runs (``take_run``)."""
+        misses = start = 0
+        while start < len(units):
+            if self.rows >= self._limits.max_rows or misses >= max_misses:
+                return
+            taken, verdict = self.take_run(units[start:])
+            if verdict is None:
+                return  # every unit left joined
+            refused = units[start + taken]
+            start += taken + 1
+            misses = 1 if taken else misses + 1
+            if verdict is Verdict.OVER_BUDGET and len(refused) == 1 and refused[0].rows == 1:
+                return  # one row already passes the budget: so would every other unit
 
     def take_run(self, units: Sequence[Sequence[Sentence]]) -> tuple[int, Verdict | None]:
         """The longest leading run of ``units`` that joins, taken: how many units that is, and

@@ -150,28 +150,13 @@ class Scheduler:
                 return []
         width = max((s.src_len for s in staying + admitter.chosen), default=0)
         # stable sort: arrival order kept among units that widen the batch and among the rest
-        self._fill_others(
-            admitter, sorted(others, key=lambda unit: max(s.src_len for s in unit) > width)
+        admitter.fill(
+            sorted(others, key=lambda unit: max(s.src_len for s in unit) > width),
+            self.MAX_ADMISSION_MISSES,
         )
         if judges_cost and staying and not self._joins_now(admitter, now, staying):
             return []
         return admitter.chosen
-
-    def _fill_others(self, admitter: Admitter, units: list[list[Sentence]]) -> None:
-        """Each unit in turn joins if it fits beside those taken, until the rows are full or
-        ``MAX_ADMISSION_MISSES`` refusals in a row; tried in runs (``Admitter.take_run``)."""
-        misses = start = 0
-        while start < len(units):
-            if admitter.rows >= self.max_rows or misses >= self.MAX_ADMISSION_MISSES:
-                return
-            taken, verdict = admitter.take_run(units[start:])
-            if verdict is None:
-                return  # every unit left joined
-            refused = units[start + taken]
-            start += taken + 1
-            misses = 1 if taken else misses + 1
-            if verdict is Verdict.OVER_BUDGET and len(refused) == 1 and refused[0].rows == 1:
-                return  # one row already passes the budget: so would every other unit
 
     def _joins_now(self, admitter: Admitter, now: BatchEstimate, staying: list[Sentence]) -> bool:
         joined = admitter.estimate
