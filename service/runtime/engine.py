@@ -403,17 +403,24 @@ class AdmissionPlan:
         self._before = list(placement.spans)  # the running groups before any newcomer
         self._encode_prices = EncodePrices.of(engine.encode_cost)
         self._cuts: dict[tuple[int, ...], list[list[int]]] = {}
+        # The last estimate's newcomers and placement: taking just those adopts it.
+        self._trial: tuple[list[tuple[int, int]], Placement] | None = None
 
     def estimate(self, newcomers: Sequence[tuple[int, int]]) -> BatchEstimate:
         """The batch with what was taken so far and ``newcomers`` too."""
         trial = self._placement.copy()
         for rows, src_len in newcomers:
             trial.place(rows, src_len)
+        self._trial = (list(newcomers), trial)
         return self._estimate(trial, [*self._taken, *newcomers])
 
     def take(self, newcomers: Sequence[tuple[int, int]]) -> None:
-        for rows, src_len in newcomers:
-            self._placement.place(rows, src_len)
+        if self._trial is not None and self._trial[0] == list(newcomers):
+            self._placement = self._trial[1]  # placed already, by the estimate just made
+        else:
+            for rows, src_len in newcomers:
+                self._placement.place(rows, src_len)
+        self._trial = None
         self._taken.extend(newcomers)
 
     def _estimate(self, placement: Placement, newcomers: list[tuple[int, int]]) -> BatchEstimate:

@@ -116,9 +116,10 @@ class Admitter:
         the verdict on the unit after it (None: all joined). What ``try_unit`` over the units
         in turn takes until its first refusal, in about 2 log2(run) estimates rather than one
         a unit: on one core the CPU that choosing costs lengthens every queue. Runs of 1, 2,
-        4, ... units are tried until one is refused, then bisected; both rely on a longer run
-        never joining where a shorter one does not (rows, padded tokens, encoder time and its
-        stall only grow as units join)."""
+        4, ... more units are tried until one is refused, then halved until a unit alone is;
+        each run that joins is taken at once, so every estimate places only the units after
+        those taken. Both rely on a longer run never joining where a shorter one does not
+        (rows, padded tokens, encoder time and its stall only grow as units join)."""
         if units and not self.chosen:
             # the admission's first unit is judged alone (an empty batch takes it whole, and
             # its encoder tokens are not bounded): the runs start after it
@@ -127,30 +128,23 @@ class Admitter:
                 return 0, first
             taken, after = self.take_run(units[1:])
             return taken + 1, after
+        starts = [0, *itertools.accumulate(len(unit) for unit in units)]  # into ``flat``
         flat = [sentence for unit in units for sentence in unit]
-        ends = list(itertools.accumulate(len(unit) for unit in units))
-        judged: dict[int, tuple[Verdict, BatchEstimate | None]] = {}
-
-        def joins(count: int) -> bool:
-            judged[count] = self._judge(flat[: ends[count - 1]])
-            return judged[count][0] is Verdict.TAKEN
-
-        fitting, refused = 0, 1  # the longest run known to join; a longer one to try
-        while refused <= len(units) and joins(refused):
-            fitting, refused = refused, 2 * refused
-        if refused > len(units):
-            refused = len(units)
-            if refused > fitting and joins(refused):
-                fitting = refused
-        while refused - fitting > 1:
-            middle = (fitting + refused) // 2
-            if joins(middle):
-                fitting = middle
+        taken, size = 0, 1  # units taken; how many more to try
+        refused: int | None = None  # the fewest units known not to join (from the start)
+        refusal: Verdict | None = None
+        while taken < (refused - 1 if refused is not None else len(units)):
+            end = min(taken + size, refused - 1 if refused is not None else len(units))
+            run = flat[starts[taken] : starts[end]]
+            verdict, estimate = self._judge(run)
+            if verdict is Verdict.TAKEN:
+                self.take(run, estimate)
+                taken = end
+                size = 2 * size if refused is None else max(1, (refused - taken) // 2)
             else:
-                refused = middle
-        if fitting:
-            self.take(flat[: ends[fitting - 1]], judged[fitting][1])
-        return fitting, judged[refused][0] if fitting < len(units) else None
+                refused, refusal = end, verdict
+                size = max(1, (end - taken) // 2)
+        return taken, refusal if taken < len(units) else None
 
     def _judge(self, unit: Sequence[Sentence]) -> tuple[Verdict, BatchEstimate | None]:
         """Whether ``unit`` would join what is taken so far, and the batch's estimate if so."""
