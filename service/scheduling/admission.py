@@ -133,8 +133,8 @@ class Admitter:
         taken, size = 0, 1  # units taken; how many more to try
         refused: int | None = None  # the fewest units known not to join (from the start)
         refusal: Verdict | None = None
-        while taken < (refused - 1 if refused is not None else len(units)):
-            end = min(taken + size, refused - 1 if refused is not None else len(units))
+        while taken < (limit := len(units) if refused is None else refused - 1):
+            end = min(taken + size, limit)  # ``limit``: the longest run that may still join
             run = flat[starts[taken] : starts[end]]
             verdict, estimate = self._judge(run)
             if verdict is Verdict.TAKEN:

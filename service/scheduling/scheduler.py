@@ -2,12 +2,12 @@
 
 The head of the queue goes first whenever it fits, so nothing starves; then units that do
 not widen the batch (less padding for every row), then the others in arrival order, each
-judged by the ``Admitter`` (service/scheduling/admission.py; runs of units at once, with the
-same outcome as one at a time). Whole units join together; a
-unit that can never join whole (more rows than the budget or the knee, or more encoder work
-than one in-line admission may stall the running rows for) joins sentence by sentence. Under
-the continuous policy the filled admission then faces the ``LatencyBudget``: it joins now only
-where that adds less delay, summed over every row, than waiting for the batch to drain.
+judged by the ``Admitter`` (service/scheduling/admission.py; in runs of units, with the
+outcome of one unit at a time). Whole units join together; a unit that can never join whole
+(more rows than the budget or the knee, or more encoder work than one in-line admission may
+stall the running rows for) joins sentence by sentence. Under the continuous policy the
+filled admission then faces the ``LatencyBudget``: it joins now only where that adds less
+delay, summed over every row, than waiting for the batch to drain.
 """
 
 from __future__ import annotations
