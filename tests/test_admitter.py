@@ -1,9 +1,9 @@
 """The admitter's runs: ``take_run`` takes what ``try_unit`` over the units in turn takes.
 
 The reference is the one-unit-at-a-time loop the scheduler ran before runs (kept here as
-``_fill_one_by_one``; ``Admitter.fill`` is what replaced it); the plan is a fake whose rows, padded tokens and encoder seconds grow
-as units join, with a knee, a token budget, a stall bound and rows of several beams, so
-every verdict occurs. Nothing here times anything.
+``_fill_one_by_one``; ``Admitter.fill`` replaced it). The plan is a fake whose rows, padded
+tokens and encoder seconds grow as units join, with a knee, a token budget, a stall bound
+and rows of several beams, so every verdict occurs. Nothing here times anything.
 """
 
 from __future__ import annotations
