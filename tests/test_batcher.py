@@ -348,6 +348,47 @@ async def test_a_head_that_cannot_join_is_not_reconsidered_for_what_arrives_behi
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("over_stall", [False, True])
+async def test_a_head_refused_over_the_stall_bound_is_not_reconsidered_as_rows_leave(
+    make_batcher, over_stall
+):
+    """A head refused because encoding it would stall the running rows past the bound is not
+    looked at again when a row leaves (fewer rows step faster: the bound only tightens); a
+    head refused for anything else is. Both join once the batch has drained."""
+    engine = GatedEngine()
+    batcher = make_batcher(engine)
+    loop = batcher._loop
+    calls: list[int] = []
+
+    def choose(units, staying):
+        calls.append(engine.steps)
+        loop.scheduler.head_refused = bool(staying)
+        loop.scheduler.head_over_stall = over_stall and bool(staying)
+        return [] if staying else [s for unit in units for s in unit]
+
+    loop.scheduler.choose = choose  # type: ignore[method-assign]
+    running_task = asyncio.ensure_future(batcher.submit([sentence(40), sentence(4, first=300)]))
+    engine.allow(1)
+    await wait_until(lambda: engine.steps == 1 and engine.waiting.is_set(), "two rows decoding")
+    head_task = asyncio.ensure_future(batcher.submit([sentence(3, first=100)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "a head queued")
+    engine.allow(1)
+    await wait_until(lambda: engine.steps == 2 and engine.waiting.is_set(), "the head refused")
+    refused_at = calls[-1]
+    engine.allow(8)  # the short running row finishes meanwhile
+    await wait_until(lambda: engine.steps == 10 and engine.waiting.is_set(), "eight more steps")
+    assert engine.rows_per_step[-1] == 1
+    if over_stall:
+        assert calls[-1] == refused_at  # a row leaving changed nothing
+    else:
+        assert refused_at < calls[-1] < 10  # chosen again once the row had left
+    engine.allow(10**6)
+    [head], [long, short] = await asyncio.gather(head_task, running_task)
+    assert short.finished_step < long.finished_step == head.admitted_step
+    assert head.tokens == FakeEngine.expected(sentence(3, first=100).src_ids)
+
+
+@pytest.mark.anyio
 async def test_rows_per_step_stay_within_max_batch_rows(make_batcher):
     engine = FakeEngine()
     batcher = make_batcher(engine, max_batch_rows=4)
@@ -694,6 +735,29 @@ async def test_an_in_line_admission_is_cut_into_chunks_that_stall_the_running_ro
     assert [r.tokens for r in results] == [FakeEngine.expected(r.src_ids) for r in paragraph]
     sizes = [len(ids) for _, ids in engine.admissions[1:]]
     assert sizes == [1] * 6
+
+
+@pytest.mark.anyio
+async def test_a_head_whose_first_sentence_alone_exceeds_the_stall_bound_is_marked_so(
+    make_batcher,
+):
+    """One running row: 11 ms steps, so a stall bound of 22 ms. A 6-token head would stall it
+    for 24 ms of encoder and 1 ms of merge, even alone: refused over the bound (which the
+    engine loop's hold relies on), it joins once the running row has finished."""
+    engine = GatedEngine()
+    one_core_costs(engine)
+    batcher = make_batcher(engine, max_stall_steps=2.0)
+    scheduler = batcher._loop.scheduler
+    running = asyncio.ensure_future(batcher.submit([sentence(40, first=1)]))
+    await wait_until(lambda: engine.active_rows == 1 and engine.waiting.is_set(), "1 running")
+    head = asyncio.ensure_future(batcher.submit([sentence(6, first=100)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "head queued")
+    engine.allow(1)
+    await wait_until(lambda: engine.steps == 1 and engine.waiting.is_set(), "one step")
+    assert scheduler.head_refused and scheduler.head_over_stall
+    engine.allow(10**6)
+    [late], [long] = await asyncio.gather(head, running)
+    assert late.admitted_step == long.finished_step
 
 
 @pytest.mark.anyio

@@ -49,6 +49,7 @@ class Deferral:
 
     queue: int | None  # the queue's version, or its head unit where the head was refused
     head_refused: bool
+    head_over_stall: bool  # the head was refused over the stall bound (``Scheduler``)
     batch_version: int
     step: int
     # Deferred by the latency budget: how far from joining, and the counts that close it.
@@ -177,6 +178,7 @@ class EngineLoop:
                 else Deferral(
                     next(iter(units)) if refused else version,  # units' first is the head
                     refused,
+                    self.scheduler.head_over_stall,
                     self._batch_version,
                     self.engine.steps,
                     self.scheduler.deficit,
@@ -198,7 +200,9 @@ class EngineLoop:
         step, and under load most boundaries defer). A deferral by the latency budget holds
         until the rows that left, the steps taken and the rows that arrived since could have
         closed its deficit (``Deficit``), or a row joined; one where the head could not join,
-        until the batch or the head changes (nothing arriving behind it changes that); any
+        until the batch or the head changes (nothing arriving behind it changes that), and
+        where it could not for the stall bound, until a row joins or the head changes (rows
+        leaving only tighten the bound; an empty batch takes the head whatever it costs); any
         other, until the batch or the queue changes (holds the queue's ``cond``)."""
         deferred = self._deferred
         steps_since = self.engine.steps - deferred.step if deferred is not None else 0
@@ -211,6 +215,8 @@ class EngineLoop:
                 steps_since,
                 queue.arrived_rows - deferred.arrived_rows,
             )
+        if deferred.head_over_stall:
+            return self.rows_joined == deferred.rows_joined and deferred.queue == queue.head_unit()
         if deferred.batch_version != self._batch_version:
             return False
         return deferred.queue == (queue.head_unit() if deferred.head_refused else queue.version)

@@ -80,6 +80,10 @@ class Scheduler:
         # The last choice deferred because the head of the queue could not join: nobody
         # joins before it, whatever arrives behind it.
         self.head_refused = False
+        # ... because its first sentence alone would stall the running rows past the bound:
+        # rows leaving only shorten the step the bound counts in, so only a row joining (a
+        # longer step), a new head or an empty batch can let it in.
+        self.head_over_stall = False
         # The last choice deferred by the latency budget: how far it was from joining.
         self.deficit: Deficit | None = None
 
@@ -87,7 +91,7 @@ class Scheduler:
         """The sentences of ``units`` (queued, by unit, in arrival order) that join the
         ``staying`` running sentences at this boundary; [] when none does (a deferral)."""
         units = self._by_priority(units, staying)
-        self.head_refused = False
+        self.head_refused = self.head_over_stall = False
         self.deficit = None
         chosen = self._fill(units, staying) if units else []
         if not chosen:
@@ -143,10 +147,11 @@ class Scheduler:
                 self.head_refused = True
                 return []
             for sentence in head[len(admitter.chosen) :]:  # sentence by sentence
-                if admitter.try_unit([sentence]) is not Verdict.TAKEN:
+                if (verdict := admitter.try_unit([sentence])) is not Verdict.TAKEN:
                     break
             if not admitter.chosen:
                 self.head_refused = True
+                self.head_over_stall = verdict is Verdict.OVER_BUDGET and admitter.over_stall
                 return []
         width = max((s.src_len for s in staying + admitter.chosen), default=0)
         # stable sort: arrival order kept among units that widen the batch and among the rest
