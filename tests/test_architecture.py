@@ -162,3 +162,16 @@ def test_the_architecture_page_names_every_module():
         if path.name != "__init__.py" and str(path.relative_to(SERVICE)) not in page
     ]
     assert unnamed == []
+
+
+def test_no_class_in_the_scheduler_or_the_runtime_passes_300_lines():
+    """A newcomer reads each class in one sitting: the batcher and the engine stay in parts."""
+    long = {
+        f"{path.relative_to(SERVICE)}:{node.name}": node.end_lineno - node.lineno + 1
+        for package in ("scheduling", "runtime")
+        for path in (SERVICE / package).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.end_lineno is not None
+        if node.end_lineno - node.lineno + 1 > 300
+    }
+    assert long == {}

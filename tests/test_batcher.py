@@ -291,7 +291,7 @@ async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batche
     await wait_until(lambda: engine.steps == 42 and engine.waiting.is_set(), "40 more steps")
     deferred = [step for step in calls if step >= 2]
     # the first choice at step 3, then one each RECHECK_STEPS steps: not one per step
-    assert deferred == [3, 3 + loop.RECHECK_STEPS, 3 + 2 * loop.RECHECK_STEPS], calls
+    assert deferred == [3, 3 + loop.hold.RECHECK_STEPS, 3 + 2 * loop.hold.RECHECK_STEPS], calls
 
     other_task = asyncio.ensure_future(batcher.submit([sentence(4, first=200)]))
     await wait_until(lambda: batcher.queue_depth == 2, "another unit queued")
@@ -304,7 +304,7 @@ async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batche
     [waited], [other], [long] = await asyncio.gather(waiting_task, other_task, long_task)
     assert waited.tokens == FakeEngine.expected(sentence(3, first=100).src_ids)
     # the deferral made at step 43 held for its RECHECK_STEPS, then both joined
-    assert waited.admitted_step == other.admitted_step == 43 + loop.RECHECK_STEPS
+    assert waited.admitted_step == other.admitted_step == 43 + loop.hold.RECHECK_STEPS
     assert other.admitted_step < long.finished_step
 
 
@@ -804,7 +804,7 @@ async def test_token_budget_counts_the_running_past_length(make_batcher):
     # The fake shrinks P with no row leaving (the engine's P shrinks only when rows leave,
     # which has the queue looked at again at once): the deferral made at the first boundary
     # is looked at again after RECHECK_STEPS.
-    assert late.admitted_step == 1 + batcher._loop.RECHECK_STEPS < long.finished_step
+    assert late.admitted_step == 1 + batcher._loop.hold.RECHECK_STEPS < long.finished_step
 
 
 @pytest.mark.anyio

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from service.errors import EngineFailure, InvalidRow, NotAccepting
 from service.metrics import ServiceMetrics
 from service.runtime.engine import FinishedRequest, RejectedRequest
-from service.scheduling.admission import Deficit
+from service.scheduling.deferral import BatchChanges, DeferralHold
 from service.scheduling.overlap import EncoderOverlap, EncodingFailed
 from service.scheduling.policies import AdmissionPolicy
 from service.scheduling.scheduler import Scheduler
@@ -43,28 +43,8 @@ class Schedule:
     newcomers: list[Sentence]
 
 
-@dataclass(frozen=True)
-class Deferral:
-    """What a choice that deferred every queued unit depended on (``_still_deferred``)."""
-
-    queue: int | None  # the queue's version, or its head unit where the head was refused
-    head_refused: bool
-    head_over_stall: bool  # the head was refused over the stall bound (``Scheduler``)
-    batch_version: int
-    step: int
-    # Deferred by the latency budget: how far from joining, and the counts that close it.
-    deficit: Deficit | None = None
-    rows_left: int = 0  # ``EngineLoop.rows_left`` then
-    rows_joined: int = 0  # ``EngineLoop.rows_joined`` then
-    arrived_rows: int = 0  # ``SentenceQueue.arrived_rows`` then
-
-
 class EngineLoop:
     """The engine thread's state and loop (every method runs on the engine thread)."""
-
-    # A deferral is re-examined at least this often even when nothing changed (background
-    # units age; the output-length estimates move).
-    RECHECK_STEPS = 16
 
     def __init__(
         self,
@@ -95,10 +75,9 @@ class EngineLoop:
         self.admission_window = admission_window
         self._track_knee = track_knee
         self._running: dict[int, Sentence] = {}
-        self._batch_version = 0  # grows whenever a sentence joins or leaves the batch
-        self.rows_left = 0  # rows that ever left the batch (finished or dropped)
-        self.rows_joined = 0  # rows that ever joined it
-        self._deferred: Deferral | None = None  # the last choice, where it deferred everyone
+        self.batch_changes = BatchChanges()
+        # the last choice, where it deferred everyone: choosing again is skipped while it holds
+        self.hold = DeferralHold(self.batch_changes)
         self.clock = PhaseClock(metrics.engine_phase)  # where this thread's time goes
 
     def run(self) -> None:
@@ -135,7 +114,7 @@ class EngineLoop:
 
     def _schedule(self) -> Schedule | None:
         """Wait for work; the sentences to drop and to admit at this boundary (None: stop)."""
-        queue, clock = self.queue, self.clock
+        queue, clock, engine = self.queue, self.clock, self.engine
         with queue.cond:
             while not (self._running or self._encoding or queue.to_drop or queue.stopping):
                 waited = time.perf_counter()
@@ -160,7 +139,7 @@ class EngineLoop:
             units = (
                 queue.units(self.admission_window)
                 if encoding is None
-                and not (self._running and not dropped and self._still_deferred())
+                and not (self._running and not dropped and self.hold.holds(engine.steps, queue))
                 and self.policy.open(queue, self._running_rows(dropped))
                 else {}
             )
@@ -168,58 +147,26 @@ class EngineLoop:
         newcomers: list[Sentence] = []
         if units:
             # CPU, not wall: on one core the event loop takes the core mid-choice
-            choice_cpu = time.thread_time()
-            newcomers = self.scheduler.choose(list(units.values()), staying)
+            scheduler, choice_cpu = self.scheduler, time.thread_time()
+            newcomers = scheduler.choose(list(units.values()), staying)
             self.metrics.admission_choice_cpu.inc(time.thread_time() - choice_cpu)
-            refused = self.scheduler.head_refused
-            self._deferred = (
-                None
-                if newcomers
-                else Deferral(
-                    next(iter(units)) if refused else version,  # units' first is the head
-                    refused,
-                    self.scheduler.head_over_stall,
-                    self._batch_version,
-                    self.engine.steps,
-                    self.scheduler.deficit,
-                    self.rows_left,
-                    self.rows_joined,
-                    arrived_rows,
+            if newcomers:
+                self.hold.clear()
+            else:
+                self.hold.record(
+                    next(iter(units)) if scheduler.head_refused else version,  # the head first
+                    head_refused=scheduler.head_refused,
+                    head_over_stall=scheduler.head_over_stall,
+                    step=engine.steps,
+                    deficit=scheduler.deficit,
+                    arrived_rows=arrived_rows,
                 )
-            )
         if newcomers:
             with queue.cond:
                 newcomers = queue.take(newcomers)
                 self.metrics.queue_depth.set(len(queue))
         clock.add("schedule", time.perf_counter() - chosen)
         return Schedule(dropped, newcomers)
-
-    def _still_deferred(self) -> bool:
-        """Whether the last choice deferred every queued unit and choosing again would defer
-        again, for fewer than ``RECHECK_STEPS`` steps (on one core a choice costs a sixth of a
-        step, and under load most boundaries defer). A deferral by the latency budget holds
-        until the rows that left, the steps taken and the rows that arrived since could have
-        closed its deficit (``Deficit``), or a row joined; one where the head could not join,
-        until the batch or the head changes (nothing arriving behind it changes that), and
-        where it could not for the stall bound, until a row joins or the head changes (rows
-        leaving only tighten the bound; an empty batch takes the head whatever it costs); any
-        other, until the batch or the queue changes (holds the queue's ``cond``)."""
-        deferred = self._deferred
-        steps_since = self.engine.steps - deferred.step if deferred is not None else 0
-        if deferred is None or steps_since >= self.RECHECK_STEPS:
-            return False
-        queue = self.queue
-        if deferred.deficit is not None and not deferred.head_refused:
-            return self.rows_joined == deferred.rows_joined and not deferred.deficit.closed_by(
-                self.rows_left - deferred.rows_left,
-                steps_since,
-                queue.arrived_rows - deferred.arrived_rows,
-            )
-        if deferred.head_over_stall:
-            return self.rows_joined == deferred.rows_joined and deferred.queue == queue.head_unit()
-        if deferred.batch_version != self._batch_version:
-            return False
-        return deferred.queue == (queue.head_unit() if deferred.head_refused else queue.version)
 
     def _running_rows(self, dropped: Sequence[int] = ()) -> int:
         return sum(s.rows for i, s in self._running.items() if i not in dropped)
@@ -304,8 +251,7 @@ class EngineLoop:
             sentence.admitted_step = admitted_step
             sentence.queue_wait_s = admitted_at - sentence.enqueued_at
             self._running[sentence.sentence_id] = sentence
-            self._batch_version += 1
-            self.rows_joined += sentence.rows
+            self.batch_changes.joined(sentence.rows)
             self.metrics.queue_wait.observe(sentence.queue_wait_s)
             self.metrics.input_tokens.inc(sentence.src_len)
         self.metrics.admitted_rows.observe(
@@ -343,8 +289,7 @@ class EngineLoop:
             sentence = self._running.pop(done.request_id, None)  # type: ignore[call-overload]
             if sentence is None:
                 continue  # dropped meanwhile
-            self._batch_version += 1
-            self.rows_left += sentence.rows
+            self.batch_changes.left(sentence.rows)
             tokens = list(done.tokens)
             self.scheduler.lengths.observe(sentence.src_len, done.steps)
             self.metrics.generated_tokens.inc(len(tokens))
@@ -369,8 +314,7 @@ class EngineLoop:
             return
         for sentence_id in sentence_ids:
             sentence = self._running.pop(sentence_id, None)
-            self._batch_version += 1
-            self.rows_left += sentence.rows if sentence is not None else 0
+            self.batch_changes.left(sentence.rows if sentence is not None else 0)
         try:
             self.engine.drop(sentence_ids)
         except Exception:
