@@ -128,6 +128,7 @@ class Admitter:
                 return 0, first
             taken, after = self.take_run(units[1:])
             return taken + 1, after
+        units = units[: self._fitting(units) + 1]  # a longer run has too many rows to join
         starts = [0, *itertools.accumulate(len(unit) for unit in units)]  # into ``flat``
         flat = [sentence for unit in units for sentence in unit]
         taken, size = 0, 1  # units taken; how many more to try
@@ -145,6 +146,17 @@ class Admitter:
                 refused, refusal = end, verdict
                 size = max(1, (end - taken) // 2)
         return taken, refusal if taken < len(units) else None
+
+    def _fitting(self, units: Sequence[Sequence[Sentence]]) -> int:
+        """How many leading ``units`` fit the rows left: no run past them can join (the one
+        after them is refused for its rows without an estimate), so a long queue costs a
+        choice no more than the rows left do."""
+        room = self._limits.max_rows - self.rows
+        for count, unit in enumerate(units):
+            room -= unit[0].rows if len(unit) == 1 else sum(sentence.rows for sentence in unit)
+            if room < 0:
+                return count
+        return len(units)
 
     def _judge(self, unit: Sequence[Sentence]) -> tuple[Verdict, BatchEstimate | None]:
         """Whether ``unit`` would join what is taken so far, and the batch's estimate if so."""

@@ -154,11 +154,7 @@ class Scheduler:
                 self.head_over_stall = verdict is Verdict.OVER_BUDGET and admitter.over_stall
                 return []
         width = max((s.src_len for s in staying + admitter.chosen), default=0)
-        # stable sort: arrival order kept among units that widen the batch and among the rest
-        admitter.fill(
-            sorted(others, key=lambda unit: max(s.src_len for s in unit) > width),
-            self.MAX_ADMISSION_MISSES,
-        )
+        admitter.fill(_narrow_first(others, width), self.MAX_ADMISSION_MISSES)
         if judges_cost and staying and not self._joins_now(admitter, now, staying):
             return []
         return admitter.chosen
@@ -180,3 +176,14 @@ class Scheduler:
             newcomer_steps=max(self.lengths.expected(s) for s in admitter.chosen),
         )
         return self.deficit is None
+
+
+def _narrow_first(units: list[list[Sentence]], width: int) -> list[list[Sentence]]:
+    """The units no wider than ``width`` source tokens, then the others, each in arrival order
+    (one pass: the window holds a few hundred units under load, and this runs every choice)."""
+    narrow: list[list[Sentence]] = []
+    wide: list[list[Sentence]] = []
+    for unit in units:
+        widest = unit[0].src_len if len(unit) == 1 else max(s.src_len for s in unit)
+        (wide if widest > width else narrow).append(unit)
+    return narrow + wide
