@@ -135,10 +135,20 @@ class Settings(BaseSettings):
     static_max_wait_ms: float = Field(
         10.0,
         ge=0,
-        description="`static` batching only: longest time the oldest queued sentence waits "
-        "for a full batch while the engine is idle (Triton's max_queue_delay).",
+        description="`static` batching: longest time the oldest queued sentence waits for a "
+        "full batch while the engine is idle (Triton's max_queue_delay); also `continuous` "
+        "batching's idle wait on one CPU unless admission_idle_wait_ms is set.",
     )
 
+    admission_idle_wait_ms: float | None = Field(
+        None,
+        ge=0,
+        description="`continuous` batching: while the engine is idle, the oldest queued "
+        "sentence waits up to this long for others to share its encoder call and first steps "
+        "(as `static` batching waits static_max_wait_ms). Default: static_max_wait_ms where "
+        "the encoder runs in line (one CPU), where a newcomer arriving just after an admission "
+        "rarely joins it; 0 with encoder_overlap, where it joins from the encoder thread.",
+    )
     admission_max_stall_steps: float = Field(
         2.0,
         gt=0,

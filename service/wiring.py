@@ -65,20 +65,25 @@ def engine_config(settings: Settings) -> EngineConfig:
 
 
 def batching_config(settings: Settings) -> BatchingConfig:
+    # an encoder thread needs a core of its own: with one, it would only take turns
+    encoder_overlap = settings.encoder_overlap and cpu_budget().cpus >= 2
+    idle_wait_ms = settings.admission_idle_wait_ms
+    if idle_wait_ms is None:
+        idle_wait_ms = 0.0 if encoder_overlap else settings.static_max_wait_ms
     return BatchingConfig(
         max_batch_rows=settings.max_batch_rows,
         max_batch_tokens=settings.max_batch_tokens,
         max_queue=settings.max_queue,
         batching=settings.batching,
         static_max_wait_s=settings.static_max_wait_ms / 1000,
+        idle_wait_s=idle_wait_ms / 1000,
         max_stall_steps=settings.admission_max_stall_steps,
         background_max_rows=settings.background_max_rows,
         background_max_wait_s=settings.background_max_wait_ms / 1000,
         cost_aware=settings.admission_cost_aware,
         cost_tolerance=settings.admission_cost_tolerance,
         max_admit_tokens=settings.admission_max_tokens,
-        # an encoder thread needs a core of its own: with one, it would only take turns
-        encoder_overlap=settings.encoder_overlap and cpu_budget().cpus >= 2,
+        encoder_overlap=encoder_overlap,
         encoder_idle_priority=settings.encoder_idle_priority,
         encoder_max_lag_s=settings.encoder_max_lag_ms / 1000,
     )

@@ -932,6 +932,39 @@ def test_batching_config_comes_from_settings_in_one_place():
     assert (config.max_stall_steps, batcher.max_batch_rows, config.cost_aware) == (3, 7, False)
 
 
+@pytest.mark.parametrize(
+    ("cpus", "idle_wait_ms", "expected_s"),
+    [(1, None, 0.010), (2, None, 0.0), (2, 5.0, 0.005), (1, 0.0, 0.0)],
+)
+def test_an_idle_engine_waits_for_company_only_where_the_encoder_runs_in_line(
+    monkeypatch, cpus, idle_wait_ms, expected_s
+):
+    """On one CPU a newcomer arriving just after an admission rarely joins it, so an idle
+    engine waits as long as static batching would; with an encoder thread it does not."""
+    from service import wiring
+    from service.config import Settings
+    from service.runtime.cpus import CpuBudget
+
+    monkeypatch.setattr(wiring, "cpu_budget", lambda: CpuBudget(cpus, cpus, None, "affinity"))
+    settings = Settings(static_max_wait_ms=10.0, admission_idle_wait_ms=idle_wait_ms)
+    config = wiring.batching_config(settings)
+    assert config.encoder_overlap == (cpus >= 2)
+    assert config.idle_wait_s == pytest.approx(expected_s)
+
+
+@pytest.mark.anyio
+async def test_with_an_idle_wait_newcomers_arriving_within_it_share_one_admission(make_batcher):
+    engine = FakeEngine()
+    batcher = make_batcher(engine, idle_wait_s=0.3)
+    first = asyncio.ensure_future(batcher.submit([sentence(4, first=1)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "the first queued")
+    second = asyncio.ensure_future(batcher.submit([sentence(5, first=20)]))
+    [one], [two] = await asyncio.gather(first, second)
+    assert [len(ids) for _, ids in engine.admissions] == [2]  # one encoder call for both
+    assert one.queue_wait_s >= 0.29 and two.queue_wait_s <= one.queue_wait_s  # the first waited
+    assert one.tokens == FakeEngine.expected(sentence(4, first=1).src_ids)
+
+
 def test_engine_threads_leave_the_event_loop_a_core_unless_set(monkeypatch):
     import os
 

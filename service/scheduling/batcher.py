@@ -43,6 +43,7 @@ from service.scheduling.policies import (
     AdmissionPolicy,
     BatchingPolicy,
     ContinuousPolicy,
+    IdleWait,
     StaticPolicy,
 )
 from service.scheduling.scheduler import CostedEngine, Scheduler
@@ -82,6 +83,9 @@ class BatchingConfig:
     max_queue: int = 256
     batching: BatchingPolicy = "continuous"
     static_max_wait_s: float = 0.01
+    # Continuous: how long the oldest queued sentence waits for company while the engine is
+    # idle (the settings make it static_max_wait_s where the encoder runs in line, else 0).
+    idle_wait_s: float = 0.0
     admission_window: int | None = None  # default: 4 x max_batch_rows
     # Cost-aware admission (continuous): newcomers join only while the batch stays within the
     # row count at which the engine's learned step cost puts this machine's knee (the most
@@ -139,7 +143,8 @@ class ContinuousBatcher:
         self._turn = turn
         self.policy: AdmissionPolicy
         if config.batching == "continuous":
-            self.policy = ContinuousPolicy()
+            idle_wait = IdleWait(config.max_batch_rows, config.idle_wait_s, clock)
+            self.policy = ContinuousPolicy(idle_wait if config.idle_wait_s > 0 else None)
         elif config.batching == "static":
             self.policy = StaticPolicy(config.max_batch_rows, config.static_max_wait_s, clock)
         else:

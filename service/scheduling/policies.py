@@ -2,7 +2,11 @@
 
 ``ContinuousPolicy`` (default)
     Admission is open at every step; the latency budget (service/scheduling/admission.py)
-    decides whether a filled admission joins now or waits for the batch to drain.
+    decides whether a filled admission joins now or waits for the batch to drain. Where the
+    encoder runs in line (one core) an idle engine waits up to ``idle_wait_s`` for company
+    first, as static batching does (``IdleWait``): there a newcomer arriving just after an admission rarely
+    joins it (its encoder call would stall the running rows), so it shares an encoder call and
+    the narrow steps of a small batch only by arriving before the admission.
 ``StaticPolicy``
     The request-level "dynamic batcher" of Triton and most serving stacks, kept as a baseline
     to measure the continuous policy against (``python -m loadtest compare``). While the
@@ -37,12 +41,31 @@ class AdmissionPolicy(Protocol):
         ...
 
 
+class IdleWait:
+    """While the engine is idle: how long queued sentences still wait for company, until
+    ``max_rows`` rows are queued or the oldest has waited ``max_wait_s``."""
+
+    def __init__(self, max_rows: int, max_wait_s: float, clock: Callable[[], float]) -> None:
+        self.max_rows = max_rows
+        self.max_wait_s = max_wait_s
+        self._clock = clock
+
+    def wait_s(self, queue: SentenceQueue) -> float:
+        if self.max_wait_s <= 0 or queue.rows() >= self.max_rows:
+            return 0.0
+        due = queue.waiting[0].enqueued_at + self.max_wait_s
+        return max(0.0, due - self._clock())
+
+
 class ContinuousPolicy:
     name: BatchingPolicy = "continuous"
     judges_cost = True
 
+    def __init__(self, idle_wait: IdleWait | None = None) -> None:
+        self._idle_wait = idle_wait  # None: an idle engine admits at once
+
     def wait_s(self, queue: SentenceQueue) -> float:
-        return 0.0
+        return self._idle_wait.wait_s(queue) if self._idle_wait is not None else 0.0
 
     def open(self, queue: SentenceQueue, running_rows: int) -> bool:
         return len(queue) > 0
@@ -53,15 +76,10 @@ class StaticPolicy:
     judges_cost = False
 
     def __init__(self, max_rows: int, max_wait_s: float, clock: Callable[[], float]) -> None:
-        self.max_rows = max_rows
-        self.max_wait_s = max_wait_s
-        self._clock = clock
+        self._idle_wait = IdleWait(max_rows, max_wait_s, clock)
 
     def wait_s(self, queue: SentenceQueue) -> float:
-        if queue.rows() >= self.max_rows:
-            return 0.0
-        due = queue.waiting[0].enqueued_at + self.max_wait_s
-        return max(0.0, due - self._clock())
+        return self._idle_wait.wait_s(queue)
 
     def open(self, queue: SentenceQueue, running_rows: int) -> bool:
         """Only into an idle engine, once the batch is due: the running batch takes no one
