@@ -7,7 +7,9 @@
 # Knobs (environment): PY, MODEL (an export dir), DURATION (s per cell), LOADS ("50 85 95"),
 # RUNS ("1 2"), CONCURRENCY (closed-loop clients for capacity), CAPACITY_S, MIX, RESULTS,
 # CAPACITY (req/s: skip the closed loop and load relative to this figure, e.g. the mean of
-# several closed-loop runs; one 20 s closed loop on shared cores has come out 20 % low).
+# several closed-loop runs; one 20 s closed loop on shared cores has come out 20 % low),
+# INTERLEAVE (segments a cell's schedule is cut into, each run by both policies in turn, so
+# a VM's drift falls on both alike; 0: one policy after the other).
 # The spawned servers inherit the environment (MT_PROVIDER=cuda serves on the GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,7 @@ RUNS=${RUNS:-1 2}
 CONCURRENCY=${CONCURRENCY:-32}
 CAPACITY_S=${CAPACITY_S:-20}
 MIX=${MIX:-ui=0.8,help=0.2}
+INTERLEAVE=${INTERLEAVE:-4}
 RESULTS=${RESULTS:-loadtest/results/shapes}
 mkdir -p "$RESULTS"
 for shape in "$@"; do
@@ -37,6 +40,7 @@ for shape in "$@"; do
     for run in $RUNS; do
       $PY -m loadtest compare --spawn-server "$MODEL" --server-cpus "$server" --client-cpus "$client" \
         --rate "$rate" --duration "$DURATION" --mix "$MIX" --seed "$run" --no-plot \
+        --interleave "$INTERLEAVE" \
         --results-dir "$RESULTS" --name "$name-load$load-run$run" > "$RESULTS/$name-load$load-run$run.log" 2>&1
       echo "$name load $load % ($rate req/s) run $run done"
     done
