@@ -1306,6 +1306,25 @@ def test_the_drain_time_shrinks_with_the_rows_still_running():
     assert budget.drain_s(0.010, many) == pytest.approx(0.010 + 2 * 0.003)
 
 
+def test_rows_left_queued_count_the_drain_a_newcomer_pushes_back():
+    """One row with 5 steps left, 10 ms steps; a newcomer of 20 steps stalls it 2 ms and
+    slows its steps by 1 ms. Alone, its 5-step wait outweighs that and it joins. With three
+    rows queued behind it that wait for the drain (the encoder runs in line), joining pushes
+    that drain from 50 ms to the newcomer's last step, for each of them: it waits."""
+    from service.scheduling.admission import LatencyBudget, RunningRow
+
+    budget = LatencyBudget()
+    now = BatchEstimate(rows=1, padded_tokens=0, step_s=0.010)
+    joined = BatchEstimate(rows=2, padded_tokens=0, step_s=0.011)
+    running = [RunningRow(1, 5)]
+    assert budget.deficit(now, joined, 0.002, running, 1, newcomer_steps=20) is None
+    deferred = budget.deficit(now, joined, 0.002, running, 1, 20, queued_rows=3)
+    assert deferred is not None
+    drain_after = 0.002 + budget.drain_s(0.011, [*running, RunningRow(1, 20)])
+    cost = 0.002 + 0.001 * 5 + 3 * (drain_after - 0.050)
+    assert deferred.seconds == pytest.approx(cost - 0.050)
+
+
 def test_a_budget_deficit_closes_only_as_far_as_judging_again_would_join():
     """Eight rows, 5 steps left each, 18 ms steps; a newcomer would stall them 21 ms and
     slow 4 shared steps by 1 ms: it costs 8 x 25 ms = 200 ms of theirs against ~90 ms of its

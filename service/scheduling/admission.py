@@ -12,8 +12,9 @@ Three parts, each with one job:
 ``LatencyBudget``
     The continuous policy's judgement of a filled admission. Joining now costs the running
     rows: the stall while the newcomers are encoded (unless a spare core overlaps it) and
-    merged, and a slower step for every step they share. Waiting costs the newcomers the time
-    until the running batch drains, when joining costs no one. The newcomers join when the
+    merged, and a slower step for every step they share; where the encoder runs in line it
+    also costs the rows left in the queue, which wait for the drain it pushes back. Waiting
+    costs the newcomers the time until the running batch drains, when joining costs no one. The newcomers join when the
     delay summed over every row is lower that way. On one core with short strings the stall
     dominates and newcomers coalesce as under static batching; where steps are nearly flat in
     rows (a GPU) or a spare core encodes, they join at once. A deferral's ``Deficit`` says
@@ -277,8 +278,12 @@ class LatencyBudget:
         running: Sequence[RunningRow],
         newcomer_rows: int,
         newcomer_steps: int,
+        queued_rows: int = 0,
     ) -> Deficit | None:
-        """None where the admission joins now; else how far it is from joining."""
+        """None where the admission joins now; else how far it is from joining.
+        ``queued_rows``: rows that stay queued until the batch drains (the encoder runs in
+        line, so they rarely join before it): the newcomers' stall, slower steps and steps
+        past the running rows' push that drain back for each of them."""
         if not running or now.step_s <= 0:
             return None  # nobody to slow down, or nothing known yet
         slower_s = max(0.0, joined.step_s - now.step_s)
@@ -287,6 +292,10 @@ class LatencyBudget:
             for row in running
         )
         drain_s = self.drain_s(now.step_s, running)
+        if queued_rows:  # the stall and the newcomers' own steps push the drain back
+            with_newcomers = [*running, RunningRow(newcomer_rows, newcomer_steps)]
+            later_s = stall_s + self.drain_s(joined.step_s, with_newcomers) - drain_s
+            cost += queued_rows * max(0.0, later_s)
         benefit = newcomer_rows * drain_s
         if benefit >= cost:
             return None

@@ -155,11 +155,17 @@ class Scheduler:
                 return []
         width = max((s.src_len for s in staying + admitter.chosen), default=0)
         admitter.fill(_narrow_first(others, width), self.MAX_ADMISSION_MISSES)
-        if judges_cost and staying and not self._joins_now(admitter, now, staying):
+        if judges_cost and staying and not self._joins_now(admitter, now, staying, units):
             return []
         return admitter.chosen
 
-    def _joins_now(self, admitter: Admitter, now: BatchEstimate, staying: list[Sentence]) -> bool:
+    def _joins_now(
+        self,
+        admitter: Admitter,
+        now: BatchEstimate,
+        staying: list[Sentence],
+        units: list[list[Sentence]],
+    ) -> bool:
         joined = admitter.estimate
         if joined is None:
             return True
@@ -172,8 +178,12 @@ class Scheduler:
             joined,
             admitter.stall_s(joined),
             running,
-            newcomer_rows=sum(s.rows for s in admitter.chosen),
+            newcomer_rows=(newcomer_rows := sum(s.rows for s in admitter.chosen)),
             newcomer_steps=max(self.lengths.expected(s) for s in admitter.chosen),
+            # where the encoder runs in line the rest of the queue waits for the drain
+            queued_rows=sum(s.rows for unit in units for s in unit) - newcomer_rows
+            if self.encode_in_line
+            else 0,
         )
         return self.deficit is None
 
