@@ -54,6 +54,7 @@ from loadtest.client import (
     server_command,
     spawned_server,
 )
+from loadtest.inputs import InputSampler
 from loadtest.open_loop import (
     DEFAULT_MAX_IN_FLIGHT,
     measure_open_loop,
@@ -238,11 +239,46 @@ def policy_server(args: argparse.Namespace, policy: str) -> contextlib.AbstractC
     )
 
 
+# The warm-up's inputs and arrivals come from another seed: none of its texts is measured.
+WARMUP_SEED_OFFSET = 104_729
+
+
+def warm_up(args: argparse.Namespace, policy: str, url: str, rate: float) -> None:
+    """``args.warmup`` seconds of the cell's load, not measured: a fresh process's first
+    seconds (pools growing to the batch's sizes, cost models refitting, code paths taken
+    for the first time) are the start-up's, not the policy's, and in a 30 s cell one slow
+    start is the whole p99."""
+    if args.warmup <= 0:
+        return
+    sampler = InputSampler(
+        seed=args.seed + WARMUP_SEED_OFFSET,
+        weights=args.mix,
+        texts_per_request=args.texts_per_request,
+        beam_size=args.beam_size,
+        max_new_tokens=args.max_new_tokens,
+    )
+    records, _ = run_async(
+        measure_open_loop(
+            url,
+            rate,
+            sampler,
+            duration_s=args.warmup,
+            count=None,
+            seed=args.seed + WARMUP_SEED_OFFSET,
+            max_in_flight=args.max_in_flight,
+            timeout_s=args.timeout,
+        )
+    )
+    ok = sum(record.ok for record in records)
+    print(f"{policy}: warmed up, {ok}/{len(records)} ok in {args.warmup:g} s", flush=True)
+
+
 def run_policy(
     args: argparse.Namespace, policy: str, rate: float
 ) -> tuple[list[RequestRecord], dict[str, Any]]:
-    """Start the service with ``policy``, run the open-loop schedule, stop the service."""
+    """Start the service with ``policy``, warm it up, run the open-loop schedule, stop it."""
     with policy_server(args, policy) as url:
+        warm_up(args, policy, url, rate)
         print(f"{policy}: {rate:g} req/s Poisson for {args.duration:g} s against {url}", flush=True)
         records, summary = run_async(
             measure_open_loop(
@@ -332,6 +368,8 @@ def run_interleaved(
     """Start one service per policy, load them in alternating segments, stop both."""
     with contextlib.ExitStack() as stack:
         urls = {policy: stack.enter_context(policy_server(args, policy)) for policy in POLICIES}
+        for policy in POLICIES:
+            warm_up(args, policy, urls[policy], rate)
         records, summaries = run_async(_measure_interleaved(urls, rate, args))
     for policy in POLICIES:
         print(f"\n=== {policy}\n" + format_summary(summaries[policy]), flush=True)
@@ -381,6 +419,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="seconds between /metrics samples of queue, batch, knee and engine busy share "
         "during each run (the summary's timeline; 0: none)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=5.0,
+        help="seconds of the same load, with other inputs, each service gets before it is "
+        "measured (default %(default)s; 0: none)",
     )
     parser.add_argument(
         "--interleave",
@@ -441,6 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rate": rate,
             "rate_source": rate_source,
             "duration_s": args.duration,
+            "warmup_s": args.warmup,
             "interleave": args.interleave,
             "static_max_wait_ms": args.static_max_wait_ms,
             "max_in_flight": args.max_in_flight,

@@ -9,7 +9,8 @@
 # CAPACITY (req/s: skip the closed loop and load relative to this figure, e.g. the mean of
 # several closed-loop runs; one 20 s closed loop on shared cores has come out 20 % low),
 # INTERLEAVE (segments a cell's schedule is cut into, each run by both policies in turn, so
-# a VM's drift falls on both alike; 0: one policy after the other).
+# a VM's drift falls on both alike; 0: one policy after the other). Each service is warmed up
+# for 5 s first (`compare --warmup`).
 # The spawned servers inherit the environment (MT_PROVIDER=cuda serves on the GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -642,16 +642,24 @@ def test_interleaved_plan_covers_the_schedule_once_and_alternates_the_order():
         interleaved_plan(schedule, 4.0, 0)
 
 
-def test_interleaved_compare_sends_every_arrival_to_both_services_with_the_same_inputs(tmp_path):
+def test_interleaved_compare_sends_every_arrival_to_both_services_with_the_same_inputs(
+    tmp_path, capsys
+):
+    import re
+
     from loadtest.compare_batching import main as compare_main
 
     stub = f"{sys.executable} -m loadtest.stub_server --port {{port}} --base-ms 1"
     argv = ["--spawn-server", "unused", "--server-command", stub, "--rate", "20"]
-    argv += ["--duration", "2", "--interleave", "2", "--no-plot"]
+    argv += ["--duration", "2", "--interleave", "2", "--warmup", "1", "--no-plot"]
     assert compare_main(argv + ["--results-dir", str(tmp_path), "--name", "mixed"]) == 0
 
+    warmed = re.findall(r"(\w+): warmed up, (\d+)/(\d+) ok", capsys.readouterr().out)
+    assert sorted(policy for policy, _, _ in warmed) == ["continuous", "static"]
+    assert all(int(ok) == int(sent) > 0 for _, ok, sent in warmed)
     document = json.loads((tmp_path / "mixed.json").read_text())
     assert document["config"]["interleave"] == 2
+    assert document["config"]["warmup_s"] == 1
     runs = document["runs"]
     schedule = poisson_schedule(20, duration_s=2, seed=0)
     for policy in ("continuous", "static"):
@@ -660,6 +668,8 @@ def test_interleaved_compare_sends_every_arrival_to_both_services_with_the_same_
         assert [r["scheduled_s"] for r in records] == schedule
         assert all(r["status"] == 200 for r in records)
         assert runs[policy]["summary"]["requests"] == len(schedule)
+        # the warm-up's texts reached the service before its counters were read: not counted
+        assert runs[policy]["summary"]["server"]["queue_wait"]["count"] == len(schedule)
     inputs = [[r["input_chars"] for r in runs[policy]["records"]] for policy in runs]
     assert inputs[0] == inputs[1] and len(set(inputs[0])) > 1
 
