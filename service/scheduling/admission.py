@@ -14,11 +14,11 @@ Three parts, each with one job:
     rows: the stall while the newcomers are encoded (unless a spare core overlaps it) and
     merged, and a slower step for every step they share; where the encoder runs in line it
     also costs the rows left in the queue, which wait for the drain it pushes back. Waiting
-    costs the newcomers the time until the running batch drains, when joining costs no one. The newcomers join when the
-    delay summed over every row is lower that way. On one core with short strings the stall
-    dominates and newcomers coalesce as under static batching; where steps are nearly flat in
-    rows (a GPU) or a spare core encodes, they join at once. A deferral's ``Deficit`` says
-    what must change before judging again is worth its CPU.
+    costs the newcomers the time until the running batch drains, when joining costs no one.
+    The newcomers join when the delay summed over every row is lower that way. On one core
+    with short strings the stall dominates and newcomers coalesce as under static batching;
+    where steps are nearly flat in rows (a GPU) or a spare core encodes, they join at once. A
+    deferral's ``Deficit`` says what must change before judging again is worth its CPU.
 ``OutputLengths``
     How many steps a sentence takes, learned from the ones that finished (generated tokens
     per source token), for the remaining steps of the running rows and the newcomers.

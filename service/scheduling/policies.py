@@ -3,10 +3,10 @@
 ``ContinuousPolicy`` (default)
     Admission is open at every step; the latency budget (service/scheduling/admission.py)
     decides whether a filled admission joins now or waits for the batch to drain. Where the
-    encoder runs in line (one core) an idle engine waits up to ``idle_wait_s`` for company
-    first, as static batching does (``IdleWait``): there a newcomer arriving just after an admission rarely
-    joins it (its encoder call would stall the running rows), so it shares an encoder call and
-    the narrow steps of a small batch only by arriving before the admission.
+    encoder runs in line (one core) an idle engine first waits for company, as static batching
+    does (``IdleWait``): there a newcomer arriving just after an admission rarely joins it (its
+    encoder call would stall the running rows), so it shares an encoder call and the narrow
+    steps of a small batch only by arriving before the admission.
 ``StaticPolicy``
     The request-level "dynamic batcher" of Triton and most serving stacks, kept as a baseline
     to measure the continuous policy against (``python -m loadtest compare``). While the
