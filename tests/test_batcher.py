@@ -956,6 +956,7 @@ def test_an_idle_engine_waits_for_company_only_where_the_encoder_runs_in_line(
 async def test_with_an_idle_wait_newcomers_arriving_within_it_share_one_admission(make_batcher):
     engine = FakeEngine()
     batcher = make_batcher(engine, idle_wait_s=0.3)
+    batcher.queue.arrival_gap_s = 0.05  # submissions have been coming every 50 ms
     first = asyncio.ensure_future(batcher.submit([sentence(4, first=1)]))
     await wait_until(lambda: batcher.queue_depth == 1, "the first queued")
     second = asyncio.ensure_future(batcher.submit([sentence(5, first=20)]))
@@ -963,6 +964,20 @@ async def test_with_an_idle_wait_newcomers_arriving_within_it_share_one_admissio
     assert [len(ids) for _, ids in engine.admissions] == [2]  # one encoder call for both
     assert one.queue_wait_s >= 0.29 and two.queue_wait_s <= one.queue_wait_s  # the first waited
     assert one.tokens == FakeEngine.expected(sentence(4, first=1).src_ids)
+
+
+@pytest.mark.anyio
+async def test_at_light_load_an_idle_engine_does_not_wait_for_company(make_batcher):
+    """Submissions a second apart: a 300 ms idle wait would add 300 ms to every request and
+    bring no company, so each is admitted at once; the gap between them is what is learned."""
+    engine = FakeEngine()
+    batcher = make_batcher(engine, idle_wait_s=0.3)
+    assert batcher.queue.arrival_gap_s is None
+    [first] = await batcher.submit([sentence(4, first=1)])  # nothing known: no wait
+    batcher.queue.arrival_gap_s = 1.0
+    [second] = await batcher.submit([sentence(5, first=20)])
+    assert first.queue_wait_s < 0.1 and second.queue_wait_s < 0.1
+    assert batcher.queue.arrival_gap_s > 0.9  # a moving average of the gaps seen
 
 
 def test_engine_threads_leave_the_event_loop_a_core_unless_set(monkeypatch):

@@ -95,6 +95,10 @@ class SentenceQueue:
         # until it changes (the engine loop need not choose again at every step).
         self.version = 0
         self.arrived_rows = 0  # rows ever queued: what a budget deferral waits for
+        # Seconds between submissions, a moving average (None until two have come): whether
+        # an idle engine can expect company within its wait.
+        self.arrival_gap_s: float | None = None
+        self._last_arrival: float | None = None
 
     def __len__(self) -> int:
         return len(self.waiting)
@@ -128,6 +132,10 @@ class SentenceQueue:
             self.waiting.extend(sentences)
             self.version += 1
             self.arrived_rows += sum(sentence.rows for sentence in sentences)
+            if self._last_arrival is not None:
+                gap, mean = now - self._last_arrival, self.arrival_gap_s
+                self.arrival_gap_s = gap if mean is None else mean + 0.1 * (gap - mean)
+            self._last_arrival = now
             self.cond.notify()
         return sentences
 
