@@ -308,6 +308,22 @@ async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batche
     assert other.admitted_step < long.finished_step
 
 
+def refuse_the_head_while_rows_run(batcher, engine, over_stall: bool = False) -> list[int]:
+    """Replace the scheduler's choice: while rows run the head is refused (over the stall
+    bound where ``over_stall``), into an empty batch everyone joins. Returns the steps at
+    which it was asked, as it is asked."""
+    scheduler, calls = batcher._loop.scheduler, []
+
+    def choose(units, staying):
+        calls.append(engine.steps)
+        scheduler.head_refused = bool(staying)
+        scheduler.head_over_stall = over_stall and bool(staying)
+        return [] if staying else [s for unit in units for s in unit]
+
+    scheduler.choose = choose
+    return calls
+
+
 @pytest.mark.anyio
 async def test_a_head_that_cannot_join_is_not_reconsidered_for_what_arrives_behind_it(
     make_batcher,
@@ -316,15 +332,7 @@ async def test_a_head_that_cannot_join_is_not_reconsidered_for_what_arrives_behi
     behind it do not make the engine loop choose again, a change of head does."""
     engine = GatedEngine()
     batcher = make_batcher(engine)
-    loop = batcher._loop
-    calls: list[int] = []
-
-    def choose(units, staying):
-        calls.append(engine.steps)
-        loop.scheduler.head_refused = bool(staying)
-        return [] if staying else [s for unit in units for s in unit]
-
-    loop.scheduler.choose = choose  # type: ignore[method-assign]
+    calls = refuse_the_head_while_rows_run(batcher, engine)
     long_task, head_task = await a_running_row_and_a_newcomer(
         batcher, engine, sentence(80), sentence(3, first=100), steps_first=2
     )
@@ -357,16 +365,7 @@ async def test_a_head_refused_over_the_stall_bound_is_not_reconsidered_as_rows_l
     head refused for anything else is. Both join once the batch has drained."""
     engine = GatedEngine()
     batcher = make_batcher(engine)
-    loop = batcher._loop
-    calls: list[int] = []
-
-    def choose(units, staying):
-        calls.append(engine.steps)
-        loop.scheduler.head_refused = bool(staying)
-        loop.scheduler.head_over_stall = over_stall and bool(staying)
-        return [] if staying else [s for unit in units for s in unit]
-
-    loop.scheduler.choose = choose  # type: ignore[method-assign]
+    calls = refuse_the_head_while_rows_run(batcher, engine, over_stall=over_stall)
     running_task = asyncio.ensure_future(batcher.submit([sentence(40), sentence(4, first=300)]))
     engine.allow(1)
     await wait_until(lambda: engine.steps == 1 and engine.waiting.is_set(), "two rows decoding")
