@@ -392,9 +392,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_name: str) 
     )
 
 
-def sampler_from_args(args: argparse.Namespace) -> InputSampler:
+def sampler_from_args(args: argparse.Namespace, seed: int | None = None) -> InputSampler:
+    """The sampler the arguments describe (``seed``: another than ``args.seed``)."""
     return InputSampler(
-        seed=args.seed,
+        seed=args.seed if seed is None else seed,
         weights=args.mix,
         texts_per_request=args.texts_per_request,
         beam_size=args.beam_size,

@@ -54,7 +54,6 @@ from loadtest.client import (
     server_command,
     spawned_server,
 )
-from loadtest.inputs import InputSampler
 from loadtest.open_loop import (
     DEFAULT_MAX_IN_FLIGHT,
     measure_open_loop,
@@ -250,21 +249,15 @@ def warm_up(args: argparse.Namespace, policy: str, url: str, rate: float) -> Non
     start is the whole p99."""
     if args.warmup <= 0:
         return
-    sampler = InputSampler(
-        seed=args.seed + WARMUP_SEED_OFFSET,
-        weights=args.mix,
-        texts_per_request=args.texts_per_request,
-        beam_size=args.beam_size,
-        max_new_tokens=args.max_new_tokens,
-    )
+    seed = args.seed + WARMUP_SEED_OFFSET
     records, _ = run_async(
         measure_open_loop(
             url,
             rate,
-            sampler,
+            sampler_from_args(args, seed),
             duration_s=args.warmup,
             count=None,
-            seed=args.seed + WARMUP_SEED_OFFSET,
+            seed=seed,
             max_in_flight=args.max_in_flight,
             timeout_s=args.timeout,
         )

@@ -143,8 +143,11 @@ class ContinuousBatcher:
         self._turn = turn
         self.policy: AdmissionPolicy
         if config.batching == "continuous":
-            idle_wait = IdleWait(config.max_batch_rows, config.idle_wait_s, clock)
-            self.policy = ContinuousPolicy(idle_wait if config.idle_wait_s > 0 else None)
+            self.policy = ContinuousPolicy(
+                IdleWait(config.max_batch_rows, config.idle_wait_s, clock)
+                if config.idle_wait_s > 0
+                else None
+            )
         elif config.batching == "static":
             self.policy = StaticPolicy(config.max_batch_rows, config.static_max_wait_s, clock)
         else:
