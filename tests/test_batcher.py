@@ -279,9 +279,9 @@ async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batche
     loop = batcher._loop
     scheduler_choose, calls, defer = loop.scheduler.choose, [], [True]
 
-    def choose(units, staying):
+    def choose(units, staying, row_rate=0.0):
         calls.append(engine.steps)
-        return [] if defer[0] and staying else scheduler_choose(units, staying)
+        return [] if defer[0] and staying else scheduler_choose(units, staying, row_rate)
 
     loop.scheduler.choose = choose  # type: ignore[method-assign]
     long_task, waiting_task = await a_running_row_and_a_newcomer(
@@ -314,7 +314,7 @@ def refuse_the_head_while_rows_run(batcher, engine, over_stall: bool = False) ->
     which it was asked, as it is asked."""
     scheduler, calls = batcher._loop.scheduler, []
 
-    def choose(units, staying):
+    def choose(units, staying, row_rate=0.0):
         calls.append(engine.steps)
         scheduler.head_refused = bool(staying)
         scheduler.head_over_stall = over_stall and bool(staying)
@@ -728,6 +728,8 @@ async def test_an_in_line_admission_is_cut_into_chunks_that_stall_the_running_ro
     paragraph = [sentence(5, first=100 + 10 * i) for i in range(6)]
     whole = asyncio.ensure_future(batcher.submit(paragraph))
     await wait_until(lambda: batcher.queue_depth == 6, "paragraph queued")
+    # at light load (submissions a second apart), no arrival is expected before the drain
+    batcher.queue.arrival_gap_s = 1.0
     engine.allow(10**6)
     results = await whole
     await running
@@ -1337,6 +1339,45 @@ def test_rows_left_queued_count_the_drain_a_newcomer_pushes_back():
     drain_after = 0.002 + budget.drain_s(0.011, [*running, RunningRow(1, 20)])
     cost = 0.002 + 0.001 * 5 + 3 * (drain_after - 0.050)
     assert deferred.seconds == pytest.approx(cost - 0.050)
+
+
+def test_where_rows_stay_queued_those_arriving_before_the_drain_wait_for_it_too():
+    """The newcomer of the test above. With one row left queued and rows arriving at 40 a
+    second, two more come before the 50 ms drain; the batch cannot take what is queued now,
+    so they wait for that drain as the queued row does: the deficit of three queued rows.
+    Where the admission takes everyone queued, arrivals may join later as it did: at 60 a
+    second the newcomer still joins."""
+    from service.scheduling.admission import LatencyBudget, RunningRow
+
+    budget = LatencyBudget()
+    now = BatchEstimate(rows=1, padded_tokens=0, step_s=0.010)
+    joined = BatchEstimate(rows=2, padded_tokens=0, step_s=0.011)
+    running = [RunningRow(1, 5)]
+    queued = budget.deficit(now, joined, 0.002, running, 1, 20, queued_rows=3)
+    arriving = budget.deficit(
+        now, joined, 0.002, running, 1, 20, queued_rows=1, arriving_rows_per_s=40.0
+    )
+    assert queued is not None and arriving is not None
+    assert arriving.seconds == pytest.approx(queued.seconds)
+    assert budget.deficit(now, joined, 0.002, running, 1, 20, arriving_rows_per_s=60.0) is None
+
+
+def test_the_queue_learns_the_rate_at_which_rows_arrive():
+    """Two-sentence paragraphs every 50 ms: 40 rows a second, from moving averages of the
+    gap between submissions and of the rows in each."""
+    from service.scheduling.sentences import SentenceQueue
+
+    now = [0.0]
+    queue = SentenceQueue(max_queue=10_000, clock=lambda: now[0])
+    assert queue.row_rate == 0.0  # nothing known before two submissions
+
+    async def submit_paragraphs() -> None:
+        for _ in range(80):
+            queue.put([sentence(4, first=1), sentence(5, first=20)])
+            now[0] += 0.05
+
+    asyncio.run(submit_paragraphs())
+    assert queue.row_rate == pytest.approx(40.0, rel=0.01)
 
 
 def test_a_budget_deficit_closes_only_as_far_as_judging_again_would_join():

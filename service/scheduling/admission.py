@@ -13,7 +13,8 @@ Three parts, each with one job:
     The continuous policy's judgement of a filled admission. Joining now costs the running
     rows: the stall while the newcomers are encoded (unless a spare core overlaps it) and
     merged, and a slower step for every step they share; where the encoder runs in line it
-    also costs the rows left in the queue, which wait for the drain it pushes back. Waiting
+    also costs the rows left in the queue, which wait for the drain it pushes back, and with
+    them the rows arriving before that drain (the batch cannot take them either). Waiting
     costs the newcomers the time until the running batch drains, when joining costs no one.
     The newcomers join when the delay summed over every row is lower that way. On one core
     with short strings the stall dominates and newcomers coalesce as under static batching;
@@ -279,11 +280,14 @@ class LatencyBudget:
         newcomer_rows: int,
         newcomer_steps: int,
         queued_rows: int = 0,
+        arriving_rows_per_s: float = 0.0,
     ) -> Deficit | None:
         """None where the admission joins now; else how far it is from joining.
         ``queued_rows``: rows that stay queued until the batch drains (the encoder runs in
         line, so they rarely join before it): the newcomers' stall, slower steps and steps
-        past the running rows' push that drain back for each of them."""
+        past the running rows' push that drain back for each of them, and for the rows
+        arriving before it at ``arriving_rows_per_s`` where some stay queued (where the
+        admission takes everyone queued, arrivals may join later as it did)."""
         if not running or now.step_s <= 0:
             return None  # nobody to slow down, or nothing known yet
         slower_s = max(0.0, joined.step_s - now.step_s)
@@ -292,10 +296,12 @@ class LatencyBudget:
             for row in running
         )
         drain_s = self.drain_s(now.step_s, running)
-        if queued_rows:  # the stall and the newcomers' own steps push the drain back
+        if queued_rows:
+            # the stall and the newcomers' own steps push the drain back, for the rows left in
+            # the queue and, as the batch cannot take them all, for those arriving before it
             with_newcomers = [*running, RunningRow(newcomer_rows, newcomer_steps)]
-            later_s = stall_s + self.drain_s(joined.step_s, with_newcomers) - drain_s
-            cost += queued_rows * max(0.0, later_s)
+            later_s = max(0.0, stall_s + self.drain_s(joined.step_s, with_newcomers) - drain_s)
+            cost += (queued_rows + arriving_rows_per_s * drain_s) * later_s
         benefit = newcomer_rows * drain_s
         if benefit >= cost:
             return None

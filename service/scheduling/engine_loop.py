@@ -135,7 +135,7 @@ class EngineLoop:
             encoding = self.overlap.in_flight if self.overlap is not None else None
             in_flight = encoding.sentence_ids if encoding is not None else set()
             queue.to_drop = {i for i in queue.to_drop if i in in_flight}
-            version, arrived_rows = queue.version, queue.arrived_rows
+            version, arrived_rows, row_rate = queue.version, queue.arrived_rows, queue.row_rate
             units = (
                 queue.units(self.admission_window)
                 if encoding is None
@@ -148,7 +148,7 @@ class EngineLoop:
         if units:
             # CPU, not wall: on one core the event loop takes the core mid-choice
             scheduler, choice_cpu = self.scheduler, time.thread_time()
-            newcomers = scheduler.choose(list(units.values()), staying)
+            newcomers = scheduler.choose(list(units.values()), staying, row_rate)
             self.metrics.admission_choice_cpu.inc(time.thread_time() - choice_cpu)
             if newcomers:
                 self.hold.clear()

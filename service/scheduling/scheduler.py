@@ -87,13 +87,16 @@ class Scheduler:
         # The last choice deferred by the latency budget: how far it was from joining.
         self.deficit: Deficit | None = None
 
-    def choose(self, units: list[list[Sentence]], staying: list[Sentence]) -> list[Sentence]:
+    def choose(
+        self, units: list[list[Sentence]], staying: list[Sentence], row_rate: float = 0.0
+    ) -> list[Sentence]:
         """The sentences of ``units`` (queued, by unit, in arrival order) that join the
-        ``staying`` running sentences at this boundary; [] when none does (a deferral)."""
+        ``staying`` running sentences at this boundary; [] when none does (a deferral).
+        ``row_rate``: rows arriving per second, who may wait for the drain a join pushes back."""
         units = self._by_priority(units, staying)
         self.head_refused = self.head_over_stall = False
         self.deficit = None
-        chosen = self._fill(units, staying) if units else []
+        chosen = self._fill(units, staying, row_rate) if units else []
         if not chosen:
             self.metrics.admission_deferrals.inc()
         return chosen
@@ -124,7 +127,9 @@ class Scheduler:
             room -= rows
         return allowed
 
-    def _fill(self, units: list[list[Sentence]], staying: list[Sentence]) -> list[Sentence]:
+    def _fill(
+        self, units: list[list[Sentence]], staying: list[Sentence], row_rate: float
+    ) -> list[Sentence]:
         running_rows = sum(s.rows for s in staying)
         plan = self.engine.plan(self.max_rows, self.cost_tolerance)
         now = plan.estimate(())  # the batch as it is: nothing taken yet
@@ -155,7 +160,7 @@ class Scheduler:
                 return []
         width = max((s.src_len for s in staying + admitter.chosen), default=0)
         admitter.fill(_narrow_first(others, width), self.MAX_ADMISSION_MISSES)
-        if judges_cost and staying and not self._joins_now(admitter, now, staying, units):
+        if judges_cost and staying and not self._joins_now(admitter, now, staying, units, row_rate):
             return []
         return admitter.chosen
 
@@ -165,6 +170,7 @@ class Scheduler:
         now: BatchEstimate,
         staying: list[Sentence],
         units: list[list[Sentence]],
+        row_rate: float,
     ) -> bool:
         joined = admitter.estimate
         if joined is None:
@@ -180,10 +186,12 @@ class Scheduler:
             running,
             newcomer_rows=(newcomer_rows := sum(s.rows for s in admitter.chosen)),
             newcomer_steps=max(self.lengths.expected(s) for s in admitter.chosen),
-            # where the encoder runs in line the rest of the queue waits for the drain
+            # where the encoder runs in line the rest of the queue waits for the drain, and
+            # so do the rows arriving before it
             queued_rows=sum(s.rows for unit in units for s in unit) - newcomer_rows
             if self.encode_in_line
             else 0,
+            arriving_rows_per_s=row_rate if self.encode_in_line else 0.0,
         )
         return self.deficit is None
 

@@ -99,9 +99,16 @@ class SentenceQueue:
         # an idle engine can expect company within its wait.
         self.arrival_gap_s: float | None = None
         self._last_arrival: float | None = None
+        self._rows_per_arrival = 1.0  # a moving average, with the gap a rate of rows
 
     def __len__(self) -> int:
         return len(self.waiting)
+
+    @property
+    def row_rate(self) -> float:
+        """Rows arriving per second, recently (0 until two submissions have come)."""
+        gap = self.arrival_gap_s
+        return self._rows_per_arrival / gap if gap else 0.0
 
     def rows(self) -> int:
         return sum(sentence.rows for sentence in self.waiting)
@@ -132,6 +139,8 @@ class SentenceQueue:
             self.waiting.extend(sentences)
             self.version += 1
             self.arrived_rows += sum(sentence.rows for sentence in sentences)
+            arrived = sum(sentence.rows for sentence in sentences)
+            self._rows_per_arrival += 0.1 * (arrived - self._rows_per_arrival)
             if self._last_arrival is not None:
                 gap, mean = now - self._last_arrival, self.arrival_gap_s
                 self.arrival_gap_s = gap if mean is None else mean + 0.1 * (gap - mean)
