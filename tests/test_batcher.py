@@ -729,7 +729,7 @@ async def test_an_in_line_admission_is_cut_into_chunks_that_stall_the_running_ro
     whole = asyncio.ensure_future(batcher.submit(paragraph))
     await wait_until(lambda: batcher.queue_depth == 6, "paragraph queued")
     # at light load (submissions a second apart), no arrival is expected before the drain
-    batcher.queue.arrival_gap_s = 1.0
+    batcher.queue.interactive_arrivals.gap_s = 1.0
     engine.allow(10**6)
     results = await whole
     await running
@@ -957,7 +957,7 @@ def test_an_idle_engine_waits_for_company_only_where_the_encoder_runs_in_line(
 async def test_with_an_idle_wait_newcomers_arriving_within_it_share_one_admission(make_batcher):
     engine = FakeEngine()
     batcher = make_batcher(engine, idle_wait_s=0.3)
-    batcher.queue.arrival_gap_s = 0.05  # submissions have been coming every 50 ms
+    batcher.queue.arrivals.gap_s = 0.05  # submissions have been coming every 50 ms
     first = asyncio.ensure_future(batcher.submit([sentence(4, first=1)]))
     await wait_until(lambda: batcher.queue_depth == 1, "the first queued")
     second = asyncio.ensure_future(batcher.submit([sentence(5, first=20)]))
@@ -975,7 +975,7 @@ async def test_at_light_load_an_idle_engine_does_not_wait_for_company(make_batch
     batcher = make_batcher(engine, idle_wait_s=0.3)
     assert batcher.queue.arrival_gap_s is None
     [first] = await batcher.submit([sentence(4, first=1)])  # nothing known: no wait
-    batcher.queue.arrival_gap_s = 1.0
+    batcher.queue.arrivals.gap_s = 1.0
     [second] = await batcher.submit([sentence(5, first=20)])
     assert first.queue_wait_s < 0.1 and second.queue_wait_s < 0.1
     assert batcher.queue.arrival_gap_s > 0.9  # a moving average of the gaps seen
@@ -1362,22 +1362,29 @@ def test_where_rows_stay_queued_those_arriving_before_the_drain_wait_for_it_too(
     assert budget.deficit(now, joined, 0.002, running, 1, 20, arriving_rows_per_s=60.0) is None
 
 
-def test_the_queue_learns_the_rate_at_which_rows_arrive():
+def test_the_queue_learns_the_rate_at_which_interactive_rows_arrive():
     """Two-sentence paragraphs every 50 ms: 40 rows a second, from moving averages of the
-    gap between submissions and of the rows in each."""
+    gap between submissions and of the rows in each. A document job's 500 sentences arriving
+    meanwhile are no such rate: they count for the idle wait's gap, not for the row rate."""
     from service.scheduling.sentences import SentenceQueue
 
     now = [0.0]
     queue = SentenceQueue(max_queue=10_000, clock=lambda: now[0])
     assert queue.row_rate == 0.0  # nothing known before two submissions
 
-    async def submit_paragraphs() -> None:
-        for _ in range(80):
+    async def submit(document_at: int | None = None) -> None:
+        for index in range(80):
             queue.put([sentence(4, first=1), sentence(5, first=20)])
+            if index == document_at:
+                queue.put([sentence(3, first=40)] * 500, background=True)
             now[0] += 0.05
 
-    asyncio.run(submit_paragraphs())
+    asyncio.run(submit())
     assert queue.row_rate == pytest.approx(40.0, rel=0.01)
+    assert queue.arrival_gap_s == pytest.approx(0.05, rel=0.01)
+    asyncio.run(submit(document_at=70))
+    assert queue.row_rate == pytest.approx(40.0, rel=0.01)
+    assert queue.arrival_gap_s < 0.05  # the document was a submission too
 
 
 def test_a_budget_deficit_closes_only_as_far_as_judging_again_would_join():

@@ -75,6 +75,31 @@ class Sentence:
 Units = dict[int, list[Sentence]]
 
 
+class Arrivals:
+    """How often submissions come and how many rows each brings: moving averages (weight 0.1)
+    of the gaps between them and of their rows (the gap is None until two have come)."""
+
+    WEIGHT = 0.1
+
+    def __init__(self) -> None:
+        self.gap_s: float | None = None
+        self.rows = 1.0
+        self._last: float | None = None
+
+    def observe(self, now: float, rows: int) -> None:
+        self.rows += self.WEIGHT * (rows - self.rows)
+        if self._last is not None:
+            gap = now - self._last
+            self.gap_s = (
+                gap if self.gap_s is None else self.gap_s + self.WEIGHT * (gap - self.gap_s)
+            )
+        self._last = now
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.gap_s if self.gap_s else 0.0
+
+
 class SentenceQueue:
     """Waiting sentences, the ids to drop from the batch, and whether new work is accepted.
 
@@ -95,20 +120,23 @@ class SentenceQueue:
         # until it changes (the engine loop need not choose again at every step).
         self.version = 0
         self.arrived_rows = 0  # rows ever queued: what a budget deferral waits for
-        # Seconds between submissions, a moving average (None until two have come): whether
-        # an idle engine can expect company within its wait.
-        self.arrival_gap_s: float | None = None
-        self._last_arrival: float | None = None
-        self._rows_per_arrival = 1.0  # a moving average, with the gap a rate of rows
+        # Every submission: whether an idle engine can expect company within its wait.
+        self.arrivals = Arrivals()
+        # Interactive ones: the rows that may wait for a drain an admission pushes back (a
+        # document job's thousand sentences in one submission are not a rate of requests).
+        self.interactive_arrivals = Arrivals()
 
     def __len__(self) -> int:
         return len(self.waiting)
 
     @property
+    def arrival_gap_s(self) -> float | None:
+        return self.arrivals.gap_s
+
+    @property
     def row_rate(self) -> float:
-        """Rows arriving per second, recently (0 until two submissions have come)."""
-        gap = self.arrival_gap_s
-        return self._rows_per_arrival / gap if gap else 0.0
+        """Interactive rows arriving per second, recently (0 until two have come)."""
+        return self.interactive_arrivals.rows_per_s
 
     def rows(self) -> int:
         return sum(sentence.rows for sentence in self.waiting)
@@ -138,13 +166,11 @@ class SentenceQueue:
                 )
             self.waiting.extend(sentences)
             self.version += 1
-            self.arrived_rows += sum(sentence.rows for sentence in sentences)
             arrived = sum(sentence.rows for sentence in sentences)
-            self._rows_per_arrival += 0.1 * (arrived - self._rows_per_arrival)
-            if self._last_arrival is not None:
-                gap, mean = now - self._last_arrival, self.arrival_gap_s
-                self.arrival_gap_s = gap if mean is None else mean + 0.1 * (gap - mean)
-            self._last_arrival = now
+            self.arrived_rows += arrived
+            self.arrivals.observe(now, arrived)
+            if not background:
+                self.interactive_arrivals.observe(now, arrived)
             self.cond.notify()
         return sentences
 
