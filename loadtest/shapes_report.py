@@ -1,6 +1,10 @@
 """Summarise ``loadtest/machine_shapes.sh``: per machine shape, load and run, continuous
 against static p50/p99, throughput and 429s, and whether continuous is at or below static in
-every cell (the acceptance of issue #28). Prints a Markdown table, writes ``summary.json``.
+every cell (the acceptance of issue #28). Then per shape and load, over its runs: the
+continuous / static ratios (``paired_report``'s mean, range and runs at or below 1), and each
+policy's p50/p99 over every request of every run pooled (one run's p99 rests on its slowest
+few dozen requests; many runs' pooled p99 on hundreds). Prints Markdown tables, writes
+``summary.json``.
 
     .venv/bin/python -m loadtest.shapes_report loadtest/results/shapes
 """
@@ -13,10 +17,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loadtest.paired_report import summarise
+from loadtest.report import percentile
+
 CELL = re.compile(r"(?P<shape>.+)-load(?P<load>\d+)-run(?P<run>\d+)\.json$")
 
 
-def cell(path: Path) -> dict[str, Any] | None:
+def cell(path: Path, latencies: dict[tuple[str, int, str], list[float]]) -> dict[str, Any] | None:
+    """One cell's row; its successful requests' latencies (s) are added to ``latencies`` by
+    (shape, load, policy)."""
     match = CELL.match(path.name)
     if match is None:
         return None
@@ -30,6 +39,11 @@ def cell(path: Path) -> dict[str, Any] | None:
     }
     for policy in ("continuous", "static"):
         summary = runs[policy]["summary"]
+        latencies.setdefault((row["shape"], row["load_pct"], policy), []).extend(
+            record["latency_s"]
+            for record in runs[policy].get("records", [])
+            if record.get("status") == 200 and record.get("latency_s") is not None
+        )
         row[policy] = {
             "p50_ms": summary["latency_ms"]["p50"],
             "p99_ms": summary["latency_ms"]["p99"],
@@ -48,8 +62,9 @@ def cell(path: Path) -> dict[str, Any] | None:
 
 def main(argv: list[str] | None = None) -> int:
     folder = Path((argv or sys.argv[1:] or ["loadtest/results/shapes"])[0])
+    latencies: dict[tuple[str, int, str], list[float]] = {}
     rows = sorted(
-        (row for path in folder.glob("*.json") if (row := cell(path)) is not None),
+        (row for path in folder.glob("*.json") if (row := cell(path, latencies)) is not None),
         key=lambda row: (row["shape"], row["load_pct"], row["run"]),
     )
     capacities = {}
@@ -72,9 +87,72 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['p99_ms']:.0f} | {c['throughput_rps']:.1f} / {s['throughput_rps']:.1f} | "
             f"{c['shed_429']} / {s['shed_429']} | {'yes' if row['continuous_wins'] else 'NO'} |"
         )
-    summary = {"capacity_rps": capacities, "cells": rows}
+    loads = over_runs(rows, latencies)
+    print()
+    print(
+        "| shape | load | runs | at or below | p50 c/s mean, range | p99 c/s mean, range | pooled p50 c / s ms | pooled p99 c / s ms |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for load in loads:
+        p50, p99, pooled = load["p50"], load["p99"], load["pooled_ms"]
+        print(
+            f"| {load['shape']} | {load['load_pct']} % | {load['runs']} | {load['at_or_below']} "
+            f"| {p50['mean']:.2f}, {p50['min']:.2f}–{p50['max']:.2f} | {p99['mean']:.2f}, "
+            f"{p99['min']:.2f}–{p99['max']:.2f} | {_pair(pooled, 'p50')} | {_pair(pooled, 'p99')} |"
+        )
+    summary = {"capacity_rps": capacities, "cells": rows, "loads": loads}
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
     return 0 if rows and all(row["continuous_wins"] for row in rows) else 1
+
+
+def over_runs(
+    rows: list[dict[str, Any]], latencies: dict[tuple[str, int, str], list[float]]
+) -> list[dict[str, Any]]:
+    """Per (shape, load): the continuous / static ratios over its runs, the runs at or below
+    static, and each policy's p50/p99 over the requests of all runs pooled (None: no records)."""
+    pairs = [
+        {
+            "arm": row["shape"],
+            "load_pct": row["load_pct"],
+            "seed": row["run"],
+            "p50": row["continuous"]["p50_ms"] / row["static"]["p50_ms"],
+            "p99": row["continuous"]["p99_ms"] / row["static"]["p99_ms"],
+            "throughput": row["continuous"]["throughput_rps"] / row["static"]["throughput_rps"],
+        }
+        for row in rows
+    ]
+    loads = []
+    for ratios in summarise(pairs):
+        shape, load = ratios.pop("arm"), ratios["load_pct"]
+        pooled: dict[str, dict[str, float | None]] = {}
+        for policy in ("continuous", "static"):
+            values = latencies.get((shape, load, policy), [])
+            pooled[policy] = {
+                f"p{q}": round(percentile(values, q) * 1000, 1) if values else None
+                for q in (50, 99)
+            }
+        loads.append(
+            {
+                "shape": shape,
+                "load_pct": load,
+                "runs": ratios.pop("seeds"),
+                "at_or_below": sum(
+                    row["continuous_wins"]
+                    for row in rows
+                    if row["shape"] == shape and row["load_pct"] == load
+                ),
+                **{key: ratios[key] for key in ("p50", "p99", "throughput")},
+                "pooled_ms": pooled,
+            }
+        )
+    return loads
+
+
+def _pair(pooled: dict[str, dict[str, float | None]], quantile: str) -> str:
+    cont, static = pooled["continuous"][quantile], pooled["static"][quantile]
+    if cont is None or static is None:
+        return "–"
+    return f"{cont:.0f} / {static:.0f}"
 
 
 if __name__ == "__main__":

@@ -812,6 +812,51 @@ def test_shapes_report_judges_every_cell_and_finds_the_capacity(tmp_path, capsys
     assert "| 2shared (200.0 req/s) | 95 % | 1 | 70 / 250 | 160 / 400 |" in table
 
 
+def test_shapes_report_sums_up_each_load_over_its_runs(tmp_path, capsys):
+    from loadtest.shapes_report import main as shapes_main
+
+    def cell(cont_ms: list[float], static_ms: list[float]) -> dict:
+        runs = {}
+        for policy, latencies in (("continuous", cont_ms), ("static", static_ms)):
+            records = [{"status": 200, "latency_s": ms / 1000} for ms in latencies]
+            records.append({"status": 429, "latency_s": 0.001})  # shed: not a latency
+            ordered = sorted(latencies)
+            runs[policy] = {
+                "summary": {
+                    "latency_ms": {"p50": ordered[len(ordered) // 2], "p99": ordered[-1]},
+                    "throughput_rps": 100.0,
+                    "by_status": {"429": 1},
+                },
+                "records": records,
+            }
+        return {"runs": runs, "config": {"rate": 85.0}}
+
+    # run 1: continuous lower at both quantiles; run 2: its p99 higher
+    (tmp_path / "1core-load85-run1.json").write_text(
+        json.dumps(cell([10, 20, 30, 40, 100], [20, 40, 60, 80, 200]))
+    )
+    (tmp_path / "1core-load85-run2.json").write_text(
+        json.dumps(cell([10, 20, 30, 40, 300], [20, 40, 60, 80, 150]))
+    )
+    assert shapes_main([str(tmp_path)]) == 1  # run 2 is not at or below
+    (load,) = json.loads((tmp_path / "summary.json").read_text())["loads"]
+    assert (load["shape"], load["load_pct"], load["runs"], load["at_or_below"]) == (
+        "1core",
+        85,
+        2,
+        1,
+    )
+    assert load["p50"]["mean"] == 0.5  # 30/60 in both runs
+    assert load["p99"]["min"] == 0.5 and load["p99"]["max"] == 2.0
+    assert load["p99"]["at_or_below_1"] == 1
+    # pooled: the ten successful latencies of each policy (the 429s left out)
+    assert load["pooled_ms"]["continuous"] == {"p50": 30.0, "p99": 282.0}
+    assert load["pooled_ms"]["static"] == {"p50": 60.0, "p99": 195.5}
+    assert "| 1core | 85 % | 2 | 1 | 0.50, 0.50–0.50 | 1.25, 0.50–2.00 | 30 / 60 | 282 / 196 |" in (
+        capsys.readouterr().out
+    )
+
+
 def test_paired_cores_script_parses():
     script = Path(__file__).resolve().parents[1] / "loadtest" / "paired_cores.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)
