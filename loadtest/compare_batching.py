@@ -22,6 +22,11 @@ the drift falls on both alike. Each policy still gets every arrival of the sched
 same inputs in the same order; latency counts from the scheduled time within its segment, and
 rates and the engine busy share divide by the sum of that policy's segment windows.
 
+``--control`` adds a third service, a second static batcher (``control``), loaded like the
+other two (interleaved: each segment goes to all three in turn, the order rotating). Its
+ratios to ``static`` are an A/A comparison: how far two identical policies land apart in one
+run on this machine, the yardstick for a continuous / static ratio of the same run.
+
 The rate: by default the ``max_sustainable_rate`` of a previous sweep
 (``loadtest/results/sweep.json``, i.e. near the continuous batcher's capacity), else
 2 req/s; ``--rate`` overrides both.
@@ -72,6 +77,8 @@ from loadtest.report import (
 )
 
 POLICIES = ("continuous", "static")
+# The A/A arm of ``--control``: a second static batcher.
+CONTROL = "control"
 DEFAULT_RATE = 2.0
 DEFAULT_DURATION_S = 120.0
 DEFAULT_STATIC_MAX_WAIT_MS = 10.0
@@ -130,16 +137,31 @@ def _lookup(summary: Mapping[str, Any], path: Sequence[str]) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def arms_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The services a run loads: both policies, and the ``--control`` static batcher."""
+    return (*POLICIES, CONTROL) if args.control else POLICIES
+
+
+def policy_of(arm: str) -> str:
+    return "static" if arm == CONTROL else arm
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if denominator in (None, 0) or numerator is None:
+        return None
+    return round(numerator / denominator, 3)
+
+
 def compare_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``{metric: {"continuous": x, "static": y, "static/continuous": y / x}}``; a value
-    the run lacks (no server metrics, no successes) is None, and so is its ratio."""
+    """``{metric: {"continuous": x, "static": y, "static/continuous": y / x}}``, and with a
+    control run ``"control": z, "control/static": z / y``; a value the run lacks (no server
+    metrics, no successes) is None, and so is its ratio."""
     table: dict[str, dict[str, Any]] = {}
     for key, _, path in METRICS:
-        row: dict[str, Any] = {policy: _lookup(summaries[policy], path) for policy in POLICIES}
-        base, other = row["continuous"], row["static"]
-        row["static/continuous"] = (
-            round(other / base, 3) if base not in (None, 0) and other is not None else None
-        )
+        row: dict[str, Any] = {arm: _lookup(summary, path) for arm, summary in summaries.items()}
+        row["static/continuous"] = _ratio(row["static"], row["continuous"])
+        if CONTROL in summaries:
+            row["control/static"] = _ratio(row[CONTROL], row["static"])
         table[key] = row
     return table
 
@@ -167,13 +189,18 @@ def format_comparison(table: Mapping[str, Mapping[str, Any]]) -> str:
     def cell(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
 
-    lines = [f"{'':<22}{'continuous':>12}{'static':>12}{'static/cont.':>14}"]
+    control = CONTROL in next(iter(table.values()), {})
+    header = f"{'':<22}{'continuous':>12}{'static':>12}{'static/cont.':>14}"
+    lines = [header + (f"{'control':>12}{'control/static':>16}" if control else "")]
     for key, label, _ in METRICS:
         row = table[key]
-        lines.append(
+        line = (
             f"{label:<22}{cell(row['continuous']):>12}{cell(row['static']):>12}"
             f"{cell(row['static/continuous']):>14}"
         )
+        if control:
+            line += f"{cell(row[CONTROL]):>12}{cell(row['control/static']):>16}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -190,7 +217,8 @@ def plot_comparison(
         print("matplotlib is not installed; no plot")
         return None
     figure, (cdf, bars) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for policy in POLICIES:
+    arms = tuple(records)
+    for policy in arms:
         runs = records[policy]
         latencies_ms = sorted(r.latency_s * 1000 for r in runs if r.ok and r.latency_s is not None)
         if not latencies_ms:
@@ -206,8 +234,9 @@ def plot_comparison(
     cdf.set_ylim(0, 1.02)
     cdf.set_title("latency CDF")
     cdf.legend(loc="lower right")
-    width = 0.38
-    for offset, policy in zip((-width / 2, width / 2), POLICIES, strict=True):
+    width = 0.76 / len(arms)
+    offsets = [width * (index - (len(arms) - 1) / 2) for index in range(len(arms))]
+    for offset, policy in zip(offsets, arms, strict=True):
         values = [table[f"p{q}_ms"][policy] for q in PERCENTILES]
         positions = [i + offset for i in range(len(PERCENTILES))]
         heights = [math.nan if v is None else v for v in values]
@@ -225,14 +254,15 @@ def plot_comparison(
     return path
 
 
-def policy_server(args: argparse.Namespace, policy: str) -> contextlib.AbstractContextManager[str]:
-    """The service started with ``policy`` (a context manager yielding its URL)."""
-    log_path = args.results_dir / f"{args.name}.{policy}.server.log"
-    print(f"\n=== {policy}: starting the service (log: {log_path}) ...", flush=True)
+def policy_server(args: argparse.Namespace, arm: str) -> contextlib.AbstractContextManager[str]:
+    """The service of ``arm`` started (a context manager yielding its URL)."""
+    log_path = args.results_dir / f"{args.name}.{arm}.server.log"
+    print(f"\n=== {arm}: starting the service (log: {log_path}) ...", flush=True)
+    extra = parse_env_pairs(args.server_env)
     return spawned_server(
         args.spawn_server,
         command=server_command(args),
-        extra_env=policy_env(policy, args.static_max_wait_ms, parse_env_pairs(args.server_env)),
+        extra_env=policy_env(policy_of(arm), args.static_max_wait_ms, extra),
         ready_timeout_s=args.ready_timeout,
         log_path=log_path,
     )
@@ -291,10 +321,11 @@ def run_policy(
 
 
 def interleaved_plan(
-    schedule: Sequence[float], duration_s: float, segments: int
+    schedule: Sequence[float], duration_s: float, segments: int, arms: Sequence[str] = POLICIES
 ) -> list[tuple[float, list[int], tuple[str, ...]]]:
     """The schedule cut into ``segments`` windows of equal length: for each, its start (s),
-    the indices of its arrivals, and the order in which the policies get it (alternating)."""
+    the indices of its arrivals, and the order in which the arms get it (rotating by one a
+    segment: with two arms, alternating), so each arm goes first equally often."""
     if segments < 1:
         raise ValueError("segments must be at least 1")
     length = duration_s / segments
@@ -307,8 +338,8 @@ def interleaved_plan(
             for index, offset in enumerate(schedule)
             if start <= offset and (last or offset < start + length)
         ]
-        order = POLICIES if segment % 2 == 0 else tuple(reversed(POLICIES))
-        plan.append((start, indices, order))
+        shift = segment % len(arms)
+        plan.append((start, indices, (*arms[shift:], *arms[:shift])))
     return plan
 
 
@@ -317,13 +348,14 @@ async def _measure_interleaved(
 ) -> tuple[dict[str, list[RequestRecord]], dict[str, dict[str, Any]]]:
     """Every segment of one schedule against each policy in turn (``interleaved_plan``)."""
     schedule = poisson_schedule(rate, duration_s=args.duration, seed=args.seed)
-    plan = interleaved_plan(schedule, args.duration, args.interleave)
-    samplers = {policy: sampler_from_args(args) for policy in POLICIES}  # same inputs for both
-    records: dict[str, list[RequestRecord]] = {policy: [] for policy in POLICIES}
-    windows = dict.fromkeys(POLICIES, 0.0)
+    arms = tuple(urls)
+    plan = interleaved_plan(schedule, args.duration, args.interleave, arms)
+    samplers = {arm: sampler_from_args(args) for arm in arms}  # the same inputs for each
+    records: dict[str, list[RequestRecord]] = {arm: [] for arm in arms}
+    windows = dict.fromkeys(arms, 0.0)
     segment_length = args.duration / args.interleave
     async with make_client(args.max_in_flight + 2, args.timeout) as client:
-        before = {policy: await scrape_metrics(client, urls[policy]) for policy in POLICIES}
+        before = {arm: await scrape_metrics(client, urls[arm]) for arm in arms}
         for number, (start, indices, order) in enumerate(plan):
             offsets = [schedule[index] - start for index in indices]
             for policy in order:
@@ -342,7 +374,7 @@ async def _measure_interleaved(
                 print(
                     f"segment {number + 1}/{len(plan)} {policy}: {ok}/{len(segment)} ok", flush=True
                 )
-        after = {policy: await scrape_metrics(client, urls[policy]) for policy in POLICIES}
+        after = {arm: await scrape_metrics(client, urls[arm]) for arm in arms}
     summaries = {
         policy: summarize(
             records[policy],
@@ -350,7 +382,7 @@ async def _measure_interleaved(
             metrics_before=before[policy],
             metrics_after=after[policy],
         )
-        for policy in POLICIES
+        for policy in arms
     }
     return records, summaries
 
@@ -358,13 +390,14 @@ async def _measure_interleaved(
 def run_interleaved(
     args: argparse.Namespace, rate: float
 ) -> tuple[dict[str, list[RequestRecord]], dict[str, dict[str, Any]]]:
-    """Start one service per policy, load them in alternating segments, stop both."""
+    """Start one service per arm, load them in rotating segments, stop them."""
+    arms = arms_of(args)
     with contextlib.ExitStack() as stack:
-        urls = {policy: stack.enter_context(policy_server(args, policy)) for policy in POLICIES}
-        for policy in POLICIES:
-            warm_up(args, policy, urls[policy], rate)
+        urls = {arm: stack.enter_context(policy_server(args, arm)) for arm in arms}
+        for arm in arms:
+            warm_up(args, arm, urls[arm], rate)
         records, summaries = run_async(_measure_interleaved(urls, rate, args))
-    for policy in POLICIES:
+    for policy in arms:
         print(f"\n=== {policy}\n" + format_summary(summaries[policy]), flush=True)
     return records, summaries
 
@@ -428,6 +461,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run both services at once and alternate K segments of the schedule between "
         "them (see above); 0 (default): one policy after the other",
     )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="also load a second static batcher (the 'control' arm): its ratios to static "
+        "are an A/A comparison, the noise floor of this run's continuous / static ratios",
+    )
     add_common_arguments(parser, default_name="compare-batching")
     return parser
 
@@ -446,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.results_dir.mkdir(parents=True, exist_ok=True)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(
-        f"comparing {' and '.join(POLICIES)} batching at {rate:g} req/s ({rate_source}), "
+        f"comparing {' and '.join(arms_of(args))} batching at {rate:g} req/s ({rate_source}), "
         f"{args.duration:g} s each, seed {args.seed}",
         flush=True,
     )
@@ -455,11 +494,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.interleave:
         records, summaries = run_interleaved(args, rate)
     else:
-        for policy in POLICIES:
-            records[policy], summaries[policy] = run_policy(args, policy, rate)
+        for arm in arms_of(args):
+            records[arm], summaries[arm] = run_policy(args, arm, rate)
     table = compare_summaries(summaries)
     print("\n" + format_comparison(table))
-    for policy in POLICIES:
+    for policy in arms_of(args):
         summaries[policy]["by_length"] = latency_by_length(records[policy])
         print(
             f"{policy:<11}"
@@ -469,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for kind, part in summaries[policy]["by_length"].items()
             )
         )
-    for policy in POLICIES:
+    for policy in arms_of(args):
         if not summaries[policy]["server"].get("available"):
             print(f"warning: no /metrics from the {policy} run; queue wait and rows are missing")
     document = {
@@ -481,6 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "duration_s": args.duration,
             "warmup_s": args.warmup,
             "interleave": args.interleave,
+            "control": args.control,
             "static_max_wait_ms": args.static_max_wait_ms,
             "max_in_flight": args.max_in_flight,
             "timeout_s": args.timeout,
@@ -496,7 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "summary": summaries[policy],
                 "records": [r.as_dict() for r in records[policy]],
             }
-            for policy in POLICIES
+            for policy in arms_of(args)
         },
     }
     json_path = write_json(args.results_dir / f"{args.name}.json", document)

@@ -9,8 +9,10 @@
 # CAPACITY (req/s: skip the closed loop and load relative to this figure, e.g. the mean of
 # several closed-loop runs; one 20 s closed loop on shared cores has come out 20 % low),
 # INTERLEAVE (segments a cell's schedule is cut into, each run by both policies in turn, so
-# a VM's drift falls on both alike; 0: one policy after the other). Each service is warmed up
-# for 5 s first (`compare --warmup`).
+# a VM's drift falls on both alike; 0: one policy after the other; default 4, with CONTROL 6 so
+# each of the three arms goes first twice). Each service is warmed up
+# for 5 s first (`compare --warmup`). CONTROL=1 adds a second static batcher to every cell
+# (`compare --control`): the A/A, what two identical policies give in the same run.
 # The spawned servers inherit the environment (MT_PROVIDER=cuda serves on the GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +24,9 @@ RUNS=${RUNS:-1 2}
 CONCURRENCY=${CONCURRENCY:-32}
 CAPACITY_S=${CAPACITY_S:-20}
 MIX=${MIX:-ui=0.8,help=0.2}
-INTERLEAVE=${INTERLEAVE:-4}
+INTERLEAVE=${INTERLEAVE:-$([ "${CONTROL:-0}" = 1 ] && echo 6 || echo 4)}
+CONTROL_FLAG=()
+if [ "${CONTROL:-0}" = 1 ]; then CONTROL_FLAG=(--control); fi
 RESULTS=${RESULTS:-loadtest/results/shapes}
 mkdir -p "$RESULTS"
 for shape in "$@"; do
@@ -41,7 +45,7 @@ for shape in "$@"; do
     for run in $RUNS; do
       $PY -m loadtest compare --spawn-server "$MODEL" --server-cpus "$server" --client-cpus "$client" \
         --rate "$rate" --duration "$DURATION" --mix "$MIX" --seed "$run" --no-plot \
-        --interleave "$INTERLEAVE" \
+        --interleave "$INTERLEAVE" "${CONTROL_FLAG[@]}" \
         --results-dir "$RESULTS" --name "$name-load$load-run$run" > "$RESULTS/$name-load$load-run$run.log" 2>&1
       echo "$name load $load % ($rate req/s) run $run done"
     done

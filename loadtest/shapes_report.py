@@ -3,8 +3,11 @@ against static p50/p99, throughput and 429s, and whether continuous is at or bel
 every cell (the acceptance of issue #28). Then per shape and load, over its runs: the
 continuous / static ratios (``paired_report``'s mean, range and runs at or below 1), and each
 policy's p50/p99 over every request of every run pooled (one run's p99 rests on its slowest
-few dozen requests; many runs' pooled p99 on hundreds). Prints Markdown tables, writes
-``summary.json``.
+few dozen requests; many runs' pooled p99 on hundreds). Where the cells ran a control arm
+(``compare --control``, ``CONTROL=1 machine_shapes.sh``: a second static batcher in the same
+run), a third table puts the A/A beside the A/B: the same statistics for control / static, so
+a continuous / static ratio is read against what two identical policies give on this machine.
+Prints Markdown tables, writes ``summary.json``.
 
     .venv/bin/python -m loadtest.shapes_report loadtest/results/shapes
 """
@@ -23,9 +26,20 @@ from loadtest.report import percentile
 CELL = re.compile(r"(?P<shape>.+)-load(?P<load>\d+)-run(?P<run>\d+)\.json$")
 
 
+def at_or_below(arm: dict[str, Any], static: dict[str, Any]) -> bool:
+    """The acceptance of one cell: p50 and p99 at or below static's, throughput within 1 %
+    of it or above, no more 429s."""
+    return (
+        arm["p50_ms"] <= static["p50_ms"]
+        and arm["p99_ms"] <= static["p99_ms"]
+        and arm["throughput_rps"] >= static["throughput_rps"] * 0.99
+        and arm["shed_429"] <= static["shed_429"]
+    )
+
+
 def cell(path: Path, latencies: dict[tuple[str, int, str], list[float]]) -> dict[str, Any] | None:
     """One cell's row; its successful requests' latencies (s) are added to ``latencies`` by
-    (shape, load, policy)."""
+    (shape, load, arm)."""
     match = CELL.match(path.name)
     if match is None:
         return None
@@ -37,7 +51,7 @@ def cell(path: Path, latencies: dict[tuple[str, int, str], list[float]]) -> dict
         "run": int(match["run"]),
         "rate_rps": result.get("config", {}).get("rate"),
     }
-    for policy in ("continuous", "static"):
+    for policy in [arm for arm in ("continuous", "static", "control") if arm in runs]:
         summary = runs[policy]["summary"]
         latencies.setdefault((row["shape"], row["load_pct"], policy), []).extend(
             record["latency_s"]
@@ -50,13 +64,9 @@ def cell(path: Path, latencies: dict[tuple[str, int, str], list[float]]) -> dict
             "throughput_rps": summary["throughput_rps"],
             "shed_429": summary["by_status"].get("429", 0),
         }
-    cont, static = row["continuous"], row["static"]
-    row["continuous_wins"] = (
-        cont["p50_ms"] <= static["p50_ms"]
-        and cont["p99_ms"] <= static["p99_ms"]
-        and cont["throughput_rps"] >= static["throughput_rps"] * 0.99
-        and cont["shed_429"] <= static["shed_429"]
-    )
+    row["continuous_wins"] = at_or_below(row["continuous"], row["static"])
+    if "control" in row:
+        row["control_wins"] = at_or_below(row["control"], row["static"])
     return row
 
 
@@ -100,24 +110,46 @@ def main(argv: list[str] | None = None) -> int:
             f"| {p50['mean']:.2f}, {p50['min']:.2f}–{p50['max']:.2f} | {p99['mean']:.2f}, "
             f"{p99['min']:.2f}–{p99['max']:.2f} | {_pair(pooled, 'p50')} | {_pair(pooled, 'p99')} |"
         )
-    summary = {"capacity_rps": capacities, "cells": rows, "loads": loads}
+    controls = over_runs([row for row in rows if "control" in row], latencies, arm="control")
+    if controls:
+        print()
+        print(
+            "| shape | load | runs | at or below: continuous, control | p50 / static mean, range: continuous; control | p99 / static mean, range: continuous; control |"
+        )
+        print("|---|---|---|---|---|---|")
+        paired = {(load["shape"], load["load_pct"]): load for load in loads}
+        for control in controls:
+            key = (control["shape"], control["load_pct"])
+            runs = [
+                row for row in rows if (row["shape"], row["load_pct"]) == key and "control" in row
+            ]
+            versus = over_runs(runs, latencies)[0] if runs else paired[key]
+            print(
+                f"| {control['shape']} | {control['load_pct']} % | {control['runs']} "
+                f"| {versus['at_or_below']}, {control['at_or_below']} "
+                f"| {_spread(versus['p50'])}; {_spread(control['p50'])} "
+                f"| {_spread(versus['p99'])}; {_spread(control['p99'])} |"
+            )
+    summary = {"capacity_rps": capacities, "cells": rows, "loads": loads, "controls": controls}
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
     return 0 if rows and all(row["continuous_wins"] for row in rows) else 1
 
 
 def over_runs(
-    rows: list[dict[str, Any]], latencies: dict[tuple[str, int, str], list[float]]
+    rows: list[dict[str, Any]],
+    latencies: dict[tuple[str, int, str], list[float]],
+    arm: str = "continuous",
 ) -> list[dict[str, Any]]:
-    """Per (shape, load): the continuous / static ratios over its runs, the runs at or below
-    static, and each policy's p50/p99 over the requests of all runs pooled (None: no records)."""
+    """Per (shape, load): the ``arm`` / static ratios over its runs, the runs at or below
+    static, and both arms' p50/p99 over the requests of all runs pooled (None: no records)."""
     pairs = [
         {
             "arm": row["shape"],
             "load_pct": row["load_pct"],
             "seed": row["run"],
-            "p50": row["continuous"]["p50_ms"] / row["static"]["p50_ms"],
-            "p99": row["continuous"]["p99_ms"] / row["static"]["p99_ms"],
-            "throughput": row["continuous"]["throughput_rps"] / row["static"]["throughput_rps"],
+            "p50": row[arm]["p50_ms"] / row["static"]["p50_ms"],
+            "p99": row[arm]["p99_ms"] / row["static"]["p99_ms"],
+            "throughput": row[arm]["throughput_rps"] / row["static"]["throughput_rps"],
         }
         for row in rows
     ]
@@ -125,7 +157,7 @@ def over_runs(
     for ratios in summarise(pairs):
         shape, load = ratios.pop("arm"), ratios["load_pct"]
         pooled: dict[str, dict[str, float | None]] = {}
-        for policy in ("continuous", "static"):
+        for policy in (arm, "static"):
             values = latencies.get((shape, load, policy), [])
             pooled[policy] = {
                 f"p{q}": round(percentile(values, q) * 1000, 1) if values else None
@@ -137,7 +169,7 @@ def over_runs(
                 "load_pct": load,
                 "runs": ratios.pop("seeds"),
                 "at_or_below": sum(
-                    row["continuous_wins"]
+                    row[f"{arm}_wins"]
                     for row in rows
                     if row["shape"] == shape and row["load_pct"] == load
                 ),
@@ -146,6 +178,10 @@ def over_runs(
             }
         )
     return loads
+
+
+def _spread(ratios: dict[str, Any]) -> str:
+    return f"{ratios['mean']:.2f}, {ratios['min']:.2f}–{ratios['max']:.2f}"
 
 
 def _pair(pooled: dict[str, dict[str, float | None]], quantile: str) -> str:

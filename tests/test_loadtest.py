@@ -674,6 +674,69 @@ def test_interleaved_compare_sends_every_arrival_to_both_services_with_the_same_
     assert inputs[0] == inputs[1] and len(set(inputs[0])) > 1
 
 
+def test_a_control_arm_is_a_second_static_batcher_loaded_in_rotation(tmp_path, capsys):
+    import re
+
+    from loadtest.compare_batching import (
+        CONTROL,
+        POLICIES,
+        interleaved_plan,
+        policy_env,
+        policy_of,
+    )
+    from loadtest.compare_batching import main as compare_main
+
+    arms = (*POLICIES, CONTROL)
+    plan = interleaved_plan([0.5, 1.5, 2.5, 3.5], duration_s=4.0, segments=4, arms=arms)
+    orders = [order for _, _, order in plan]
+    assert orders == [arms, arms[1:] + arms[:1], arms[2:] + arms[:2], arms]  # each first once
+    assert policy_env(policy_of(CONTROL), 10.0, {})["MT_BATCHING"] == "static"
+
+    stub = f"{sys.executable} -m loadtest.stub_server --port {{port}} --base-ms 1"
+    argv = ["--spawn-server", "unused", "--server-command", stub, "--rate", "20", "--control"]
+    argv += ["--duration", "1.5", "--interleave", "3", "--warmup", "0.5", "--no-plot"]
+    assert compare_main(argv + ["--results-dir", str(tmp_path), "--name", "aa"]) == 0
+    out = capsys.readouterr().out
+    warmed = re.findall(r"(\w+): warmed up", out)
+    assert sorted(warmed) == ["continuous", "control", "static"]
+    document = json.loads((tmp_path / "aa.json").read_text())
+    assert document["config"]["control"] is True
+    schedule = poisson_schedule(20, duration_s=1.5, seed=0)
+    for arm in arms:
+        assert [r["index"] for r in document["runs"][arm]["records"]] == list(range(len(schedule)))
+    p99 = document["comparison"]["p99_ms"]
+    assert p99["control/static"] == pytest.approx(p99[CONTROL] / p99["static"], abs=1e-3)
+    assert "control/static" in out
+
+
+def test_shapes_report_puts_the_a_a_beside_the_a_b(tmp_path, capsys):
+    from loadtest.shapes_report import main as shapes_main
+
+    def cell(cont: tuple, static: tuple, control: tuple) -> dict:
+        result = _compare_result(cont, static)
+        result["runs"]["control"] = _compare_result(control, static)["runs"]["continuous"]
+        for run in result["runs"].values():
+            run["summary"]["by_status"] = {}
+        return {**result, "config": {"rate": 85.0}}
+
+    cells = {  # (p50, p99, req/s) continuous, static, control
+        "1core-load85-run1.json": ((90, 300, 85.0), (100, 320, 85.0), (95, 340, 85.0)),
+        "1core-load85-run2.json": ((110, 310, 85.0), (100, 300, 85.0), (97, 290, 85.0)),
+        "1core-load50-run1.json": ((40, 150, 50.0), (45, 160, 50.0), (45, 160, 50.0)),
+    }
+    for name, (cont, static, control) in cells.items():
+        (tmp_path / name).write_text(json.dumps(cell(cont, static, control)))
+    assert shapes_main([str(tmp_path)]) == 1  # run 2 at 85 % is above static
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    verdicts = {(c["load_pct"], c["run"]): c["control_wins"] for c in summary["cells"]}
+    assert verdicts == {(85, 1): False, (85, 2): True, (50, 1): True}  # equal counts as at
+    control = {load["load_pct"]: load for load in summary["controls"]}
+    assert control[85]["at_or_below"] == 1 and control[85]["runs"] == 2
+    assert control[85]["p99"]["min"] == pytest.approx(290 / 300, abs=1e-3)
+    row = "| 1core | 85 % | 2 | 1, 1 | 1.00, 0.90–1.10; 0.96, 0.95–0.97 | 0.98, 0.94–1.03; 1.01, 0.97–1.06 |"
+    assert row in capsys.readouterr().out
+
+
 def test_the_generators_client_keeps_one_raw_client_per_service_and_httpx_for_https():
     import httpx
 
