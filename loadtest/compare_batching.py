@@ -26,6 +26,9 @@ rates and the engine busy share divide by the sum of that policy's segment windo
 other two (interleaved: each segment goes to all three in turn, the order rotating). Its
 ratios to ``static`` are an A/A comparison: how far two identical policies land apart in one
 run on this machine, the yardstick for a continuous / static ratio of the same run.
+``--control continuous`` makes it a second continuous batcher (ratios to ``continuous``), and
+``--arm-env control:KEY=VALUE`` gives the control arm a setting of its own: an A/B of that
+setting in the same run, beside the continuous / static comparison.
 
 The rate: by default the ``max_sustainable_rate`` of a previous sweep
 (``loadtest/results/sweep.json``, i.e. near the continuous batcher's capacity), else
@@ -138,12 +141,23 @@ def _lookup(summary: Mapping[str, Any], path: Sequence[str]) -> float | None:
 
 
 def arms_of(args: argparse.Namespace) -> tuple[str, ...]:
-    """The services a run loads: both policies, and the ``--control`` static batcher."""
+    """The services a run loads: both policies, and the ``--control`` batcher."""
     return (*POLICIES, CONTROL) if args.control else POLICIES
 
 
-def policy_of(arm: str) -> str:
-    return "static" if arm == CONTROL else arm
+def policy_of(arm: str, args: argparse.Namespace) -> str:
+    """The batching policy of ``arm``: its name, or ``--control``'s for the control."""
+    return str(args.control) if arm == CONTROL else arm
+
+
+def arm_env(args: argparse.Namespace, arm: str) -> dict[str, str]:
+    """``--server-env``, then the ``--arm-env`` settings of ``arm``."""
+    env = parse_env_pairs(args.server_env)
+    for entry in args.arm_env:
+        name, _, pair = entry.partition(":")
+        if name == arm:
+            env |= parse_env_pairs([pair])
+    return env
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -152,16 +166,19 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return round(numerator / denominator, 3)
 
 
-def compare_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def compare_summaries(
+    summaries: Mapping[str, Mapping[str, Any]], control_policy: str = "static"
+) -> dict[str, dict[str, Any]]:
     """``{metric: {"continuous": x, "static": y, "static/continuous": y / x}}``, and with a
-    control run ``"control": z, "control/static": z / y``; a value the run lacks (no server
-    metrics, no successes) is None, and so is its ratio."""
+    control run ``"control": z, "control/static": z / y`` (or ``"control/continuous"``, the
+    arm of the control's policy); a value the run lacks (no server metrics, no successes) is
+    None, and so is its ratio."""
     table: dict[str, dict[str, Any]] = {}
     for key, _, path in METRICS:
         row: dict[str, Any] = {arm: _lookup(summary, path) for arm, summary in summaries.items()}
         row["static/continuous"] = _ratio(row["static"], row["continuous"])
         if CONTROL in summaries:
-            row["control/static"] = _ratio(row[CONTROL], row["static"])
+            row[f"control/{control_policy}"] = _ratio(row[CONTROL], row[control_policy])
         table[key] = row
     return table
 
@@ -189,17 +206,18 @@ def format_comparison(table: Mapping[str, Mapping[str, Any]]) -> str:
     def cell(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
 
-    control = CONTROL in next(iter(table.values()), {})
+    first = next(iter(table.values()), {})
+    ratio = next((key for key in first if key.startswith(f"{CONTROL}/")), None)
     header = f"{'':<22}{'continuous':>12}{'static':>12}{'static/cont.':>14}"
-    lines = [header + (f"{'control':>12}{'control/static':>16}" if control else "")]
+    lines = [header + (f"{CONTROL:>12}{ratio:>20}" if ratio else "")]
     for key, label, _ in METRICS:
         row = table[key]
         line = (
             f"{label:<22}{cell(row['continuous']):>12}{cell(row['static']):>12}"
             f"{cell(row['static/continuous']):>14}"
         )
-        if control:
-            line += f"{cell(row[CONTROL]):>12}{cell(row['control/static']):>16}"
+        if ratio:
+            line += f"{cell(row[CONTROL]):>12}{cell(row[ratio]):>20}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -258,11 +276,10 @@ def policy_server(args: argparse.Namespace, arm: str) -> contextlib.AbstractCont
     """The service of ``arm`` started (a context manager yielding its URL)."""
     log_path = args.results_dir / f"{args.name}.{arm}.server.log"
     print(f"\n=== {arm}: starting the service (log: {log_path}) ...", flush=True)
-    extra = parse_env_pairs(args.server_env)
     return spawned_server(
         args.spawn_server,
         command=server_command(args),
-        extra_env=policy_env(policy_of(arm), args.static_max_wait_ms, extra),
+        extra_env=policy_env(policy_of(arm, args), args.static_max_wait_ms, arm_env(args, arm)),
         ready_timeout_s=args.ready_timeout,
         log_path=log_path,
     )
@@ -463,9 +480,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--control",
-        action="store_true",
-        help="also load a second static batcher (the 'control' arm): its ratios to static "
-        "are an A/A comparison, the noise floor of this run's continuous / static ratios",
+        nargs="?",
+        const="static",
+        choices=POLICIES,
+        default=None,
+        help="also load a second batcher of this policy (default static; the 'control' "
+        "arm): its ratios to the arm of its policy are an A/A comparison, the noise floor "
+        "of this run's continuous / static ratios, or with --arm-env an A/B",
+    )
+    parser.add_argument(
+        "--arm-env",
+        action="append",
+        default=[],
+        metavar="ARM:KEY=VALUE",
+        help="extra environment for one arm's service only (continuous, static or control; "
+        "after --server-env; repeatable), e.g. control:MT_ADMISSION_MAX_STALL_STEPS=4",
     )
     add_common_arguments(parser, default_name="compare-batching")
     return parser
@@ -480,6 +509,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--rate must be positive")
     if args.interleave < 0:
         parser.error("--interleave must be 0 or more")
+    for entry in args.arm_env:
+        arm, _, pair = entry.partition(":")
+        if arm not in arms_of(args) or "=" not in pair:
+            parser.error(f"--arm-env {entry!r}: expected ARM:KEY=VALUE, ARM one of {arms_of(args)}")
     rate, rate_source = resolve_rate(args.rate, args.sweep_json)
     pin_client(args)
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -496,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         for arm in arms_of(args):
             records[arm], summaries[arm] = run_policy(args, arm, rate)
-    table = compare_summaries(summaries)
+    table = compare_summaries(summaries, args.control or "static")
     print("\n" + format_comparison(table))
     for policy in arms_of(args):
         summaries[policy]["by_length"] = latency_by_length(records[policy])
@@ -521,6 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "warmup_s": args.warmup,
             "interleave": args.interleave,
             "control": args.control,
+            "arm_env": {arm: arm_env(args, arm) for arm in arms_of(args)},
             "static_max_wait_ms": args.static_max_wait_ms,
             "max_in_flight": args.max_in_flight,
             "timeout_s": args.timeout,

@@ -51,7 +51,10 @@ def cell(path: Path, latencies: dict[tuple[str, int, str], list[float]]) -> dict
         "run": int(match["run"]),
         "rate_rps": result.get("config", {}).get("rate"),
     }
-    for policy in [arm for arm in ("continuous", "static", "control") if arm in runs]:
+    # a control arm of the static policy is the A/A (a continuous one is another A/B)
+    static_control = result.get("config", {}).get("control") in (True, "static")
+    arms = ("continuous", "static", "control") if static_control else ("continuous", "static")
+    for policy in [arm for arm in arms if arm in runs]:
         summary = runs[policy]["summary"]
         latencies.setdefault((row["shape"], row["load_pct"], policy), []).extend(
             record["latency_s"]

@@ -690,7 +690,18 @@ def test_a_control_arm_is_a_second_static_batcher_loaded_in_rotation(tmp_path, c
     plan = interleaved_plan([0.5, 1.5, 2.5, 3.5], duration_s=4.0, segments=4, arms=arms)
     orders = [order for _, _, order in plan]
     assert orders == [arms, arms[1:] + arms[:1], arms[2:] + arms[:2], arms]  # each first once
-    assert policy_env(policy_of(CONTROL), 10.0, {})["MT_BATCHING"] == "static"
+    from loadtest.compare_batching import arm_env, build_parser
+
+    args = build_parser().parse_args(
+        ["--control", "continuous", "--server-env", "MT_A=1", "--arm-env", "control:MT_B=2"]
+    )
+    assert policy_of(CONTROL, args) == "continuous"
+    control_env = policy_env(policy_of(CONTROL, args), 10.0, arm_env(args, CONTROL))
+    assert control_env["MT_BATCHING"] == "continuous"
+    assert control_env["MT_A"] == "1" and control_env["MT_B"] == "2"
+    assert "MT_B" not in arm_env(args, "continuous")
+    args = build_parser().parse_args(["--control"])
+    assert policy_of(CONTROL, args) == "static"
 
     stub = f"{sys.executable} -m loadtest.stub_server --port {{port}} --base-ms 1"
     argv = ["--spawn-server", "unused", "--server-command", stub, "--rate", "20", "--control"]
@@ -700,7 +711,7 @@ def test_a_control_arm_is_a_second_static_batcher_loaded_in_rotation(tmp_path, c
     warmed = re.findall(r"(\w+): warmed up", out)
     assert sorted(warmed) == ["continuous", "control", "static"]
     document = json.loads((tmp_path / "aa.json").read_text())
-    assert document["config"]["control"] is True
+    assert document["config"]["control"] == "static"
     schedule = poisson_schedule(20, duration_s=1.5, seed=0)
     for arm in arms:
         assert [r["index"] for r in document["runs"][arm]["records"]] == list(range(len(schedule)))
@@ -717,7 +728,7 @@ def test_shapes_report_puts_the_a_a_beside_the_a_b(tmp_path, capsys):
         result["runs"]["control"] = _compare_result(control, static)["runs"]["continuous"]
         for run in result["runs"].values():
             run["summary"]["by_status"] = {}
-        return {**result, "config": {"rate": 85.0}}
+        return {**result, "config": {"rate": 85.0, "control": "static"}}
 
     cells = {  # (p50, p99, req/s) continuous, static, control
         "1core-load85-run1.json": ((90, 300, 85.0), (100, 320, 85.0), (95, 340, 85.0)),
