@@ -80,7 +80,7 @@ from loadtest.report import (
 )
 
 POLICIES = ("continuous", "static")
-# The A/A arm of ``--control``: a second static batcher.
+# The third arm of ``--control``: a second batcher of either policy (static: the A/A).
 CONTROL = "control"
 DEFAULT_RATE = 2.0
 DEFAULT_DURATION_S = 120.0
