@@ -363,7 +363,7 @@ def interleaved_plan(
 async def _measure_interleaved(
     urls: Mapping[str, str], rate: float, args: argparse.Namespace
 ) -> tuple[dict[str, list[RequestRecord]], dict[str, dict[str, Any]]]:
-    """Every segment of one schedule against each policy in turn (``interleaved_plan``)."""
+    """Every segment of one schedule against each arm in turn (``interleaved_plan``)."""
     schedule = poisson_schedule(rate, duration_s=args.duration, seed=args.seed)
     arms = tuple(urls)
     plan = interleaved_plan(schedule, args.duration, args.interleave, arms)
@@ -509,16 +509,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--rate must be positive")
     if args.interleave < 0:
         parser.error("--interleave must be 0 or more")
+    arms = arms_of(args)
     for entry in args.arm_env:
         arm, _, pair = entry.partition(":")
-        if arm not in arms_of(args) or "=" not in pair:
-            parser.error(f"--arm-env {entry!r}: expected ARM:KEY=VALUE, ARM one of {arms_of(args)}")
+        if arm not in arms or "=" not in pair:
+            parser.error(f"--arm-env {entry!r}: expected ARM:KEY=VALUE, ARM one of {arms}")
     rate, rate_source = resolve_rate(args.rate, args.sweep_json)
     pin_client(args)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(
-        f"comparing {' and '.join(arms_of(args))} batching at {rate:g} req/s ({rate_source}), "
+        f"comparing {' and '.join(arms)} batching at {rate:g} req/s ({rate_source}), "
         f"{args.duration:g} s each, seed {args.seed}",
         flush=True,
     )
@@ -527,11 +528,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.interleave:
         records, summaries = run_interleaved(args, rate)
     else:
-        for arm in arms_of(args):
+        for arm in arms:
             records[arm], summaries[arm] = run_policy(args, arm, rate)
     table = compare_summaries(summaries, args.control or "static")
     print("\n" + format_comparison(table))
-    for policy in arms_of(args):
+    for policy in arms:
         summaries[policy]["by_length"] = latency_by_length(records[policy])
         print(
             f"{policy:<11}"
@@ -541,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for kind, part in summaries[policy]["by_length"].items()
             )
         )
-    for policy in arms_of(args):
+    for policy in arms:
         if not summaries[policy]["server"].get("available"):
             print(f"warning: no /metrics from the {policy} run; queue wait and rows are missing")
     document = {
@@ -554,7 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "warmup_s": args.warmup,
             "interleave": args.interleave,
             "control": args.control,
-            "arm_env": {arm: arm_env(args, arm) for arm in arms_of(args)},
+            "arm_env": {arm: arm_env(args, arm) for arm in arms},
             "static_max_wait_ms": args.static_max_wait_ms,
             "max_in_flight": args.max_in_flight,
             "timeout_s": args.timeout,
@@ -570,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "summary": summaries[policy],
                 "records": [r.as_dict() for r in records[policy]],
             }
-            for policy in arms_of(args)
+            for policy in arms
         },
     }
     json_path = write_json(args.results_dir / f"{args.name}.json", document)

@@ -113,20 +113,20 @@ def main(argv: list[str] | None = None) -> int:
             f"| {p50['mean']:.2f}, {p50['min']:.2f}–{p50['max']:.2f} | {p99['mean']:.2f}, "
             f"{p99['min']:.2f}–{p99['max']:.2f} | {_pair(pooled, 'p50')} | {_pair(pooled, 'p99')} |"
         )
-    controls = over_runs([row for row in rows if "control" in row], latencies, arm="control")
+    with_control = [row for row in rows if "control" in row]
+    controls = over_runs(with_control, latencies, arm="control")
     if controls:
         print()
         print(
             "| shape | load | runs | at or below: continuous, control | p50 / static mean, range: continuous; control | p99 / static mean, range: continuous; control |"
         )
         print("|---|---|---|---|---|---|")
-        paired = {(load["shape"], load["load_pct"]): load for load in loads}
+        # continuous over the same runs as the control (cells without one left out)
+        beside = {
+            (load["shape"], load["load_pct"]): load for load in over_runs(with_control, latencies)
+        }
         for control in controls:
-            key = (control["shape"], control["load_pct"])
-            runs = [
-                row for row in rows if (row["shape"], row["load_pct"]) == key and "control" in row
-            ]
-            versus = over_runs(runs, latencies)[0] if runs else paired[key]
+            versus = beside[(control["shape"], control["load_pct"])]
             print(
                 f"| {control['shape']} | {control['load_pct']} % | {control['runs']} "
                 f"| {versus['at_or_below']}, {control['at_or_below']} "
