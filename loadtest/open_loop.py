@@ -5,8 +5,11 @@ time without waiting for earlier ones to return, the way independent users arriv
 service. Latency is measured from the *scheduled* time, so a slow service (or a lagging
 sender) cannot hide queueing by slowing the arrivals down (no coordinated omission).
 
-To protect a small machine, at most ``--max-in-flight`` requests are outstanding; an arrival
-that finds the cap full is not sent and is recorded as dropped (it counts as a failure).
+At most ``--max-in-flight`` requests are outstanding; an arrival that finds the cap full is not
+sent and is recorded as dropped (it counts as a failure). The default is above the service's own
+in-flight limit (``MT_MAX_INFLIGHT_REQUESTS``, 128), so under overload the service's admission
+control, not the generator, decides who is refused (429 with Retry-After, counted as such); a
+cap below it hid queued requests' latency and counted nothing as shed.
 
     .venv/bin/python -m loadtest.open_loop --rate 2 --duration 30
 """
@@ -44,7 +47,7 @@ from loadtest.report import (
 
 DEFAULT_RATE = 2.0
 DEFAULT_DURATION_S = 30.0
-DEFAULT_MAX_IN_FLIGHT = 64
+DEFAULT_MAX_IN_FLIGHT = 512  # above the service's in-flight limit: module docstring
 # Never more arrivals than this in one run, whatever rate x duration says.
 MAX_REQUESTS_PER_RUN = 20_000
 

@@ -856,15 +856,25 @@ def test_shapes_report_judges_every_cell_and_finds_the_capacity(tmp_path, capsys
 
     def cell(cont: tuple, static: tuple, rate: float) -> dict:
         result = _compare_result(cont[:3], static[:3])
-        for policy, shed in (("continuous", cont[3]), ("static", static[3])):
-            result["runs"][policy]["summary"]["by_status"] = {"429": shed} if shed else {}
+        for policy, unserved in (("continuous", cont[3]), ("static", static[3])):
+            result["runs"][policy]["summary"]["by_status"] = {"200": 1000, **unserved}
         return {**result, "config": {"rate": rate}}
 
-    cells = {  # (p50, p99, req/s, 429s) continuous, static; the rate sent
-        "1core-load50-run1.json": ((40, 150, 50.0, 0), (45, 160, 50.0, 0), 50.0),
-        "1core-load85-run1.json": ((90, 300, 85.0, 0), (80, 310, 85.0, 0), 85.0),  # p50 above
-        "2shared-load85-run1.json": ((60, 200, 169.5, 0), (150, 380, 170.0, 0), 170.0),
-        "2shared-load95-run1.json": ((70, 250, 190.0, 3), (160, 400, 180.0, 2), 190.0),  # sheds
+    cells = {  # (p50, p99, req/s, not served) continuous, static; the rate sent
+        "1core-load50-run1.json": ((40, 150, 50.0, {}), (45, 160, 50.0, {}), 50.0),
+        "1core-load85-run1.json": ((90, 300, 85.0, {}), (80, 310, 85.0, {}), 85.0),  # p50 above
+        "1core-load95-run1.json": (  # static's generator dropped more: at or below all the same
+            (95, 320, 95.0, {"dropped": 5}),
+            (99, 330, 94.0, {"dropped": 40, "429": 1}),
+            95.0,
+        ),
+        "2shared-load85-run1.json": ((60, 200, 169.5, {}), (150, 380, 170.0, {}), 170.0),
+        # lower latencies, but more requests left unserved (drops count as 429s do)
+        "2shared-load95-run1.json": (
+            (70, 250, 190.0, {"429": 2, "dropped": 1}),
+            (160, 400, 180.0, {"429": 2}),
+            190.0,
+        ),
     }
     for name, (cont, static, rate) in cells.items():
         (tmp_path / name).write_text(json.dumps(cell(cont, static, rate)))
@@ -879,11 +889,16 @@ def test_shapes_report_judges_every_cell_and_finds_the_capacity(tmp_path, capsys
     assert verdicts == {
         ("1core", 50): True,
         ("1core", 85): False,
+        ("1core", 95): True,
         ("2shared", 85): True,  # 0.3 % less throughput is within the 1 % allowed
         ("2shared", 95): False,
     }
     table = capsys.readouterr().out
-    assert "| 2shared (200.0 req/s) | 95 % | 1 | 70 / 250 | 160 / 400 |" in table
+    assert (
+        "| 2shared (200.0 req/s) | 95 % | 1 | 70 / 250 | 160 / 400 | 190.0 / 180.0 | 3 / 2 (1 / 0) | NO |"
+        in table
+    )
+    assert "| 5 / 41 (5 / 40) | yes |" in table
 
 
 def test_shapes_report_sums_up_each_load_over_its_runs(tmp_path, capsys):
