@@ -151,7 +151,7 @@ class Settings(BaseSettings):
         "encoder_overlap, where it joins from the encoder thread.",
     )
     admission_max_stall_steps: float = Field(
-        4.0,
+        2.0,
         gt=0,
         description="`continuous` batching without a spare core (the encoder runs in line): "
         "one admission's encoder call and merge stall the running rows for at most this many "

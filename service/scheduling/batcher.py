@@ -95,7 +95,7 @@ class BatchingConfig:
     cost_tolerance: float = 0.05
     # An admission encoded in line (no spare core) stalls the running rows for at most this
     # many of their predicted steps; bigger ones are cut into chunks between steps.
-    max_stall_steps: float = 4.0
+    max_stall_steps: float = 2.0
     # Rows of background sentences (document jobs) in the batch at most; they join only when
     # no interactive sentence waits.
     background_max_rows: int = 4
