@@ -68,7 +68,7 @@ def cell(path: Path, latencies: dict[tuple[str, int, str], list[float]]) -> dict
             "p99_ms": summary["latency_ms"]["p99"],
             "throughput_rps": summary["throughput_rps"],
             "dropped": summary["by_status"].get("dropped", 0),
-            "not_served": sum(n for status, n in summary["by_status"].items() if status != "200"),
+            "not_served": summary["failed"],  # every request without a 200 (``summarize``)
         }
     row["continuous_wins"] = at_or_below(row["continuous"], row["static"])
     if "control" in row:

@@ -824,7 +824,8 @@ def test_the_server_runs_under_taskset_and_the_generator_is_pinned_elsewhere(mon
 
 def _compare_result(cont: tuple[float, float, float], static: tuple[float, float, float]) -> dict:
     def run(p50: float, p99: float, rps: float) -> dict:
-        return {"summary": {"latency_ms": {"p50": p50, "p99": p99}, "throughput_rps": rps}}
+        summary = {"latency_ms": {"p50": p50, "p99": p99}, "throughput_rps": rps, "failed": 0}
+        return {"summary": summary}
 
     return {"runs": {"continuous": run(*cont), "static": run(*static)}}
 
@@ -858,6 +859,7 @@ def test_shapes_report_judges_every_cell_and_finds_the_capacity(tmp_path, capsys
         result = _compare_result(cont[:3], static[:3])
         for policy, unserved in (("continuous", cont[3]), ("static", static[3])):
             result["runs"][policy]["summary"]["by_status"] = {"200": 1000, **unserved}
+            result["runs"][policy]["summary"]["failed"] = sum(unserved.values())
         return {**result, "config": {"rate": rate}}
 
     cells = {  # (p50, p99, req/s, not served) continuous, static; the rate sent
@@ -915,6 +917,7 @@ def test_shapes_report_sums_up_each_load_over_its_runs(tmp_path, capsys):
                     "latency_ms": {"p50": ordered[len(ordered) // 2], "p99": ordered[-1]},
                     "throughput_rps": 100.0,
                     "by_status": {"429": 1},
+                    "failed": 1,
                 },
                 "records": records,
             }
