@@ -385,7 +385,11 @@ async def _measure_interleaved(
                 )
                 windows[policy] += measurement_window(segment, segment_length)
                 for record, index in zip(segment, indices, strict=True):
+                    # the segment ran on its own clock, from its first window's start: both
+                    # times move to the schedule's, so the sender's lag stays sent - scheduled
                     record.index, record.scheduled_s = index, schedule[index]
+                    if record.sent_s is not None:
+                        record.sent_s += start
                 records[policy] += segment
                 ok = sum(record.ok for record in segment)
                 print(

@@ -668,6 +668,10 @@ def test_interleaved_compare_sends_every_arrival_to_both_services_with_the_same_
         assert [r["scheduled_s"] for r in records] == schedule
         assert all(r["status"] == 200 for r in records)
         assert runs[policy]["summary"]["requests"] == len(schedule)
+        # sent on the schedule's clock: the sender's lag is small and never negative (each
+        # segment's own clock started at its window, seconds after the schedule's)
+        lag = runs[policy]["summary"]["sender_lag_ms"]
+        assert 0 <= lag["p50"] <= lag["max"] < 500, lag
         # the warm-up's texts reached the service before its counters were read: not counted
         assert runs[policy]["summary"]["server"]["queue_wait"]["count"] == len(schedule)
     inputs = [[r["input_chars"] for r in runs[policy]["records"]] for policy in runs]
@@ -952,3 +956,34 @@ def test_shapes_report_sums_up_each_load_over_its_runs(tmp_path, capsys):
 def test_paired_cores_script_parses():
     script = Path(__file__).resolve().parents[1] / "loadtest" / "paired_cores.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_tail_report_tells_an_arms_own_slow_episode_from_a_burst_every_arm_had(tmp_path, capsys):
+    """Two arms, the same 30 s of arrivals (10 a second, 10 ms each): both are slow for the
+    burst at 20 s; only continuous is slow at 5 s. Its slowest 1 % (three requests) fall in
+    both; static's (three) in the burst alone."""
+    from loadtest.tail_report import main as tail_main
+
+    def records(slow: dict[float, float]) -> list[dict]:
+        out = []
+        for index in range(300):
+            at = index / 10
+            latency = slow.get(round(at, 1), 0.010)
+            out.append({"index": index, "scheduled_s": at, "latency_s": latency, "status": 200})
+        return out
+
+    runs = {
+        "continuous": {"records": records({5.0: 0.9, 5.1: 0.8, 20.0: 0.6, 20.1: 0.5})},
+        "static": {"records": records({5.0: 0.02, 20.0: 0.7, 20.1: 0.6, 20.2: 0.5})},
+    }
+    document = {"config": {"duration_s": 30.0}, "runs": runs}
+    (tmp_path / "1core-load85-run1.json").write_text(json.dumps(document))
+    (tmp_path / "summary.json").write_text("{}")  # shapes_report's: not a cell
+    assert tail_main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    own = "5.0-5.1 s, 2 slow, 10 arrivals in the second before, slowest continuous 900 / static 20"
+    assert own + " ms: its own" in out
+    shared = "20.0-20.0 s, 1 slow, 10 arrivals in the second before, slowest continuous 600 / "
+    assert shared + "static 700 ms\n" in out
+    assert "continuous: 2 of its 3 slowest requests in episodes of its own" in out
+    assert "static: 0 of its 3 slowest requests in episodes of its own" in out
