@@ -263,7 +263,7 @@ async def _load_run(
         import pstats
 
         profiler = cProfile.Profile()
-        inner_run = batcher._run
+        inner_run = batcher._loop.run
 
         def profiled_run() -> None:
             profiler.enable()
@@ -273,7 +273,7 @@ async def _load_run(
                 profiler.disable()
                 pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
 
-        batcher._run = profiled_run  # type: ignore[method-assign]
+        batcher._loop.run = profiled_run  # type: ignore[method-assign]
     sampler = InputSampler(seed=seed)
     rng = random.Random(seed)
     arrivals, t = [], 0.0
@@ -320,13 +320,13 @@ async def _load_run(
 
     engine.step = counted_step
     waits: list[float] = []
-    inner_add = batcher._add
+    inner_admitted = batcher._loop._admitted
 
-    def counted_add(newcomers):
-        inner_add(newcomers)
-        waits.extend(job.queue_wait_s for job in newcomers)
+    def counted_admitted(newcomers, rejected, admitted_step, admitted_at):
+        inner_admitted(newcomers, rejected, admitted_step, admitted_at)
+        waits.extend(sentence.queue_wait_s for sentence in newcomers)
 
-    batcher._add = counted_add  # type: ignore[method-assign]
+    batcher._loop._admitted = counted_admitted  # type: ignore[method-assign]
     await asyncio.gather(*(one(at, text) for at, text in arrivals))
     wall = time.perf_counter() - start
     steps = engine.steps - steps0
