@@ -229,11 +229,13 @@ def spawned_server(
     ready_timeout_s: float = 300.0,
     stop_timeout_s: float = 60.0,
     log_path: Path | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> Iterator[str]:
     """Start the service on a free loopback port, wait for ``GET /ready``, yield its URL,
     and stop it with SIGTERM (SIGKILL after ``stop_timeout_s``) however the run ends.
 
     ``command`` (``{port}`` is replaced) replaces ``python -m service`` — the tests use a stub.
+    ``cwd``: the checkout it runs from (``python -m`` imports from there; default this one).
     """
     with spawned_process(
         model_dir,
@@ -242,6 +244,7 @@ def spawned_server(
         ready_timeout_s=ready_timeout_s,
         stop_timeout_s=stop_timeout_s,
         log_path=log_path,
+        cwd=cwd,
     ) as (url, _):
         yield url
 
@@ -255,6 +258,7 @@ def spawned_process(
     ready_timeout_s: float = 300.0,
     stop_timeout_s: float = 60.0,
     log_path: Path | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """``spawned_server`` that also yields the process (for its pid, or to signal it)."""
     port = free_loopback_port()
@@ -264,14 +268,14 @@ def spawned_process(
         else service_command(port)
     )
     env = dict(os.environ)
-    if model_dir is not None:
-        env["MT_MODEL_DIR"] = str(model_dir)
+    if model_dir is not None:  # relative to this checkout, wherever the service runs from
+        env["MT_MODEL_DIR"] = str(Path(REPO_ROOT, model_dir))
     env.update(extra_env or {})
     url = f"http://127.0.0.1:{port}"
     log_file = open(log_path, "wb") if log_path else None  # noqa: SIM115 - closed in finally
     process = subprocess.Popen(
         argv,
-        cwd=REPO_ROOT,
+        cwd=cwd or REPO_ROOT,
         env=env,
         stdout=log_file or subprocess.DEVNULL,
         stderr=subprocess.STDOUT if log_file else subprocess.DEVNULL,

@@ -28,7 +28,9 @@ ratios to ``static`` are an A/A comparison: how far two identical policies land 
 run on this machine, the yardstick for a continuous / static ratio of the same run.
 ``--control continuous`` makes it a second continuous batcher (ratios to ``continuous``), and
 ``--arm-env control:KEY=VALUE`` gives the control arm a setting of its own: an A/B of that
-setting in the same run, beside the continuous / static comparison.
+setting in the same run, beside the continuous / static comparison. ``--control-code DIR``
+serves the control arm from another checkout (``git worktree add DIR REV``): an A/B of code,
+e.g. a change against the revision it would replace.
 
 The rate: by default the ``max_sustainable_rate`` of a previous sweep
 (``loadtest/results/sweep.json``, i.e. near the continuous batcher's capacity), else
@@ -44,6 +46,7 @@ import argparse
 import contextlib
 import json
 import math
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -282,7 +285,19 @@ def policy_server(args: argparse.Namespace, arm: str) -> contextlib.AbstractCont
         extra_env=policy_env(policy_of(arm, args), args.static_max_wait_ms, arm_env(args, arm)),
         ready_timeout_s=args.ready_timeout,
         log_path=log_path,
+        cwd=args.control_code if arm == CONTROL else None,
     )
+
+
+def code_revision(checkout: Path) -> dict[str, str | None]:
+    """Where ``--control-code`` served from, and its git revision (None outside git)."""
+    revision = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    return {
+        "path": str(checkout.resolve()),
+        "revision": revision.stdout.strip() if revision.returncode == 0 else None,
+    }
 
 
 # The warm-up's inputs and arrivals come from another seed: none of its texts is measured.
@@ -493,6 +508,14 @@ def build_parser() -> argparse.ArgumentParser:
         "of this run's continuous / static ratios, or with --arm-env an A/B",
     )
     parser.add_argument(
+        "--control-code",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="serve the control arm from this checkout (e.g. `git worktree add DIR main`), "
+        "with this interpreter and model directory: an A/B of code in the same run",
+    )
+    parser.add_argument(
         "--arm-env",
         action="append",
         default=[],
@@ -518,6 +541,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         arm, _, pair = entry.partition(":")
         if arm not in arms or "=" not in pair:
             parser.error(f"--arm-env {entry!r}: expected ARM:KEY=VALUE, ARM one of {arms}")
+    if args.control_code is not None:
+        if not args.control:
+            parser.error("--control-code needs --control (the arm it serves)")
+        if not (args.control_code / "service").is_dir():
+            parser.error(f"--control-code {args.control_code}: no service/ there")
     rate, rate_source = resolve_rate(args.rate, args.sweep_json)
     pin_client(args)
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -560,6 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "interleave": args.interleave,
             "control": args.control,
             "arm_env": {arm: arm_env(args, arm) for arm in arms},
+            "control_code": code_revision(args.control_code) if args.control_code else None,
             "static_max_wait_ms": args.static_max_wait_ms,
             "max_in_flight": args.max_in_flight,
             "timeout_s": args.timeout,

@@ -987,3 +987,34 @@ def test_tail_report_tells_an_arms_own_slow_episode_from_a_burst_every_arm_had(t
     assert shared + "static 700 ms\n" in out
     assert "continuous: 2 of its 3 slowest requests in episodes of its own" in out
     assert "static: 0 of its 3 slowest requests in episodes of its own" in out
+
+
+def test_control_code_serves_the_control_arm_from_another_checkout(tmp_path, capsys):
+    """An A/B of code in one run: the control's service starts in the other checkout (here a
+    stand-in whose stub marks that it ran there), the other two in this one."""
+    from loadtest.compare_batching import main as compare_main
+
+    checkout = tmp_path / "checkout"
+    (checkout / "service").mkdir(parents=True)
+    (checkout / "loadtest").mkdir()
+    (checkout / "loadtest" / "__init__.py").write_text("")
+    real_stub = Path(__file__).resolve().parents[1] / "loadtest" / "stub_server.py"
+    (checkout / "loadtest" / "stub_server.py").write_text(
+        "import pathlib, runpy\n"
+        "pathlib.Path('served-here').write_text('yes')\n"
+        f"runpy.run_path({str(real_stub)!r}, run_name='__main__')\n"
+    )
+    stub = f"{sys.executable} -m loadtest.stub_server --port {{port}} --base-ms 1"
+    argv = ["--spawn-server", "unused", "--server-command", stub, "--rate", "20", "--control"]
+    argv += ["--duration", "1", "--interleave", "2", "--warmup", "0", "--no-plot"]
+    argv += ["--results-dir", str(tmp_path / "out"), "--name", "code"]
+    assert compare_main([*argv, "--control-code", str(checkout)]) == 0
+    assert (checkout / "served-here").read_text() == "yes"
+    assert not (Path(__file__).resolve().parents[1] / "served-here").exists()
+    document = json.loads((tmp_path / "out" / "code.json").read_text())
+    assert document["config"]["control_code"] == {"path": str(checkout.resolve()), "revision": None}
+    assert all(r["status"] == 200 for r in document["runs"]["control"]["records"])
+    with pytest.raises(SystemExit):  # no arm to serve it without --control
+        compare_main(["--spawn-server", "unused", "--control-code", str(checkout)])
+    with pytest.raises(SystemExit):  # not a checkout of the service
+        compare_main(["--spawn-server", "unused", "--control", "--control-code", str(tmp_path)])
