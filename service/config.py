@@ -146,7 +146,7 @@ class Settings(BaseSettings):
         description="`continuous` batching: while the engine is idle, the oldest queued "
         "sentence waits up to this long for others to share its encoder call and first steps "
         "(as `static` batching waits static_max_wait_ms), where submissions come at least "
-        "every two such waits. Default: static_max_wait_ms where the encoder runs in line (one "
+        "once in such a wait. Default: static_max_wait_ms where the encoder runs in line (one "
         "CPU), where a newcomer arriving just after an admission rarely joins it; 0 with "
         "encoder_overlap, where it joins from the encoder thread.",
     )

@@ -968,6 +968,21 @@ async def test_with_an_idle_wait_newcomers_arriving_within_it_share_one_admissio
 
 
 @pytest.mark.anyio
+async def test_an_idle_engine_waits_only_where_a_submission_is_expected_within_the_wait(
+    make_batcher,
+):
+    """Submissions 450 ms apart on average, a 300 ms wait: company would come within it less
+    often than not (49 %), so the request is admitted at once; 250 ms apart (70 %), it waits."""
+    engine = FakeEngine()
+    batcher = make_batcher(engine, idle_wait_s=0.3)
+    batcher.queue.arrivals.gap_s = 0.45
+    [at_once] = await batcher.submit([sentence(4, first=1)])
+    batcher.queue.arrivals.gap_s = 0.25
+    [waited] = await batcher.submit([sentence(5, first=20)])
+    assert at_once.queue_wait_s < 0.1 and waited.queue_wait_s >= 0.29
+
+
+@pytest.mark.anyio
 async def test_at_light_load_an_idle_engine_does_not_wait_for_company(make_batcher):
     """Submissions a second apart: a 300 ms idle wait would add 300 ms to every request and
     bring no company, so each is admitted at once; the gap between them is what is learned."""
