@@ -23,6 +23,7 @@ from typing import Any
 
 from loadtest.paired_report import summarise
 from loadtest.report import percentile
+from loadtest.tail_report import served
 
 CELL = re.compile(r"(?P<shape>.+)-load(?P<load>\d+)-run(?P<run>\d+)\.json$")
 
@@ -59,9 +60,7 @@ def cell(path: Path, latencies: dict[tuple[str, int, str], list[float]]) -> dict
     for policy in [arm for arm in arms if arm in runs]:
         summary = runs[policy]["summary"]
         latencies.setdefault((row["shape"], row["load_pct"], policy), []).extend(
-            record["latency_s"]
-            for record in runs[policy].get("records", [])
-            if record.get("status") == 200 and record.get("latency_s") is not None
+            record["latency_s"] for record in served(runs[policy].get("records", []))
         )
         row[policy] = {
             "p50_ms": summary["latency_ms"]["p50"],

@@ -38,11 +38,14 @@ def served(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r.get("status") == 200 and r.get("latency_s") is not None]
 
 
-def episodes(runs: dict[str, list[dict[str, Any]]], arm: str) -> list[Episode]:
-    """``arm``'s slowest ``TAIL_SHARE`` of served requests as episodes (module docstring)."""
-    ok = served(runs[arm])
-    count = max(1, int(len(ok) * TAIL_SHARE))
-    times = sorted(r["scheduled_s"] for r in sorted(ok, key=lambda r: -r["latency_s"])[:count])
+def episodes(
+    runs: dict[str, list[dict[str, Any]]], ok: dict[str, list[dict[str, Any]]], arm: str
+) -> list[Episode]:
+    """``arm``'s slowest ``TAIL_SHARE`` of served requests as episodes (module docstring);
+    ``ok``: each arm's served requests (``served``)."""
+    count = max(1, int(len(ok[arm]) * TAIL_SHARE))
+    slowest_first = sorted(ok[arm], key=lambda r: -r["latency_s"])
+    times = sorted(r["scheduled_s"] for r in slowest_first[:count])
     groups: list[list[float]] = []
     for at in times:
         if groups and at - groups[-1][-1] < GAP_S:
@@ -58,12 +61,12 @@ def episodes(runs: dict[str, list[dict[str, Any]]], arm: str) -> list[Episode]:
             * max(
                 (
                     r["latency_s"]
-                    for r in served(records)
+                    for r in records
                     if start - GAP_S / 2 <= r["scheduled_s"] <= end + GAP_S / 2
                 ),
                 default=0.0,
             )
-            for other, records in runs.items()
+            for other, records in ok.items()
         }
         own = all(ms < slowest[arm] / 2 for other, ms in slowest.items() if other != arm)
         before = sum(1 for at in schedule if start - 1.0 <= at < start)
@@ -81,10 +84,11 @@ def cell_report(path: Path) -> dict[str, Any] | None:
     duration = result.get("config", {}).get("duration_s") or max(
         r["scheduled_s"] for records in runs.values() for r in records
     )
+    ok = {arm: served(records) for arm, records in runs.items()}  # once a cell, not an episode
     return {
         "cell": path.stem,
         "mean_arrivals_per_s": len(next(iter(runs.values()))) / duration,
-        "arms": {arm: episodes(runs, arm) for arm in runs},
+        "arms": {arm: episodes(runs, ok, arm) for arm in runs},
     }
 
 
