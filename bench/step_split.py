@@ -9,6 +9,10 @@ For each cell (beam x batch) it translates ``--batch`` random sources of 24 ids 
 ``session.run``, the encoder's (its one call per run, spread over the steps) and everything
 else (the engine's Python: step inputs, the searches, cache reordering).
 
+``--constrained`` decodes every sentence under the placeholder constraint the service puts on
+every sentence of a model whose vocabulary has symbols (each symbol id with its count in the
+source, here 0): the searches' per-row bookkeeping as served, not just bare greedy and beam.
+
 ``--floor`` also times the "weights only" lower bound: a graph of nothing but the decoder's
 weight MatMuls (same shapes, chained; random values) at 1 and 128 rows, i.e. what streaming
 (1 row) or multiplying (128 rows) the decoder's weights costs on this machine with ONNX
@@ -71,17 +75,24 @@ def random_sources(vocab_size: int, count: int, length: int, seed: int = 0) -> l
 
 
 def split_cell(
-    engine: Engine, sources: list[list[int]], beam: int, new_tokens: int, repeats: int
+    engine: Engine,
+    sources: list[list[int]],
+    beam: int,
+    new_tokens: int,
+    repeats: int,
+    copy_tokens: list[dict[int, int] | None] | None = None,
 ) -> dict[str, float]:
     decoder = engine.model.decoder = TimedSession(engine.model.decoder)
     encoder = engine.model.encoder = TimedSession(engine.model.encoder)
-    engine.translate_ids(sources, beam_size=beam, max_new_tokens=16)
+    engine.translate_ids(sources, beam_size=beam, max_new_tokens=16, copy_tokens=copy_tokens)
     runs = []
     for _ in range(repeats):
         decoder.seconds = encoder.seconds = 0.0
         decoder.calls = 0
         started = time.perf_counter()
-        engine.translate_ids(sources, beam_size=beam, max_new_tokens=new_tokens)
+        engine.translate_ids(
+            sources, beam_size=beam, max_new_tokens=new_tokens, copy_tokens=copy_tokens
+        )
         wall = time.perf_counter() - started
         steps = decoder.calls
         runs.append(
@@ -151,6 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--floor", action="store_true", help="also time the weights-only graph")
     parser.add_argument("--provider", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--json", type=Path, help="also write the splits here")
+    parser.add_argument(
+        "--constrained", action="store_true", help="the service's placeholder constraint on"
+    )
     args = parser.parse_args(argv)
 
     engine = Engine.from_dir(args.model_dir, provider=args.provider, intra_op_threads=args.threads)
@@ -159,8 +173,19 @@ def main(argv: list[str] | None = None) -> None:
     splits = {}
     cells = [tuple(int(part) for part in cell.split("x")) for cell in args.cells.split(",")]
     sources = random_sources(engine.model.info.vocab_size, max(b for _, b in cells), 24)
+    copy_tokens = None
+    if args.constrained:
+        from service.text.pipeline import copy_tokens_for
+        from service.text.protection import placeholder_token_ids
+        from service.text.tokenizer import Tokenizer
+
+        symbol_ids = placeholder_token_ids(Tokenizer.from_dir(args.model_dir))
+        copy_tokens = [copy_tokens_for(source, symbol_ids) for source in sources]
     for beam, batch in cells:
-        split = split_cell(engine, sources[:batch], beam, args.new_tokens, args.repeats)
+        constraints = copy_tokens[:batch] if copy_tokens is not None else None
+        split = split_cell(
+            engine, sources[:batch], beam, args.new_tokens, args.repeats, constraints
+        )
         splits[f"{beam}x{batch}"] = split
         print(
             f"beam {beam} x {batch}: {split['step_ms']:.2f} ms/step = decoder "
@@ -171,7 +196,8 @@ def main(argv: list[str] | None = None) -> None:
         floor = matmul_floor(args.model_dir, args.threads)
         print(f"weights-only MatMul graph: {floor[1]:.2f} ms at 1 row, {floor[128]:.2f} at 128")
     if args.json:
-        args.json.write_text(json.dumps({"provider": args.provider, "cells": splits}, indent=2))
+        facts = {"provider": args.provider, "constrained": args.constrained, "cells": splits}
+        args.json.write_text(json.dumps(facts, indent=2))
 
 
 if __name__ == "__main__":
