@@ -18,7 +18,7 @@ from service.runtime.search import BeamSearch, CopyConstraint, GreedySearch
 from service.text.pipeline import copy_tokens_for
 from service.text.protection import PLACEHOLDER_SYMBOLS, placeholder_token_ids
 from service.text.tokenizer import Tokenizer
-from tests.head_reference import advance_on_logits
+from tests.head_reference import advance_on_logits, head_from_logits
 from tests.service_fixtures import VOCAB_SIZE, tiny_model
 
 EOS, PAD, V = 0, 9, 10
@@ -201,3 +201,50 @@ def test_engine_sources_without_symbols_ban_invented_ones(engine, symbol_ids):
         assert not symbol_ids & set(after)
         if not symbol_ids & set(before):  # nothing to ban: the same translation
             assert before == after
+
+
+@pytest.mark.parametrize("forced_prefix", [(), (8,), (8, 7)])
+def test_greedy_take_is_advance_whenever_it_follows_the_head(forced_prefix):
+    # The group's fast path (service/runtime/groups.py): while a greedy search follows the
+    # head, ``take(head.top_ids[0, 0])`` must do exactly what ``advance(head)`` does, and
+    # while it does not (a forced id due, a symbol owed) the group calls ``advance``. Two
+    # searches, one driven each way over the same random logits, stay identical step by step.
+    rng = np.random.default_rng(7)
+    followed = 0
+    for _ in range(40):
+        copy_tokens = {5: int(rng.integers(0, 3)), 6: int(rng.integers(0, 2))}
+        plain = GreedySearch(12, EOS, PAD, copy_tokens=copy_tokens, forced_prefix=forced_prefix)
+        fast = GreedySearch(12, EOS, PAD, copy_tokens=copy_tokens, forced_prefix=forced_prefix)
+        while not plain.done:
+            logits = rng.normal(size=(1, V)).astype(np.float32) * 3
+            logits[0, EOS] -= 2.0  # stop less often: longer runs, more symbols
+            head = head_from_logits(
+                logits, 1, [PAD], extra_bans=plain.bans(), watch_ids=plain.watch_ids()
+            )
+            tokens, _ = plain.advance(head)
+            if fast.follows_head():
+                followed += 1
+                fast.take(int(head.top_ids[0, 0]))
+            else:
+                fast.advance(head)
+            assert fast.tokens == plain.tokens and fast.steps == plain.steps
+            assert fast.done == plain.done
+            assert np.array_equal(fast.constraint.remaining, plain.constraint.remaining)
+            assert fast.constraint.owes == plain.constraint.owes
+        assert (
+            Counter(t for t in plain.result() if t in copy_tokens)
+            == Counter({t: n for t, n in copy_tokens.items() if n})
+            or plain.steps == 12
+        )
+    assert followed > 0
+
+
+def test_constraint_owes_follows_its_counts():
+    constraint = CopyConstraint({5: 1, 6: 0}, rows=2, eos_id=EOS, pad_id=PAD)
+    assert constraint.owes
+    constraint.advance(np.array([5, 7]), np.array([0, 1]))  # row 0 pays; row 1 still owes
+    assert constraint.owes
+    constraint.advance(np.array([7, 5]), np.array([0, 1]))  # row 1 pays
+    assert not constraint.owes
+    constraint.advance(np.array([7, 7]), np.array([1, 1]))  # reorder: nobody owes
+    assert not constraint.owes

@@ -156,10 +156,9 @@ class Group:
         ban_width = max((b.shape[1] for b in extra_bans if b is not None), default=0)
         banned = np.full((rows, len(static_bans) + ban_width), info.pad_id, dtype=np.int64)
         banned[:, : len(static_bans)] = static_bans
-        # A search that watches ids also sees its row's bans: it can tell the argmax before
-        # them (service/runtime/search.py).
-        watched = [None if w is None else np.append(w, static_bans) for w in watched]
-        watch_width = max((len(w) for w in watched if w is not None), default=1)
+        # A search that watches ids also sees its row's bans after them: it can tell the
+        # argmax before them (service/runtime/search.py).
+        watch_width = max((len(w) + len(static_bans) for w in watched if w is not None), default=1)
         watch = np.full((rows, watch_width), info.pad_id, dtype=np.int64)
         offset = 0
         for active, bans, ids in zip(self.requests, extra_bans, watched, strict=True):
@@ -168,12 +167,13 @@ class Group:
                 banned[offset:end, len(static_bans) : len(static_bans) + bans.shape[1]] = bans
             if ids is not None:
                 watch[offset:end, : len(ids)] = ids
+                watch[offset:end, len(ids) : len(ids) + len(static_bans)] = static_bans
             offset = end
+        steps = np.array([active.steps for active in self.requests], dtype=np.int64)
+        row_counts = [active.num_rows for active in self.requests]
         return StepInputs(
             input_ids=np.concatenate([active.next_tokens for active in self.requests])[:, None],
-            positions=np.concatenate(
-                [np.full(active.num_rows, active.steps, dtype=np.int64) for active in self.requests]
-            )[:, None],
+            positions=np.repeat(steps, row_counts)[:, None],
             self_attention_mask=np.concatenate(
                 [self.tensors.self_mask, np.ones((rows, 1), dtype=np.int64)], axis=1
             ),  # (N, P+1)
@@ -196,31 +196,52 @@ class Group:
     def advance(self, head: StepOutput) -> list[FinishedRequest]:
         finished: list[FinishedRequest] = []
         remaining: list[ActiveRequest] = []
-        cache_rows: list[np.ndarray] = []  # per remaining request: the rows its beams continue
-        own_rows: list[np.ndarray] = []  # per remaining request: its rows, unpermuted
+        # per remaining request: its first row and the rows its beams continue (None: its own,
+        # in order, as greedy rows always do)
+        kept: list[tuple[int, np.ndarray | None]] = []
+        # Greedy rows that follow the head take its best id from one list: a row's share of the
+        # host's work is what bounds a step where the decoder call is flat in rows (a GPU).
+        best_ids = head.top_ids[:, 0].tolist()
         offset = 0
         for active in self.requests:
             rows = active.num_rows
-            next_tokens, parents = active.search.advance(head.rows(offset, offset + rows))
+            search = active.search
+            parents: np.ndarray | None = None
+            if isinstance(search, GreedySearch) and search.follows_head():
+                token = best_ids[offset]
+                search.take(token)
+                next_tokens = np.array([token], dtype=np.int64)
+            else:
+                next_tokens, parents = search.advance(head.rows(offset, offset + rows))
+                if rows == 1 or (parents == np.arange(rows)).all():
+                    parents = None
             active.steps += 1
-            if active.search.done:
+            if search.done:
                 finished.append(
                     FinishedRequest(
                         active.request.request_id,
-                        active.search.result(),
+                        search.result(),
                         active.steps,
-                        active.search.hypotheses(),
+                        search.hypotheses(),
                     )
                 )
             else:
                 active.next_tokens = next_tokens
                 remaining.append(active)
-                cache_rows.append(offset + parents)
-                own_rows.append(offset + np.arange(rows))
+                kept.append((offset, parents))
             offset += rows
         self.requests = remaining
         self.rows = sum(active.num_rows for active in remaining)
-        self.rearrange(cache_rows, own_rows, rows_left=len(finished) > 0)
+        if finished or any(parents is not None for _, parents in kept):
+            cache_rows = [
+                offset + (np.arange(active.num_rows) if parents is None else parents)
+                for active, (offset, parents) in zip(remaining, kept, strict=True)
+            ]
+            own_rows = [
+                offset + np.arange(active.num_rows)
+                for active, (offset, _) in zip(remaining, kept, strict=True)
+            ]
+            self.rearrange(cache_rows, own_rows, rows_left=len(finished) > 0)
         return finished
 
     def drop(self, request_ids: set[Hashable]) -> None:

@@ -70,10 +70,16 @@ class CopyConstraint:
         self.remaining = np.tile(counts, (rows, 1))  # (rows, C)
         self.eos_id = eos_id
         self.pad_id = pad_id
-        # Asked for every step of every row, and most steps change nothing: ``bans`` is
-        # cached until ``advance`` changes ``remaining``; the watched ids never change.
+        # Asked for every step of every row, and most steps change nothing: ``bans`` and
+        # ``owes`` are kept until ``advance`` changes ``remaining``; the watched ids never
+        # change.
         self._bans: np.ndarray | None = None
         self._watch_ids = np.append(self.ids, eos_id)
+        self.owes = bool(self.remaining.sum(axis=1).any())  # does any row still owe a symbol?
+
+    def _changed(self) -> None:
+        self._bans = None
+        self.owes = bool(self.remaining.sum(axis=1).any())
 
     def bans(self) -> np.ndarray:
         """(rows, C + 1): the symbols each row has used up, and eos while it owes symbols;
@@ -97,9 +103,9 @@ class CopyConstraint:
         generate (the one chosen now included), or the row would stop. A row that would stop
         emits the symbols it owes at once: otherwise a banned eos makes it ramble until the
         symbols are forced at the end."""
-        owed = self.remaining.sum(axis=1)  # (rows,)
-        if not owed.any():  # nothing owed: no row is forced (the usual case)
+        if not self.owes:  # nothing owed: no row is forced (the usual case)
             return scores, ids
+        owed = self.remaining.sum(axis=1)  # (rows,)
         wants_to_stop = self._unbanned_best(head, scores[:, 0], ids[:, 0]) == self.eos_id
         forced = np.flatnonzero((owed > 0) & ((owed >= steps_left) | wants_to_stop))
         if not len(forced):
@@ -147,12 +153,16 @@ class CopyConstraint:
         """The rows continue ``parents`` with ``tokens``: reorder, count emitted symbols."""
         if len(parents) != len(self.remaining) or (parents != np.arange(len(parents))).any():
             self.remaining = self.remaining[parents]
-            self._bans = None
+            self._changed()
         for row, token in enumerate(tokens.tolist()):
-            slot = self._slot.get(token)
-            if slot is not None:
-                self.remaining[row, slot] -= 1
-                self._bans = None
+            self.emitted(row, token)
+
+    def emitted(self, row: int, token: int) -> None:
+        """Row ``row`` emitted ``token`` (in place: no reorder)."""
+        slot = self._slot.get(token)
+        if slot is not None:
+            self.remaining[row, slot] -= 1
+            self._changed()
 
 
 def make_constraint(
@@ -224,16 +234,26 @@ class GreedySearch(_Search):
         """head of 1 row -> next token (1,), parent row (1,)."""
         _, ids = self._candidates(head)
         token = int(ids[0, 0])
+        self.take(token)
+        return np.array([token], dtype=np.int64), np.zeros(1, dtype=np.int64)
+
+    def follows_head(self) -> bool:
+        """Whether this step's token is the head's own best (no forced id due, no symbol
+        owed): then ``take(head.top_ids[row, 0])`` is ``advance`` without its numpy."""
+        return self.steps >= len(self.forced_prefix) and (
+            self.constraint is None or not self.constraint.owes
+        )
+
+    def take(self, token: int) -> None:
+        """Generate ``token``."""
         self.steps += 1
         if token == self.eos_id:
             self.done = True
         else:
             self.tokens.append(token)
             self.done = self.steps >= self.max_new_tokens
-        next_tokens, parents = np.array([token], dtype=np.int64), np.zeros(1, dtype=np.int64)
         if self.constraint is not None:
-            self.constraint.advance(next_tokens, parents)
-        return next_tokens, parents
+            self.constraint.emitted(0, token)
 
     def result(self) -> list[int]:
         return self.tokens[len(self.forced_prefix) :]
