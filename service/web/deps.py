@@ -36,6 +36,16 @@ Access = Annotated[AccessPolicy, Depends(get_access)]
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
+def upload_body(required: list[str], fields: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that reads a multipart upload by hand: a binary
+    ``file`` and the named text ``fields`` (``required`` besides the file)."""
+    properties = {"file": {"type": "string", "format": "binary"}, **fields}
+    schema = {"type": "object", "required": ["file", *required], "properties": properties}
+    return {
+        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
+    }
+
+
 def sends_form(request: Request) -> bool:
     """Whether the body is form fields (the compatibility APIs take form or JSON)."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()

@@ -44,7 +44,7 @@ from service.translation.document_jobs import DocumentJob
 from service.translation.languages import language_name
 from service.translation.routing import source_languages, targets_by_source
 from service.web.access import AccessPolicy
-from service.web.deps import Access, Service, json_body, run_for_client, sends_form
+from service.web.deps import Access, Service, json_body, run_for_client, sends_form, upload_body
 from service.web.lifecycle import ServiceState
 from service.web.routes.documents import result_response, submit
 from service.web.routes.glossaries import card, create_glossary
@@ -352,25 +352,9 @@ _KEY_BODY = _form(["document_key"], {"document_key": _STRING})
 @router.post(
     "/document",
     summary="Upload a document to translate (DeepL API v2)",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "multipart/form-data": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["file", "target_lang"],
-                        "properties": {
-                            "file": {"type": "string", "format": "binary"},
-                            "source_lang": _STRING,
-                            "target_lang": _STRING,
-                            "filename": _STRING,
-                        },
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=upload_body(
+        ["target_lang"], {"source_lang": _STRING, "target_lang": _STRING, "filename": _STRING}
+    ),
 )
 async def upload_document(request: Request, service: Service, access: Access) -> dict[str, Any]:
     admit(request, access, chars=0)  # the characters are charged once the file is read

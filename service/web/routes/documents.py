@@ -24,7 +24,7 @@ from service.text.files import UnsupportedFile, supported, translate_file
 from service.translation.document_jobs import DocumentJob, count_sentences
 from service.translation.languages import normalise_language_code
 from service.web.access import AccessPolicy
-from service.web.deps import Access, Service
+from service.web.deps import Access, Service, upload_body
 from service.web.errors import ERROR_RESPONSES, ApiError
 from service.web.file_store import safe_filename
 from service.web.lifecycle import ServiceState
@@ -131,24 +131,13 @@ def result_response(service: ServiceState, job: DocumentJob) -> FileResponse:
     return FileResponse(path, filename=job.result_name or job.filename)
 
 
-_UPLOAD_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file", "target_lang"],
-                    "properties": {
-                        "file": {"type": "string", "format": "binary"},
-                        "source_lang": {"type": "string", "example": "en"},
-                        "target_lang": {"type": "string", "example": "de"},
-                    },
-                }
-            }
-        },
-    }
-}
+_UPLOAD_BODY = upload_body(
+    ["target_lang"],
+    {
+        "source_lang": {"type": "string", "example": "en"},
+        "target_lang": {"type": "string", "example": "de"},
+    },
+)
 
 
 @router.post(

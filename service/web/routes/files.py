@@ -18,7 +18,7 @@ from service.text.bulk import translate_in_chunks
 from service.text.files import SUPPORTED_EXTENSIONS, UnsupportedFile, supported
 from service.text.files import translate_file as translate_file_content
 from service.translation.languages import normalise_language_code
-from service.web.deps import Access, Service, run_for_client
+from service.web.deps import Access, Service, run_for_client, upload_body
 from service.web.errors import ApiError
 from service.web.file_store import TranslatedFiles
 from service.web.lifecycle import ServiceState
@@ -42,25 +42,14 @@ def file_store(request: Request) -> TranslatedFiles:
     "/translate_file",
     response_model=TranslateFileResponse,
     summary=f"Translate a file ({', '.join(SUPPORTED_EXTENSIONS)}); LibreTranslate-compatible",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "multipart/form-data": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["file", "source", "target"],
-                        "properties": {
-                            "file": {"type": "string", "format": "binary"},
-                            "source": {"type": "string", "example": "en"},
-                            "target": {"type": "string", "example": "de"},
-                            "api_key": {"type": "string"},
-                        },
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=upload_body(
+        ["source", "target"],
+        {
+            "source": {"type": "string", "example": "en"},
+            "target": {"type": "string", "example": "de"},
+            "api_key": {"type": "string"},
+        },
+    ),
 )
 async def translate_file(
     request: Request, service: Service, access: Access
