@@ -374,11 +374,17 @@ def test_lazy_loading_waits_for_the_load_and_evicts_the_least_recently_used(mode
             "mt_model_evictions_total"
         )
         assert evictions == 3  # en-de, en-fr (for de-en), de-en (trim)
-        # Unloaded models leave /metrics; the loaded one keeps its gauges.
+        # Unloaded models leave /metrics; the loaded one keeps its gauges. A slot reads
+        # "unloaded" as its unload begins, and its gauges go once its batcher has shut down.
         sample = lazy.app.state.service.metrics.registry.get_sample_value
-        for model_id in ("tiny-en-de", "tiny-de-en"):
-            assert sample("mt_queue_depth", {"model": model_id}) is None
-            assert sample("mt_inflight_rows", {"model": model_id}) is None
+        wait_for(
+            lambda: all(
+                sample(gauge, {"model": model_id}) is None
+                for gauge in ("mt_queue_depth", "mt_inflight_rows")
+                for model_id in ("tiny-en-de", "tiny-de-en")
+            ),
+            "the unloaded models' gauges leave /metrics",
+        )
         assert sample("mt_queue_depth", {"model": "tiny-en-fr"}) is not None
 
 
