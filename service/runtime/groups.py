@@ -233,13 +233,13 @@ class Group:
         self.requests = remaining
         self.rows = sum(active.num_rows for active in remaining)
         if finished or any(parents is not None for _, parents in kept):
-            cache_rows = [
-                offset + (np.arange(active.num_rows) if parents is None else parents)
-                for active, (offset, parents) in zip(remaining, kept, strict=True)
-            ]
             own_rows = [
-                offset + np.arange(active.num_rows)
-                for active, (offset, _) in zip(remaining, kept, strict=True)
+                first + np.arange(active.num_rows)
+                for active, (first, _) in zip(remaining, kept, strict=True)
+            ]
+            cache_rows = [
+                own if continued is None else first + continued
+                for own, (first, continued) in zip(own_rows, kept, strict=True)
             ]
             self.rearrange(cache_rows, own_rows, rows_left=len(finished) > 0)
         return finished
