@@ -36,14 +36,19 @@ Access = Annotated[AccessPolicy, Depends(get_access)]
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
+def request_body(schema: dict[str, Any], *content_types: str) -> dict[str, Any]:
+    """The OpenAPI request body (``openapi_extra``) of a route that reads its body by hand:
+    ``schema`` under each content type, so clients (and the fuzz tests) see what it holds."""
+    content = {content_type: {"schema": schema} for content_type in content_types}
+    return {"requestBody": {"required": True, "content": content}}
+
+
 def upload_body(required: list[str], fields: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The OpenAPI request body of a route that reads a multipart upload by hand: a binary
-    ``file`` and the named text ``fields`` (``required`` besides the file)."""
+    """``request_body`` of a multipart upload: a binary ``file`` and the named text
+    ``fields`` (``required`` besides the file)."""
     properties = {"file": {"type": "string", "format": "binary"}, **fields}
     schema = {"type": "object", "required": ["file", *required], "properties": properties}
-    return {
-        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
-    }
+    return request_body(schema, "multipart/form-data")
 
 
 def sends_form(request: Request) -> bool:

@@ -44,7 +44,15 @@ from service.translation.document_jobs import DocumentJob
 from service.translation.languages import language_name
 from service.translation.routing import source_languages, targets_by_source
 from service.web.access import AccessPolicy
-from service.web.deps import Access, Service, json_body, run_for_client, sends_form, upload_body
+from service.web.deps import (
+    Access,
+    Service,
+    json_body,
+    request_body,
+    run_for_client,
+    sends_form,
+    upload_body,
+)
 from service.web.lifecycle import ServiceState
 from service.web.routes.documents import result_response, submit
 from service.web.routes.glossaries import card, create_glossary
@@ -106,15 +114,7 @@ def _string(fields: dict[str, Any], name: str, required: bool = False) -> str | 
 def _form(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
     """An OpenAPI request body for a route that reads DeepL's form or JSON fields by hand."""
     schema = {"type": "object", "required": required, "properties": properties}
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {"schema": schema},
-                "application/x-www-form-urlencoded": {"schema": schema},
-            },
-        }
-    }
+    return request_body(schema, "application/json", "application/x-www-form-urlencoded")
 
 
 _STRING = {"type": "string"}

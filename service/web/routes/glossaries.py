@@ -19,7 +19,7 @@ from service.text.glossary import Glossary, GlossaryError, parse_entries
 from service.translation.glossaries import GlossaryInfo, GlossaryStore
 from service.translation.languages import normalise_language_code
 from service.translation.routing import plan_route
-from service.web.deps import Access, Service, json_body, sends_form
+from service.web.deps import Access, Service, json_body, request_body, sends_form
 from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
 from service.web.lifecycle import ServiceState
 from service.web.schemas import GlossaryCard, GlossaryCreate, GlossaryList, MemoryPost
@@ -119,12 +119,7 @@ def entries_of(body: GlossaryCreate | MemoryPost) -> list[tuple[str, str]]:
     summary="Store a glossary for a language pair (JSON entries or a TSV/CSV upload)",
     # The body is read by hand (JSON or a multipart upload); the schema still tells clients
     # (and the fuzz tests) what it holds.
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": GlossaryCreate.model_json_schema()}},
-        }
-    },
+    openapi_extra=request_body(GlossaryCreate.model_json_schema(), "application/json"),
 )
 async def create(request: Request, service: Service, access: Access) -> GlossaryCard:
     body = await read_entries_body(request, GlossaryCreate, "glossary")

@@ -28,7 +28,15 @@ from service.translation.dispatch import Dispatcher, DispatchResult
 from service.translation.languages import language_name
 from service.translation.memories import PAIR_DEFAULT, MemoryChoice
 from service.translation.routing import targets_by_source
-from service.web.deps import Access, Service, json_body, run_for_client, sends_form
+from service.web.deps import (
+    FORM_TYPES,
+    Access,
+    Service,
+    json_body,
+    request_body,
+    run_for_client,
+    sends_form,
+)
 from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
 from service.web.routes.v1 import MODELS_HEADER
 from service.web.schemas import (
@@ -52,16 +60,7 @@ _DETECT_SCHEMA = DetectRequest.model_json_schema()
     response_model_exclude_none=True,
     responses={**ERROR_RESPONSES},
     summary="LibreTranslate-compatible translation (JSON or form body)",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {"schema": _BODY_SCHEMA},
-                "application/x-www-form-urlencoded": {"schema": _BODY_SCHEMA},
-                "multipart/form-data": {"schema": _BODY_SCHEMA},
-            },
-        }
-    },
+    openapi_extra=request_body(_BODY_SCHEMA, "application/json", *FORM_TYPES),
 )
 async def translate(
     request: Request, response: Response, service: Service, access: Access
@@ -165,16 +164,7 @@ def _merged(batches: list[TranslationBatch], texts: list[str]) -> TranslationBat
     response_model=list[DetectedLanguage],
     responses={**ERROR_RESPONSES},
     summary="Detect the language of a text (LibreTranslate), among the served languages",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {"schema": _DETECT_SCHEMA},
-                "application/x-www-form-urlencoded": {"schema": _DETECT_SCHEMA},
-                "multipart/form-data": {"schema": _DETECT_SCHEMA},
-            },
-        }
-    },
+    openapi_extra=request_body(_DETECT_SCHEMA, "application/json", *FORM_TYPES),
 )
 async def detect(request: Request, service: Service, access: Access) -> list[DetectedLanguage]:
     body = await read_body(request, DetectRequest)

@@ -22,7 +22,7 @@ from service.translation.memories import (
     MemoryUpdate,
 )
 from service.translation.routing import plan_route
-from service.web.deps import Access, Service
+from service.web.deps import Access, Service, request_body
 from service.web.errors import ERROR_RESPONSES
 from service.web.lifecycle import ServiceState
 from service.web.routes.glossaries import entries_of, iso_time, read_entries_body
@@ -85,12 +85,7 @@ def card(info: MemoryInfo, update: MemoryUpdate | None = None) -> MemoryCard:
     summary="Add approved translations to a memory (JSON entries or a TSV/CSV upload)",
     # The body is read by hand (JSON or a multipart upload); the schema still tells clients
     # (and the fuzz tests) what it holds.
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": MemoryPost.model_json_schema()}},
-        }
-    },
+    openapi_extra=request_body(MemoryPost.model_json_schema(), "application/json"),
 )
 async def post(
     request: Request, response: Response, service: Service, access: Access
