@@ -153,13 +153,19 @@ def policy_of(arm: str, args: argparse.Namespace) -> str:
     return str(args.control) if arm == CONTROL else arm
 
 
+def arm_setting(text: str) -> tuple[str, str, str]:
+    """``--arm-env``'s ``ARM:KEY=VALUE``, split once: (arm, key, value)."""
+    arm, _, pair = text.partition(":")
+    key, equals, value = pair.partition("=")
+    if not arm or not key or not equals:
+        raise argparse.ArgumentTypeError(f"expected ARM:KEY=VALUE, got {text!r}")
+    return arm, key, value
+
+
 def arm_env(args: argparse.Namespace, arm: str) -> dict[str, str]:
     """``--server-env``, then the ``--arm-env`` settings of ``arm``."""
     env = parse_env_pairs(args.server_env)
-    for entry in args.arm_env:
-        name, _, pair = entry.partition(":")
-        if name == arm:
-            env |= parse_env_pairs([pair])
+    env |= {key: value for name, key, value in args.arm_env if name == arm}
     return env
 
 
@@ -519,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--arm-env",
         action="append",
         default=[],
+        type=arm_setting,
         metavar="ARM:KEY=VALUE",
         help="extra environment for one arm's service only (continuous, static or control; "
         "after --server-env; repeatable), e.g. control:MT_ADMISSION_MAX_STALL_STEPS=4",
@@ -537,10 +544,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.interleave < 0:
         parser.error("--interleave must be 0 or more")
     arms = arms_of(args)
-    for entry in args.arm_env:
-        arm, _, pair = entry.partition(":")
-        if arm not in arms or "=" not in pair:
-            parser.error(f"--arm-env {entry!r}: expected ARM:KEY=VALUE, ARM one of {arms}")
+    for arm, key, value in args.arm_env:
+        if arm not in arms:
+            parser.error(f"--arm-env {arm}:{key}={value}: ARM is one of {arms}")
     if args.control_code is not None:
         if not args.control:
             parser.error("--control-code needs --control (the arm it serves)")

@@ -7,9 +7,10 @@ sender) cannot hide queueing by slowing the arrivals down (no coordinated omissi
 
 At most ``--max-in-flight`` requests are outstanding; an arrival that finds the cap full is not
 sent and is recorded as dropped (it counts as a failure). The default is above the service's own
-in-flight limit (``MT_MAX_INFLIGHT_REQUESTS``, 128), so under overload the service's admission
-control, not the generator, decides who is refused (429 with Retry-After, counted as such); a
-cap below it hid queued requests' latency and counted nothing as shed.
+in-flight limit (``MT_MAX_INFLIGHT_REQUESTS``'s default; a test keeps it so), so under overload
+the service's admission control, not the generator, decides who is refused (429 with
+Retry-After, counted as such); a cap below it hid queued requests' latency and counted nothing
+as shed.
 
     .venv/bin/python -m loadtest.open_loop --rate 2 --duration 30
 """

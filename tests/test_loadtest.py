@@ -466,6 +466,15 @@ def test_open_loop_drops_arrivals_beyond_the_in_flight_cap():
     assert summarize(records, duration_s=1.0)["by_status"] == {"200": 3, "dropped": 3}
 
 
+def test_the_generators_default_cap_is_above_the_services_in_flight_limit():
+    """Under overload the service's admission control, not the generator's cap, must decide
+    who is refused (loadtest/open_loop.py's docstring)."""
+    from loadtest.open_loop import DEFAULT_MAX_IN_FLIGHT
+    from service.config import Settings
+
+    assert DEFAULT_MAX_IN_FLIGHT > Settings.model_fields["max_inflight_requests"].default
+
+
 def test_open_loop_records_errors_without_raising():
     async def failing(request: httpx.Request) -> httpx.Response:
         if request.url.path != "/v1/translate":
@@ -706,6 +715,11 @@ def test_a_control_arm_is_a_second_static_batcher_loaded_in_rotation(tmp_path, c
     assert "MT_B" not in arm_env(args, "continuous")
     args = build_parser().parse_args(["--control"])
     assert policy_of(CONTROL, args) == "static"
+    for malformed in ("control", "control:MT_B", ":MT_B=2", "control:=2"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--control", "--arm-env", malformed])
+    with pytest.raises(SystemExit):  # no such arm in this run
+        compare_main(["--arm-env", "control:MT_B=2", "--spawn-server", "unused"])
 
     stub = f"{sys.executable} -m loadtest.stub_server --port {{port}} --base-ms 1"
     argv = ["--spawn-server", "unused", "--server-command", stub, "--rate", "20", "--control"]
