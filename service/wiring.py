@@ -64,6 +64,21 @@ def engine_config(settings: Settings) -> EngineConfig:
     )
 
 
+def oversubscribed(intra_op_threads: int, cpus: int) -> str | None:
+    """Why an explicit ``MT_INTRA_OP_THREADS`` leaves no core to the event loop, or None.
+    Threads of one parallel kernel then wait for each other while the OS runs the loop, and
+    the encoder thread (idle priority, on the loop's core) waits for a core: on 2 cores, 2
+    threads made steps take 3-4x their cost and kept the engine waiting on the encoder 40 %
+    of the time (docs/engine.md)."""
+    fitting = max(1, cpus - 1)
+    if intra_op_threads <= fitting:
+        return None
+    return (
+        f"MT_INTRA_OP_THREADS={intra_op_threads} on {cpus} usable CPUs leaves the HTTP event "
+        f"loop and the encoder thread no core of their own; 0 (the default) gives {fitting}"
+    )
+
+
 def batching_config(settings: Settings) -> BatchingConfig:
     # an encoder thread needs a core of its own: with one, it would only take turns
     encoder_overlap = settings.encoder_overlap and cpu_budget().cpus >= 2
@@ -214,6 +229,8 @@ def create_app(
     budget = cpu_budget()
     metrics.cpus.labels(source=budget.source).set(budget.cpus)
     logger.info("%s; %d engine threads per model", budget.describe(), settings.engine_threads())
+    if (warning := oversubscribed(settings.intra_op_threads, budget.cpus)) is not None:
+        logger.warning("%s", warning)
     if load_engine is None:
         load_engine = engine_loader(settings) if engine is None else (lambda _spec: engine)
     glossaries, memories = stores(settings)

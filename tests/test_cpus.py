@@ -86,3 +86,32 @@ def test_engine_threads_follow_the_quota(tmp_path, monkeypatch):
 def test_an_unreadable_quota_trusts_the_mask(tmp_path, text):
     root, proc = v2_tree(tmp_path, text)
     assert cpu_budget(root, proc, affinity=5).cpus == 5
+
+
+@pytest.mark.parametrize(
+    ("threads", "cpus", "warned"),
+    [(0, 2, False), (1, 2, False), (2, 2, True), (3, 4, False), (4, 4, True), (1, 1, False),
+     (2, 1, True)],
+)
+def test_threads_set_past_the_cpus_less_one_are_warned_of(threads, cpus, warned):
+    from service.wiring import oversubscribed
+
+    warning = oversubscribed(threads, cpus)
+    assert (warning is not None) is warned
+    if warned:
+        assert f"MT_INTRA_OP_THREADS={threads}" in warning and f"gives {max(1, cpus - 1)}" in warning
+
+
+def test_the_warning_is_logged_at_start_up(tmp_path, monkeypatch, caplog):
+    import logging
+
+    import service.wiring as wiring
+    from service.config import Settings
+    from service.runtime import cpus
+
+    root, proc = v2_tree(tmp_path, "200000 100000")
+    monkeypatch.setattr(wiring, "cpu_budget", lambda: cpus.cpu_budget(root, proc, affinity=16))
+    settings = Settings(intra_op_threads=2, model_dir=tmp_path / "no-models")
+    with caplog.at_level(logging.WARNING, logger="service.wiring"):
+        wiring.create_app(settings)
+    assert any("MT_INTRA_OP_THREADS=2 on 2 usable CPUs" in r.message for r in caplog.records)
