@@ -90,8 +90,15 @@ def test_an_unreadable_quota_trusts_the_mask(tmp_path, text):
 
 @pytest.mark.parametrize(
     ("threads", "cpus", "warned"),
-    [(0, 2, False), (1, 2, False), (2, 2, True), (3, 4, False), (4, 4, True), (1, 1, False),
-     (2, 1, True)],
+    [
+        (0, 2, False),
+        (1, 2, False),
+        (2, 2, True),
+        (3, 4, False),
+        (4, 4, True),
+        (1, 1, False),
+        (2, 1, True),
+    ],
 )
 def test_threads_set_past_the_cpus_less_one_are_warned_of(threads, cpus, warned):
     from service.wiring import oversubscribed
@@ -99,7 +106,9 @@ def test_threads_set_past_the_cpus_less_one_are_warned_of(threads, cpus, warned)
     warning = oversubscribed(threads, cpus)
     assert (warning is not None) is warned
     if warned:
-        assert f"MT_INTRA_OP_THREADS={threads}" in warning and f"gives {max(1, cpus - 1)}" in warning
+        assert (
+            f"MT_INTRA_OP_THREADS={threads}" in warning and f"gives {max(1, cpus - 1)}" in warning
+        )
 
 
 def test_the_warning_is_logged_at_start_up(tmp_path, monkeypatch, caplog):
