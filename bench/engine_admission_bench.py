@@ -2,6 +2,13 @@
 
     .venv/bin/python bench/engine_admission_bench.py [--model /tmp/interim_onnx] [--ref HEAD]
         [--every 4] [--reps 5] [--beams 1,4] [--threads 1] [--output FILE]
+    taskset -c 0 .venv/bin/python bench/engine_admission_bench.py --model build/onnx/default \
+        --load 140 --duration 20 --seed 2 [--mix ui=0.8,help=0.2] [--loop-work-ms 1.5]
+
+``--load`` replays ``loadtest``'s own arrivals and texts for that seed and mix (what
+``loadtest compare --seed 2 --mix ...`` sends the service) into a real batcher and engine in
+this process, without HTTP; ``--loop-work-ms`` stands in for the event loop's share of a
+request. The rest of this docstring is the default, low-load replay.
 
 Scenario ("mixed"): one long request (a paragraph, capped at ``--long-tokens`` output tokens)
 starts decoding; a short request (a UI string, ~4-8 tokens out) joins every ``--every`` steps
@@ -40,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LONG_TEXT_CHARS = 100
 sys.path.insert(0, str(ROOT))
 
+from loadtest.inputs import parse_weights  # noqa: E402
 from service.runtime.engine import DecodeRequest, Engine  # noqa: E402
 from service.runtime.groups import Group  # noqa: E402
 from service.text.tokenizer import Tokenizer  # noqa: E402
@@ -224,19 +232,20 @@ async def _load_run(
     duration: float,
     seed: int,
     threads: int,
+    mix: dict[str, float],
     profile: bool = False,
     loop_work_s: float = 0.0,
 ) -> dict:
-    """Open-loop Poisson arrivals (``loadtest`` input mix) into a real ``ContinuousBatcher``
+    """Open-loop Poisson arrivals (``loadtest``'s schedule and inputs) into a real ``ContinuousBatcher``
     over a real ``Engine`` in this process, built as the service builds them (calibrated step
     cost, ``service.wiring.batching_config``); per-request latency from the scheduled arrival.
     Reported beside latency: rows and decoder calls per step, the share of wall time spent
     in ``engine.step`` (the rest: admissions, i.e. encoder calls and cache merges, and
     waiting), mean queue wait, and time per engine operation."""
     import asyncio
-    import random
 
     from loadtest.inputs import InputSampler
+    from loadtest.open_loop import poisson_schedule
     from service.config import Settings
     from service.scheduling.batcher import ContinuousBatcher
     from service.text.tokenizer import Tokenizer
@@ -274,14 +283,11 @@ async def _load_run(
                 pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
 
         batcher._loop.run = profiled_run  # type: ignore[method-assign]
-    sampler = InputSampler(seed=seed)
-    rng = random.Random(seed)
-    arrivals, t = [], 0.0
-    while True:
-        t += rng.expovariate(rate)
-        if t >= duration:
-            break
-        arrivals.append((t, sampler.next_payload()["text"]))
+    # loadtest's own schedule and inputs for this seed and mix: what `loadtest compare --seed`
+    # sends the service, replayed here without HTTP
+    sampler = InputSampler(seed=seed, weights=mix)
+    schedule = poisson_schedule(rate, duration_s=duration, seed=seed)
+    arrivals = [(at, sampler.next_payload()["text"]) for at in schedule]
     options = translator.limits.options(None, None)
     latencies: list[float] = []
     by_kind: dict[str, list[float]] = {"short": [], "long": []}  # UI strings, paragraphs
@@ -384,6 +390,7 @@ def load_main(args: argparse.Namespace) -> None:
             args.duration,
             args.seed,
             args.threads,
+            args.mix,
             args.profile,
             args.loop_work_ms / 1000,
         )
@@ -413,6 +420,12 @@ def main() -> None:
         help="--load: pure-Python work (ms) on the event loop per request, as HTTP handling",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--mix",
+        type=parse_weights,
+        default=parse_weights("ui=0.8,help=0.2"),
+        help="--load: input categories as loadtest takes them (default: machine_shapes.sh's)",
+    )
     parser.add_argument("--policies", default="continuous,static")
     parser.add_argument("--profile", action="store_true", help="cProfile the continuous run")
     args = parser.parse_args()
