@@ -68,8 +68,8 @@ def oversubscribed(intra_op_threads: int, cpus: int) -> str | None:
     """Why an explicit ``MT_INTRA_OP_THREADS`` leaves no core to the event loop, or None.
     Threads of one parallel kernel then wait for each other while the OS runs the loop, and
     the encoder thread (idle priority, on the loop's core) waits for a core: on 2 cores, 2
-    threads made steps take 3-4x their cost and kept the engine waiting on the encoder 40 %
-    of the time (docs/engine.md)."""
+    threads made steps take 3-4x their cost (docs/engine.md) and kept the engine waiting on
+    the encoder 40 % of the time (docs/benchmarks-log.md, 2026-11-24 documents)."""
     fitting = max(1, cpus - 1)
     if intra_op_threads <= fitting:
         return None
