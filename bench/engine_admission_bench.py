@@ -237,8 +237,9 @@ async def _load_run(
     loop_work_s: float = 0.0,
 ) -> dict:
     """Open-loop Poisson arrivals (``loadtest``'s schedule and inputs) into a real
-    ``ContinuousBatcher`` over a real ``Engine`` in this process, built as the service builds them (calibrated step
-    cost, ``service.wiring.batching_config``); per-request latency from the scheduled arrival.
+    ``ContinuousBatcher`` over a real ``Engine`` in this process, built as the service builds
+    them (calibrated step cost, ``service.wiring.batching_config``); per-request latency from
+    the scheduled arrival.
     Reported beside latency: rows and decoder calls per step, the share of wall time spent
     in ``engine.step`` (the rest: admissions, i.e. encoder calls and cache merges, and
     waiting), mean queue wait, and time per engine operation."""

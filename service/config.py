@@ -361,7 +361,7 @@ class Settings(BaseSettings):
         """ONNX Runtime intra-op threads for each engine (``intra_op_threads``, 0: auto)."""
         if self.intra_op_threads:
             return self.intra_op_threads
-        return max(1, cpu_budget().cpus - 1)
+        return cpu_budget().engine_threads
 
     @field_validator("model_dirs", mode="before")
     @classmethod

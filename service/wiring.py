@@ -22,7 +22,7 @@ from fastapi import FastAPI
 
 from service.config import Settings, get_settings
 from service.metrics import ServiceMetrics
-from service.runtime.cpus import cpu_budget
+from service.runtime.cpus import CpuBudget, cpu_budget
 from service.runtime.engine import Engine, EngineConfig
 from service.scheduling.batcher import BatchingConfig, ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
@@ -64,18 +64,18 @@ def engine_config(settings: Settings) -> EngineConfig:
     )
 
 
-def oversubscribed(intra_op_threads: int, cpus: int) -> str | None:
+def oversubscribed(intra_op_threads: int, budget: CpuBudget) -> str | None:
     """Why an explicit ``MT_INTRA_OP_THREADS`` leaves no core to the event loop, or None.
     Threads of one parallel kernel then wait for each other while the OS runs the loop, and
     the encoder thread (idle priority, on the loop's core) waits for a core: on 2 cores, 2
     threads made steps take 3-4x their cost (docs/engine.md) and kept the engine waiting on
     the encoder 40 % of the time (docs/benchmarks-log.md, 2026-11-24 documents)."""
-    fitting = max(1, cpus - 1)
-    if intra_op_threads <= fitting:
+    if intra_op_threads <= budget.engine_threads:
         return None
     return (
-        f"MT_INTRA_OP_THREADS={intra_op_threads} on {cpus} usable CPUs leaves the HTTP event "
-        f"loop and the encoder thread no core of their own; 0 (the default) gives {fitting}"
+        f"MT_INTRA_OP_THREADS={intra_op_threads} on {budget.cpus} usable CPUs leaves the HTTP "
+        f"event loop and the encoder thread no core of their own; 0 (the default) gives "
+        f"{budget.engine_threads}"
     )
 
 
@@ -229,7 +229,7 @@ def create_app(
     budget = cpu_budget()
     metrics.cpus.labels(source=budget.source).set(budget.cpus)
     logger.info("%s; %d engine threads per model", budget.describe(), settings.engine_threads())
-    if (warning := oversubscribed(settings.intra_op_threads, budget.cpus)) is not None:
+    if (warning := oversubscribed(settings.intra_op_threads, budget)) is not None:
         logger.warning("%s", warning)
     if load_engine is None:
         load_engine = engine_loader(settings) if engine is None else (lambda _spec: engine)

@@ -101,9 +101,10 @@ def test_an_unreadable_quota_trusts_the_mask(tmp_path, text):
     ],
 )
 def test_threads_set_past_the_cpus_less_one_are_warned_of(threads, cpus, warned):
+    from service.runtime.cpus import CpuBudget
     from service.wiring import oversubscribed
 
-    warning = oversubscribed(threads, cpus)
+    warning = oversubscribed(threads, CpuBudget(cpus, affinity=cpus, quota=None, source="affinity"))
     assert (warning is not None) is warned
     if warned:
         assert (

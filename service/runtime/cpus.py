@@ -36,6 +36,11 @@ class CpuBudget:
     quota: float | None  # CPUs of time per period granted by the cgroup; None: no quota
     source: str  # "affinity" or "cgroup v2" / "cgroup v1"
 
+    @property
+    def engine_threads(self) -> int:
+        """ONNX Runtime intra-op threads that leave the HTTP event loop a core (at least 1)."""
+        return max(1, self.cpus - 1)
+
     def describe(self) -> str:
         quota = "no quota" if self.quota is None else f"quota {self.quota:g} CPUs ({self.source})"
         return f"{self.cpus} CPUs: affinity {self.affinity}, {quota}"
