@@ -25,8 +25,8 @@ screened: the graph screens a step when its bool input ``vocab_screen`` is true,
 pay). The runtime feeds true on the CPU provider and false on CUDA (where the
 projection is compute, not a memory stream, and the screen's int8 ops have no CUDA kernels).
 
-The error bound, for vocabulary row ``W_i`` quantized per row as ``W^_i = s_i Q_i`` (int8,
-``s_i = max |W_i| / 127``) and the hidden state ``h`` quantized per step by ONNX
+The error bound, for vocabulary row ``W_i`` quantized per row as ``W^_i = s_i Q_i`` (7-bit
+int8, ``s_i = max |W_i| / 63``) and the hidden state ``h`` quantized per step by ONNX
 ``DynamicQuantizeLinear`` as ``h^ = s_h (q_h - zp)`` (uint8), with ``E_i = W_i - W^_i`` and
 ``f = h - h^`` (both known: ``f`` from the same ``q_h`` the matmul uses):
 
@@ -34,6 +34,9 @@ The error bound, for vocabulary row ``W_i`` quantized per row as ``W^_i = s_i Q_
 
 (Cauchy-Schwarz), plus ``c ||W_i|| ||h||`` with ``c = 3 D 2^-24`` for fp32 rounding in either
 path. ``a_i`` itself is exact up to rounding: the int8 x uint8 products are summed in int32.
+That holds on every CPU only because the weights use 7 bits: ONNX Runtime's u8s8 kernels on
+AVX2 without VNNI add pairs of products in int16 with saturation (``vpmaddubsw``), and
+``2 * 255 * 63 = 32130`` fits in int16 where ``2 * 255 * 127`` does not.
 
 Graph (the original projection and search head move into the branches of an ``If``)::
 
@@ -114,14 +117,19 @@ def find_projection(graph: onnx.GraphProto, logits_name: str) -> Projection:
     return Projection(matmul, bias_add, hidden_name, rows, rows_name, bias)
 
 
+# The largest weight magnitude: 7 bits, so that no pair sum of a u8s8 kernel saturates int16.
+WEIGHT_MAX = 63
+assert 2 * 255 * WEIGHT_MAX <= np.iinfo(np.int16).max
+
+
 def quantized_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """rows (V, D) fp32 -> Q (V, D) int8, scales (V,), and the two bound coefficients (V,):
     ``||E_i|| + c ||W_i||`` (times ||h||) and ``||W^_i||`` (times ||f||), rounded up."""
     exact = rows.astype(np.float64)
     peak = np.abs(exact).max(axis=1)
     # float32 scales, as the graph holds them: the error below is that of the graph's rows
-    scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32).astype(np.float64)
-    quantized = np.clip(np.rint(exact / scales[:, None]), -127, 127)
+    scales = np.where(peak > 0, peak / WEIGHT_MAX, 1.0).astype(np.float32).astype(np.float64)
+    quantized = np.clip(np.rint(exact / scales[:, None]), -WEIGHT_MAX, WEIGHT_MAX)
     approximated = quantized * scales[:, None]
     dim = rows.shape[1]
     rounding = 3.0 * dim * 2.0**-24

@@ -45,7 +45,7 @@ def test_the_bound_holds_for_rows_and_hidden_states_with_outliers():
     rows[::7, 3] *= 40  # outlier weights: coarse scales in those rows
     rows[5] = 0  # an all-zero row
     quantized, scales, hidden_coefficient, quantized_coefficient = quantized_rows(rows)
-    assert quantized.dtype == np.int8 and np.abs(quantized.astype(int)).max() <= 127
+    assert quantized.dtype == np.int8 and np.abs(quantized.astype(int)).max() <= 63
     worst = 0.0
     for trial in range(200):
         hidden = rng.standard_normal((3, dim)).astype(np.float32)
@@ -62,6 +62,31 @@ def test_the_bound_holds_for_rows_and_hidden_states_with_outliers():
         ratio = np.abs(exact - approx)[:, bound[0] > 0] / bound[:, bound[0] > 0]
         worst = max(worst, float(ratio.max()))
     assert worst > 0.05  # the bound is not vacuous: errors reach a sizeable part of it
+
+
+def saturating_u8s8(hidden_q: np.ndarray, quantized: np.ndarray) -> np.ndarray:
+    """What ONNX Runtime's u8s8 kernels compute on AVX2 without VNNI: ``vpmaddubsw`` adds each
+    pair of adjacent uint8 x int8 products in int16 with saturation, then ``vpmaddwd`` sums the
+    pairs in int32. hidden_q (N, D) uint8 values, quantized (V, D) int8 -> (N, V)."""
+    products = hidden_q[:, None, :].astype(np.int64) * quantized[None, :, :].astype(np.int64)
+    pairs = products[..., 0::2] + products[..., 1::2]
+    return np.clip(pairs, -32768, 32767).sum(axis=-1)
+
+
+def test_no_pair_sum_saturates_on_cpus_without_vnni():
+    # Rows whose two largest weights sit side by side with one sign, against a hidden state at
+    # the top of uint8's range: the worst case for an int16 pair sum. With 8-bit weights
+    # (255 * 127 * 2 = 64770) the AVX2 kernel's answer differs from the exact one.
+    rng = np.random.default_rng(1)
+    vocab, dim = 64, 32
+    rows = (rng.standard_normal((vocab, dim)) * 0.05).astype(np.float32)
+    rows[:, 4] = rows[:, 5] = 1.0
+    rows[::2, 4] = rows[::2, 5] = -1.0
+    quantized, *_ = quantized_rows(rows)
+    hidden_q = np.full((2, dim), 255, np.int64)
+    hidden_q[1, ::3] = 0
+    exact = hidden_q @ quantized.astype(np.int64).T
+    assert (saturating_u8s8(hidden_q, quantized) == exact).all()
 
 
 # --- the screened decoder ----------------------------------------------------------------
