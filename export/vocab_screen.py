@@ -21,8 +21,8 @@ Greedy search and the placeholder constraint only compare log-probs within a row
 the owed symbols renormalised over themselves), which that shift does not change; beam search
 compares rows and accumulates scores, so only steps whose ``top_k`` is 1 (greedy only) are
 screened: the graph screens a step when its bool input ``vocab_screen`` is true,
-``top_k == 1`` and the step has at most ``max_rows`` rows (128, as far as it was measured to
-pay). The runtime feeds true on the CPU provider and false on CUDA (where the
+``top_k == 1`` and the step has at most ``max_rows`` rows (128: the widest step at which the
+screen is known to pay). The runtime feeds true on the CPU provider and false on CUDA (where the
 projection is compute, not a memory stream, and the screen's int8 ops have no CUDA kernels).
 
 The error bound, for vocabulary row ``W_i`` quantized per row as ``W^_i = s_i Q_i`` (7-bit

@@ -66,10 +66,9 @@ def engine_config(settings: Settings) -> EngineConfig:
 
 def oversubscribed(intra_op_threads: int, budget: CpuBudget) -> str | None:
     """Why an explicit ``MT_INTRA_OP_THREADS`` leaves no core to the event loop, or None.
-    Threads of one parallel kernel then wait for each other while the OS runs the loop, and
-    the encoder thread (idle priority, on the loop's core) waits for a core: on 2 cores, 2
-    threads made steps take 3-4x their cost (docs/engine.md) and kept the engine waiting on
-    the encoder 40 % of the time (docs/benchmarks-log.md, 2026-11-24 documents)."""
+    Threads of one parallel kernel then wait for each other while the OS runs the loop, so a
+    step takes several times its cost (docs/engine.md), and the encoder thread (idle
+    priority, on the loop's core) waits for a core, so the engine waits on the encoder."""
     if intra_op_threads <= budget.engine_threads:
         return None
     return (

@@ -1,7 +1,7 @@
 """When choosing again would only defer again: the engine loop's hold on a deferral.
 
-On one core a choice costs a sixth of a step, and under load most step boundaries defer every
-queued unit. ``DeferralHold`` keeps what the last deferral depended on and answers whether it
+On one core a choice costs a sizeable part of a step, and under load most step boundaries
+defer every queued unit. ``DeferralHold`` keeps what the last deferral depended on and answers whether it
 still holds, so the engine loop skips choices whose outcome is known:
 
 - deferred by the latency budget: until the rows that left, the steps taken and the rows that

@@ -51,9 +51,8 @@ class EncoderCpuShare:
     sum(wall) (``mt_encoder_cpu_share``; a histogram of the windows goes to the log at close).
     With several intra-op threads it is the calling thread's share, a lower bound of the pool's.
 
-    The share is reported, not acted on: on busy shared cores it falls because the load
-    generator takes the cores, which standing the overlap down does not cure
-    (docs/benchmarks-log.md has the runs).
+    The share is reported, not acted on: on busy shared cores it falls because other
+    processes take the cores, which standing the overlap down does not cure.
 
     ``timed`` runs on the encoder thread and touches no state; ``record`` and ``summary`` are
     the engine thread's. The clocks are arguments for the tests.

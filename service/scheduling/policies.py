@@ -67,10 +67,9 @@ class ContinuousPolicy:
 
     # The idle wait applies where submissions come at least this often, in waits: one
     # submission expected within it (with Poisson arrivals, company 63 % of the time). Below
-    # that the core has room, and the wait costs the requests that find the engine idle more
-    # than the shared encoder call saves them: at half of one core's capacity (a submission
-    # every 12 ms) p50 was lower with 3 of 3 seeds and p99 with 2 of 3 than at two waits
-    # (log 2026-11-27 13:20); above it the wait still gathers each admission.
+    # that, as at half of one core's capacity (a submission every 12 ms against a 10 ms wait),
+    # the core has room, and the wait costs the requests that find the engine idle more than
+    # the shared encoder call saves them; above it the wait gathers each admission.
     COMPANY_GAP_WAITS = 1.0
 
     def wait_s(self, queue: SentenceQueue) -> float:

@@ -48,7 +48,7 @@ class Sentence:
     unit: int = -1
     background: bool = False  # a document job's: admitted after interactive sentences
     # Plain attributes, not properties: admission reads them for every queued sentence at
-    # every choice, and a long queue made the property calls a fifth of a choice.
+    # every choice, where a property call per read is a large share of a long queue's scan.
     rows: int = field(init=False)  # 1 greedy, K beams
     src_len: int = field(init=False)  # source tokens
 

@@ -19,7 +19,7 @@ Matching:
   is dropped; placeholders keep their own protection.
 
 The contract is the exact target term, uninflected: a target language that declines or
-conjugates the term gets it in the form the glossary gives, always (README, Glossaries).
+conjugates the term gets it in the form the glossary gives, always (docs/glossaries.md).
 
 Validation refuses, with a :class:`GlossaryError` that says which entry: no entries, more
 than the limit, empty or over-long terms, control characters, a term that holds a

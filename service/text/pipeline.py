@@ -17,7 +17,7 @@ first: for the whole text, then for each sentence as it is and without the marku
 edges. A segment it knows is written as approved and never reaches the model (nor the
 cache, nor the glossary: an approved translation is final).
 
-Choices that a client sees (documented in the README's API section):
+Choices that a client sees (documented in docs/text-handling.md):
 
 * empty or whitespace-only text is returned unchanged and never reaches the model; so is a
   sentence with nothing to translate (only placeholders, punctuation or symbols: "%s",
