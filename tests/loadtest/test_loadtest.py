@@ -968,7 +968,7 @@ def test_shapes_report_sums_up_each_load_over_its_runs(tmp_path, capsys):
 
 
 def test_paired_cores_script_parses():
-    script = Path(__file__).resolve().parents[1] / "loadtest" / "paired_cores.sh"
+    script = Path(__file__).resolve().parents[2] / "loadtest" / "paired_cores.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)
 
 
@@ -1012,7 +1012,7 @@ def test_control_code_serves_the_control_arm_from_another_checkout(tmp_path, cap
     (checkout / "service").mkdir(parents=True)
     (checkout / "loadtest").mkdir()
     (checkout / "loadtest" / "__init__.py").write_text("")
-    real_stub = Path(__file__).resolve().parents[1] / "loadtest" / "stub_server.py"
+    real_stub = Path(__file__).resolve().parents[2] / "loadtest" / "stub_server.py"
     (checkout / "loadtest" / "stub_server.py").write_text(
         "import pathlib, runpy\n"
         "pathlib.Path('served-here').write_text('yes')\n"
@@ -1024,7 +1024,7 @@ def test_control_code_serves_the_control_arm_from_another_checkout(tmp_path, cap
     argv += ["--results-dir", str(tmp_path / "out"), "--name", "code"]
     assert compare_main([*argv, "--control-code", str(checkout)]) == 0
     assert (checkout / "served-here").read_text() == "yes"
-    assert not (Path(__file__).resolve().parents[1] / "served-here").exists()
+    assert not (Path(__file__).resolve().parents[2] / "served-here").exists()
     document = json.loads((tmp_path / "out" / "code.json").read_text())
     assert document["config"]["control_code"] == {"path": str(checkout.resolve()), "revision": None}
     assert all(r["status"] == 200 for r in document["runs"]["control"]["records"])

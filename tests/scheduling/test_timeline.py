@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.metrics import ServiceMetrics, ThreadSched, read_schedstat
 from service.scheduling.timeline import PHASES, PhaseClock
 from service.wiring import create_app
+from tests.scheduling.test_batcher import SlowEngine, make_batcher, sentence  # noqa: F401  (fixture)
 from tests.service_fixtures import tiny_model
-from tests.test_api import make_settings, post, wait_ready
-from tests.test_batcher import SlowEngine, make_batcher, sentence  # noqa: F401  (fixture)
+from tests.web.test_api import make_settings, post, wait_ready
 
 SCHEDSTAT = Path(f"/proc/self/task/{threading.get_native_id()}/schedstat")
 
