@@ -21,7 +21,7 @@
 # ONNX Runtime 1.27-1.31 wheels on PyPI are built for CUDA 13 / cuDNN 9 (1.22-1.26: CUDA 12).
 # 1.31.1 is the version the CPU test suite runs against, so the CPU and GPU images serve the
 # graphs with the same ORT release. If you move ORT_VERSION below 1.27, CUDA_IMAGE must move
-# to a 12.x image (tests/test_deployment.py checks the pairing).
+# to a 12.x image (tests/deploy/test_deployment.py checks the pairing).
 ARG ORT_VERSION=1.31.1
 # CUDA 13.0 is the oldest CUDA 13 (widest driver support: R580+). CUDA minor-version
 # compatibility lets ORT builds made with any 13.x toolkit run on it. The -cudnn- runtime

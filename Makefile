@@ -58,5 +58,5 @@ clean:
 FUZZ_EXAMPLES ?= 1500
 fuzz: $(VENV)/.installed
 	MT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MT_FUZZ_REPORT=build/fuzz/report.json \
-		$(PY) -m pytest -q tests/test_fuzz.py
+		$(PY) -m pytest -q tests/system/test_fuzz.py
 	cat build/fuzz/report.json

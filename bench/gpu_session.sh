@@ -63,7 +63,7 @@ PY
 }
 
 stage_cuda_tests() {
-  "$PY" -m pytest -p no:cacheprovider -q -rs tests/test_engine_cuda.py tests/test_kv_backends.py \
+  "$PY" -m pytest -p no:cacheprovider -q -rs tests/runtime/test_engine_cuda.py tests/runtime/test_kv_backends.py \
     --junitxml="$RESULTS/cuda-tests.xml"
 }
 
@@ -92,8 +92,7 @@ stage_suite() {
   # validators are binaries not carried) and the runtime venv (it installs from PyPI, which
   # this machine cannot reach); they are not about the GPU and run in CI.
   "$PY" -m pytest -p no:cacheprovider -q -rs --timeout 300 \
-    --ignore=tests/test_browser.py --ignore=tests/test_deployment.py \
-    --ignore=tests/test_kubernetes.py --ignore=tests/test_runtime_venv.py \
+    --ignore=tests/web/test_browser.py --ignore=tests/deploy \
     --junitxml="$RESULTS/suite.xml"
 }
 

@@ -9,6 +9,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# tests/onnx_fixtures.py is a plugin of the test modules that use its session fixture, and some
+# of them also import from it: marked here, it is rewritten whichever folder pytest collects first.
+pytest.register_assert_rewrite("tests.onnx_fixtures")
+
 EOS_BIAS = 9.0
 
 TINY_MARIAN = dict(

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from service.config import Settings
 from service.wiring import create_app
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
+MODELS = Path(__file__).resolve().parents[2] / "models"
 SHIPPED = {("en", "de"): MODELS / "default", ("de", "en"): MODELS / "de-en"}
 
 pytestmark = pytest.mark.skipif(
@@ -153,7 +153,7 @@ def test_both_directions_are_listed_and_routed_by_the_libretranslate_api(client)
 
 # --- what the client wrote comes back ---------------------------------------------------------
 
-HELD_OUT = Path(__file__).resolve().parents[1] / "bench" / "heldout" / "ui_strings_en_de.json"
+HELD_OUT = Path(__file__).resolve().parents[2] / "bench" / "heldout" / "ui_strings_en_de.json"
 # An emoji, the symbols of the issue, and names in other scripts: the default vocabulary spells
 # some of them (©, €, →), so the model could drop them if they were not protected.
 INSERTS = (

@@ -28,7 +28,7 @@ from tests.service_fixtures import tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_REQUIREMENTS = ROOT / "docker" / "requirements-runtime.txt"
 CONSTRAINTS = ROOT / "constraints.txt"
 # What `pip install --no-deps .` needs from the source tree (pyproject: readme, packages).

@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.metrics import ServiceMetrics, ThreadSched, read_schedstat
 from service.scheduling.timeline import PHASES, PhaseClock
 from service.wiring import create_app
+from tests.scheduling.batcher_helpers import SlowEngine, sentence
 from tests.service_fixtures import tiny_model
-from tests.test_api import make_settings, post, wait_ready
-from tests.test_batcher import SlowEngine, make_batcher, sentence  # noqa: F401  (fixture)
+from tests.web.test_api import make_settings, post, wait_ready
 
 SCHEDSTAT = Path(f"/proc/self/task/{threading.get_native_id()}/schedstat")
 
@@ -86,7 +86,7 @@ def anyio_backend():
 
 
 @pytest.mark.anyio
-async def test_the_engine_threads_phases_account_for_its_steps(make_batcher):  # noqa: F811
+async def test_the_engine_threads_phases_account_for_its_steps(make_batcher):
     metrics = ServiceMetrics().for_model("m")
     engine = SlowEngine()  # 1 ms of host work per step, no decoder call
     batcher = make_batcher(engine, metrics=metrics)

@@ -129,7 +129,7 @@ class GatedEngine:
 
 def settings_for(model_dir, **overrides) -> Settings:
     """These tests pin admission by step counts: the cost-aware rule, which decides by
-    measured timings, is off here (tests/test_batcher.py pins it on a deterministic cost)."""
+    measured timings, is off here (tests/scheduling/test_batcher_costs.py pins it on a deterministic cost)."""
     overrides.setdefault("admission_cost_aware", False)
     return Settings(model_dir=model_dir, provider="cpu", intra_op_threads=1, **overrides)
 
@@ -187,7 +187,7 @@ async def test_64_concurrent_requests_each_get_what_they_get_alone(model_dir, ga
     ]  # fmt: skip
     # The 64 sources hold ~1,850 tokens (the tiny tokenizer spells all ASCII, so sources are
     # longer than they were): admission takes them all at once, without the step-cost gate
-    # (tested on its own in test_batcher.py), so the batch grows past 32 rows.
+    # (tested on its own in test_batcher_costs.py), so the batch grows past 32 rows.
     app = create_app(
         settings_for(model_dir, admission_max_tokens=4096, admission_cost_aware=False),
         engine=gated_engine,

@@ -29,7 +29,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("cpu", "gpu")
 KUBERNETES_VERSION = "1.30"  # oldest version we claim to support; schema of that release

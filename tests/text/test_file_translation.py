@@ -1,5 +1,5 @@
 """File translation (service/text/files.py), each format read and written by its library,
-with the same upper-casing stand-in translator as tests/test_html_text.py."""
+with the same upper-casing stand-in translator as tests/text/test_html_text.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import srt
 
 from service.text.files import UnsupportedFile, translate_file
-from tests.test_html_text import shout
+from tests.text.test_html_text import shout
 
 POT = r"""# Template.
 #, fuzzy

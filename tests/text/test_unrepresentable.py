@@ -23,7 +23,7 @@ from service.text.segmenter import join_translations, sentence_spans
 from service.text.tokenizer import Tokenizer
 from tests.service_fixtures import train_tiny_tokenizer
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "models" / "default"
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "default"
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from tests.live_server import live_server
 from tests.service_fixtures import language_models
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "browser"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "browser"
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",

@@ -17,7 +17,7 @@ from export.onnx_export import export_from_dir
 from export.verify import verify
 from models.checkpoint import load_pretrained
 from tests.conftest import build_random_m2m100
-from tests.test_model_m2m100_parity import FIRST_CODE, VOCAB, fairseq_source
+from tests.models.test_model_m2m100_parity import FIRST_CODE, VOCAB, fairseq_source
 
 TOLERANCE = 1e-4  # ORT's fused kernels sum in another order than PyTorch
 

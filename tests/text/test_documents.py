@@ -1,5 +1,5 @@
 """Office documents (service/text/documents/): each built with the library that reads it,
-translated with the upper-casing stand-in of tests/test_html_text.py (and once through
+translated with the upper-casing stand-in of tests/text/test_html_text.py (and once through
 /translate_file with the tiny model), then opened again with that library and checked: every
 text part changed, formatting stayed on its words, and every other archive entry is
 byte-identical. Refusals: XXE, billion laughs, a zip bomb, an encrypted and a corrupt file.
@@ -42,9 +42,9 @@ from translate.storage import xliff, xliff2
 from service.text.documents.inline import Unit
 from service.text.documents.ooxml import paragraph_units
 from service.text.files import UnsupportedFile, translate_file
-from tests.test_html_text import shout
-from tests.test_webapi import client, download, make_settings, model_dir, served  # noqa: F401
-from tests.test_webapi import translate_file as post_file
+from tests.text.test_html_text import shout
+from tests.web.test_webapi import client, download, make_settings, model_dir, served  # noqa: F401
+from tests.web.test_webapi import translate_file as post_file
 
 
 def run(name: str, content: bytes, translate=shout) -> bytes:

@@ -1,5 +1,5 @@
 """Faults and overload against the real app and the tiny real model, with the engine wrapped
-so a test can hold decoder steps (the gate of tests/test_concurrency.py) and inject a fault
+so a test can hold decoder steps (the gate of tests/system/test_concurrency.py) and inject a fault
 into one of them. Assertions are about what each request got, never about wall time.
 
 * an engine error in one step fails the requests in that step only (a clear 500), and
@@ -19,7 +19,7 @@ import pytest
 from service.runtime.engine import Engine, FinishedRequest
 from service.wiring import create_app
 from tests.service_fixtures import tiny_model
-from tests.test_concurrency import GatedEngine, serving, settings_for, wait_until
+from tests.system.test_concurrency import GatedEngine, serving, settings_for, wait_until
 
 
 class EngineThreadKilled(BaseException):

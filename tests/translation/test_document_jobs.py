@@ -26,8 +26,8 @@ from service.errors import InputTooLarge, QueueFull
 from service.translation import document_jobs
 from service.translation.document_jobs import DocumentRunner, DocumentStore
 from service.wiring import create_app
-from tests import test_documents as documents
-from tests.test_documents import (
+from tests.text import test_documents as documents
+from tests.text.test_documents import (
     XXE,
     XXE_XLIFF,
     assert_only_text_parts_changed,
@@ -35,9 +35,9 @@ from tests.test_documents import (
     replace_part,
     zip_bomb,
 )
-from tests.test_html_text import shout
-from tests.test_webapi import download, make_settings, model_dir, served, wait_ready  # noqa: F401
-from tests.test_webapi import translate_file as post_file
+from tests.text.test_html_text import shout
+from tests.web.test_webapi import download, make_settings, model_dir, served, wait_ready  # noqa: F401
+from tests.web.test_webapi import translate_file as post_file
 
 TEXT = "one.\ntwo.\nthree.\nfour.\nfive.\nsix.\nseven.\neight.\nnine.\nten.\n"
 
