@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 # Generated from the settings models by another part of the tooling; its link is checked once
