@@ -48,8 +48,9 @@ LONG_TEXT_CHARS = 100
 sys.path.insert(0, str(ROOT))
 
 from loadtest.inputs import parse_weights  # noqa: E402
-from service.runtime.engine import DecodeRequest, Engine  # noqa: E402
+from service.runtime.engine import Engine  # noqa: E402
 from service.runtime.groups import Group  # noqa: E402
+from service.runtime.types import DecodeRequest  # noqa: E402
 from service.text.tokenizer import Tokenizer  # noqa: E402
 
 LONG_TEXT = (

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from service.runtime.engine import Engine
-from service.runtime.onnx_model import StepOutput
+from service.runtime.model_io import StepOutput
 from service.runtime.search import BeamSearch, CopyConstraint, GreedySearch
 from service.text.pipeline import copy_tokens_for
 from service.text.protection import PLACEHOLDER_SYMBOLS, placeholder_token_ids

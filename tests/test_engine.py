@@ -17,7 +17,8 @@ from export.variants import make_int8, random_sources, top1_agreement
 from models.config import TransformerConfig
 from models.search import beam_search, greedy_search
 from models.transformer import Transformer
-from service.runtime.engine import DecodeRequest, Engine
+from service.runtime.engine import Engine
+from service.runtime.types import DecodeRequest
 from tests.onnx_helpers import padded_sources, reference
 
 MAX_NEW = 12

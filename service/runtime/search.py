@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.runtime.onnx_model import StepOutput
+from service.runtime.model_io import StepOutput
 
 
 def top_k_descending(scores: np.ndarray, k: int, tiebreak: np.ndarray | None = None) -> np.ndarray:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.runtime.types import BatchEstimate
+
 
 @dataclass(frozen=True)
 class StepShape:
@@ -159,6 +161,16 @@ class StepCostModel:
         """One engine step = one decoder call per group."""
         return sum(self.predict(shape) for shape in shapes)
 
+    def row_limit(self, shapes: Sequence[StepShape], max_rows: int, tolerance: float) -> int | None:
+        """``best_rows`` at the mean past and source length of a batch of ``shapes`` (None
+        before the model is fitted, or for an empty batch)."""
+        rows = sum(shape.rows for shape in shapes)
+        if not self.fitted or not rows:
+            return None
+        past = round(sum(s.rows * s.past_len for s in shapes) / rows)
+        width = round(sum(s.rows * s.width for s in shapes) / rows)
+        return self.best_rows(past, width, max_rows, tolerance)
+
     def best_rows(self, past_len: int, width: int, max_rows: int, tolerance: float) -> int:
         """The most rows (1..max_rows) of one call of this past and width whose tokens/s stay
         within ``tolerance`` of the best row count's: this machine's knee."""
@@ -281,3 +293,49 @@ def merge_features(calls: int, copied: int) -> tuple[float, float]:
     """Placing encoded newcomers: merges, and the cache positions copied (rows x (P + S) of
     every group they join)."""
     return (float(calls), copied / 64.0)
+
+
+@dataclass(frozen=True)
+class AdmissionPricing:
+    """What a batch with newcomers would cost by one engine's three cost models: the what-if
+    pricing of an admission, before anything moves. ``max_rows`` and ``tolerance`` say where
+    the knee (``StepCostModel.best_rows``) is looked for."""
+
+    step: StepCostModel
+    encode: CallCostModel
+    place: CallCostModel
+    max_rows: int
+    tolerance: float
+
+    def estimate(
+        self,
+        running: Sequence[StepShape],
+        joined: Sequence[StepShape],
+        opened: Sequence[StepShape],
+        encoder_calls: Sequence[Sequence[int]],
+    ) -> BatchEstimate:
+        """The batch once newcomers have joined: ``running``, the running groups as they are;
+        ``joined``, the same groups with the newcomers that join them; ``opened``, the groups
+        newcomers open; ``encoder_calls``, the newcomers' encoder calls as the source lengths
+        of each (beams share their sentence's call)."""
+        shapes = [*joined, *opened]
+        return BatchEstimate(
+            rows=sum(shape.rows for shape in shapes),
+            padded_tokens=sum(shape.rows * (shape.past_len + shape.width) for shape in shapes),
+            row_limit=self.step.row_limit(shapes, self.max_rows, self.tolerance),
+            step_s=self.step.step_seconds(shapes),
+            encode_s=self.encode.predict(calls_features(encoder_calls)) if encoder_calls else 0.0,
+            place_s=self._place_seconds(running, joined),
+        )
+
+    def _place_seconds(self, running: Sequence[StepShape], joined: Sequence[StepShape]) -> float:
+        """Merging the newcomers into the running groups they join (groups they open cost
+        no copy)."""
+        joins = copied = 0
+        for before, after in zip(running, joined, strict=True):
+            if after.rows != before.rows:
+                joins += 1
+                copied += after.rows * (after.past_len + after.width)
+        if not joins:
+            return 0.0
+        return self.place.predict(merge_features(joins, copied))

@@ -9,7 +9,7 @@ and loops, like vLLM's ``step()``::
 
 A sentence that arrives while others decode joins at a step boundary; a finished row leaves
 at once, so a short request never waits for an unrelated long one. The event loop never runs
-inference: ``submit`` queues ``Sentence``s (service/scheduling/sentences.py) and awaits asyncio
+inference: ``submit`` queues ``ScheduledSentence``s (service/scheduling/sentences.py) and awaits asyncio
 futures that the engine thread resolves with ``loop.call_soon_threadsafe``.
 
 The parts: when admission is open (``ContinuousPolicy``, ``StaticPolicy``:
@@ -32,11 +32,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from service.metrics import ServiceMetrics
-from service.runtime.engine import (
-    DecodeRequest,
-    EncodedRequests,
-    FinishedRequest,
-)
+from service.runtime.groups import EncodedRequests
+from service.runtime.types import DecodeRequest, FinishedRequest
 from service.scheduling.engine_loop import EngineLoop
 from service.scheduling.overlap import EncoderCpuShare, EncoderOverlap
 from service.scheduling.policies import (
@@ -47,7 +44,7 @@ from service.scheduling.policies import (
     StaticPolicy,
 )
 from service.scheduling.scheduler import CostedEngine, Scheduler
-from service.scheduling.sentences import RowResult, Sentence, SentenceQueue
+from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
 from service.scheduling.stream import RowStream
 
 logger = logging.getLogger(__name__)
@@ -257,13 +254,15 @@ class ContinuousBatcher:
         rows finish. When the iteration stops early, the unfinished rows are abandoned."""
         return RowStream(self, self._put(rows, background) if rows else [], timeout_s)
 
-    def _put(self, rows: Sequence[DecodeRequest], background: bool = False) -> list[Sentence]:
+    def _put(
+        self, rows: Sequence[DecodeRequest], background: bool = False
+    ) -> list[ScheduledSentence]:
         sentences = self.queue.put(rows, background)
         self.metrics.queue_depth.set(len(self.queue))
         self._idle.clear()
         return sentences
 
-    def abandon(self, sentences: Sequence[Sentence]) -> None:
+    def abandon(self, sentences: Sequence[ScheduledSentence]) -> None:
         """Sentences nobody waits for any more leave the queue or the batch."""
         # Cancelling the gather has already cancelled the futures: "unfinished" is every
         # sentence without a result or an error of its own.

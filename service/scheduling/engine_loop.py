@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 from service.errors import EngineFailure, InvalidRow, NotAccepting
 from service.metrics import ServiceMetrics
-from service.runtime.engine import FinishedRequest, RejectedRequest
+from service.runtime.types import FinishedRequest, RejectedRequest
 from service.scheduling.deferral import BatchChanges, DeferralHold
 from service.scheduling.overlap import EncoderOverlap, EncodingFailed
 from service.scheduling.policies import AdmissionPolicy
 from service.scheduling.scheduler import Scheduler
-from service.scheduling.sentences import RowResult, Sentence, SentenceQueue
+from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
 from service.scheduling.timeline import PhaseClock
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class Schedule:
     """What the engine thread does between two boundaries."""
 
     dropped: list[int]
-    newcomers: list[Sentence]
+    newcomers: list[ScheduledSentence]
 
 
 class EngineLoop:
@@ -74,7 +74,7 @@ class EngineLoop:
         # running batch's width; bounded, so a sentence is overtaken only so often.
         self.admission_window = admission_window
         self._track_knee = track_knee
-        self._running: dict[int, Sentence] = {}
+        self._running: dict[int, ScheduledSentence] = {}
         self.batch_changes = BatchChanges()
         # the last choice, where it deferred everyone: choosing again is skipped while it holds
         self.hold = DeferralHold(self.batch_changes)
@@ -144,7 +144,7 @@ class EngineLoop:
                 else {}
             )
         staying = [s for i, s in self._running.items() if i not in dropped]
-        newcomers: list[Sentence] = []
+        newcomers: list[ScheduledSentence] = []
         if units:
             # CPU, not wall: on one core the event loop takes the core mid-choice
             scheduler, choice_cpu = self.scheduler, time.thread_time()
@@ -171,7 +171,7 @@ class EngineLoop:
     def _running_rows(self, dropped: Sequence[int] = ()) -> int:
         return sum(s.rows for i, s in self._running.items() if i not in dropped)
 
-    def _execute(self, newcomers: list[Sentence]) -> None:
+    def _execute(self, newcomers: list[ScheduledSentence]) -> None:
         """Admit (in line or on the encoder thread), then one step over the running rows."""
         overlap = self.overlap
         if overlap is not None and overlap.in_flight is not None:
@@ -189,7 +189,7 @@ class EngineLoop:
         if self._running:
             self._step()
 
-    def _admit_in_line(self, newcomers: list[Sentence]) -> None:
+    def _admit_in_line(self, newcomers: list[ScheduledSentence]) -> None:
         admitted_step, now = self.engine.steps, self._clock()
         started = time.perf_counter()
         try:
@@ -227,7 +227,9 @@ class EngineLoop:
             encoding.sentences, encoded.rejected, self.engine.steps, encoding.admitted_at
         )
 
-    def _fail_admission(self, newcomers: list[Sentence], error: BaseException | None) -> None:
+    def _fail_admission(
+        self, newcomers: list[ScheduledSentence], error: BaseException | None
+    ) -> None:
         logger.error("admitting %d sentences failed", len(newcomers), exc_info=error)
         self.metrics.engine_errors.inc()
         self._drop([s.sentence_id for s in newcomers])
@@ -237,7 +239,7 @@ class EngineLoop:
 
     def _admitted(
         self,
-        newcomers: list[Sentence],
+        newcomers: list[ScheduledSentence],
         rejected: Sequence[RejectedRequest],
         admitted_step: int,
         admitted_at: float,
