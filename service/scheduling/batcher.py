@@ -26,15 +26,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import Protocol, runtime_checkable
 
 from service.metrics import ServiceMetrics
-from service.runtime.groups import EncodedRequests
-from service.runtime.types import DecodeRequest, FinishedRequest
-from service.scheduling.engine_loop import EngineLoop
+from service.runtime.types import DecodeRequest
+from service.scheduling.engine_loop import DecodeEngine, EngineLoop
 from service.scheduling.overlap import EncoderCpuShare, EncoderOverlap
 from service.scheduling.policies import (
     AdmissionPolicy,
@@ -43,32 +41,13 @@ from service.scheduling.policies import (
     IdleWait,
     StaticPolicy,
 )
-from service.scheduling.scheduler import CostedEngine, Scheduler
+from service.scheduling.scheduler import Scheduler
 from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
 from service.scheduling.stream import RowStream
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BatchingConfig", "ContinuousBatcher", "DecodeEngine", "RowResult", "RowStream"]
-
-
-@runtime_checkable
-class DecodeEngine(CostedEngine, Protocol):
-    """Everything the batcher calls on ``service.runtime.engine.Engine``: what choosing
-    newcomers asks (``CostedEngine``: steps, estimate, plan) and the batch operations."""
-
-    @property
-    def active_rows(self) -> int: ...
-    @property
-    def groups(self) -> int: ...
-
-    # seconds inside decoder calls so far: the rest of a step is host work (the timeline)
-    decoder_seconds: float
-
-    def encode(self, requests: list[DecodeRequest]) -> EncodedRequests: ...
-    def place(self, encoded: EncodedRequests) -> None: ...
-    def step(self) -> list[FinishedRequest]: ...
-    def drop(self, request_ids: Iterable[Hashable]) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -14,25 +14,42 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol, runtime_checkable
 
 from service.errors import EngineFailure, InvalidRow, NotAccepting
 from service.metrics import ServiceMetrics
-from service.runtime.types import FinishedRequest, RejectedRequest
+from service.runtime.groups import EncodedRequests
+from service.runtime.types import DecodeRequest, FinishedRequest, RejectedRequest
 from service.scheduling.deferral import BatchChanges, DeferralHold
 from service.scheduling.overlap import EncoderOverlap, EncodingFailed
 from service.scheduling.policies import AdmissionPolicy
-from service.scheduling.scheduler import Scheduler
+from service.scheduling.scheduler import CostedEngine, Scheduler
 from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
 from service.scheduling.timeline import PhaseClock
 
-if TYPE_CHECKING:
-    from service.scheduling.batcher import DecodeEngine
-
 logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class DecodeEngine(CostedEngine, Protocol):
+    """Everything the batcher calls on ``service.runtime.engine.Engine``: what choosing
+    newcomers asks (``CostedEngine``: steps, estimate, plan) and the batch operations."""
+
+    @property
+    def active_rows(self) -> int: ...
+    @property
+    def groups(self) -> int: ...
+
+    # seconds inside decoder calls so far: the rest of a step is host work (the timeline)
+    decoder_seconds: float
+
+    def encode(self, requests: list[DecodeRequest]) -> EncodedRequests: ...
+    def place(self, encoded: EncodedRequests) -> None: ...
+    def step(self) -> list[FinishedRequest]: ...
+    def drop(self, request_ids: Iterable[Hashable]) -> None: ...
 
 
 @dataclass
