@@ -31,7 +31,7 @@ from models.transformer import Transformer
 from service.config import Settings
 from service.errors import InputTooLarge
 from service.text.pipeline import TextPipeline, TextPlan
-from service.text.protection import placeholder_strings, survival_rate
+from service.text.placeholders import placeholder_strings, survival_rate
 from service.text.tokenizer import Tokenizer
 from service.wiring import text_limits
 

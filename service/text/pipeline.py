@@ -36,15 +36,8 @@ from dataclasses import dataclass, field
 
 from service.errors import InputTooLarge, InvalidInput
 from service.text.glossary import Glossary, GlossaryError
-from service.text.protection import (
-    EXACT_SYMBOL_RE,
-    RunProtector,
-    find_placeholders,
-    placeholder_token_ids,
-    protect,
-    restore,
-    restore_every_run,
-)
+from service.text.placeholders import EXACT_SYMBOL_RE, find_placeholders, protect, restore
+from service.text.protection import RunProtector, placeholder_token_ids, restore_every_run
 from service.text.segmenter import join_translations, sentence_spans
 from service.text.tokenizer import Tokenizer
 
