@@ -328,13 +328,13 @@ async def _load_run(
 
     engine.step = counted_step
     waits: list[float] = []
-    inner_admitted = batcher._loop._admitted
+    inner_admitted = batcher._loop.joins._admitted
 
     def counted_admitted(newcomers, rejected, admitted_step, admitted_at):
         inner_admitted(newcomers, rejected, admitted_step, admitted_at)
         waits.extend(sentence.queue_wait_s for sentence in newcomers)
 
-    batcher._loop._admitted = counted_admitted  # type: ignore[method-assign]
+    batcher._loop.joins._admitted = counted_admitted  # type: ignore[method-assign]
     await asyncio.gather(*(one(at, text) for at, text in arrivals))
     wall = time.perf_counter() - start
     steps = engine.steps - steps0

@@ -55,8 +55,13 @@ class EngineConfig:
 
     provider: ProviderName = "auto"
     intra_op_threads: int = 0  # 0: ONNX Runtime's default
+    kv_backend: KVBackendName | None = None  # None: host caches on the CPU provider
     kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES
     vocab_screen: bool = True
+
+
+# EngineConfig's fields: what ``Engine.from_dir`` passes on to ``OnnxSeq2Seq``.
+_OPENING = tuple(field.name for field in dataclasses.fields(EngineConfig))
 
 
 @dataclass
@@ -84,34 +89,18 @@ class Engine:
         )
 
     @classmethod
-    def from_dir(
-        cls,
-        model_dir: str | Path,
-        provider: ProviderName = "auto",
-        intra_op_threads: int = 0,
-        kv_backend: KVBackendName | None = None,
-        kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES,
-        vocab_screen: bool = True,
-        **options: Any,
-    ) -> Engine:
-        """``kv_backend``, ``kv_pool_bytes``, ``vocab_screen``: see ``OnnxSeq2Seq`` (default:
-        host caches exactly on CPU, the export's int8 screen of greedy steps); ``options``: the
-        dataclass's scheduling fields (max_groups, merge_past, ...)."""
-        model = OnnxSeq2Seq(
-            model_dir,
-            provider=provider,
-            intra_op_threads=intra_op_threads,
-            kv_backend=kv_backend,
-            kv_pool_bytes=kv_pool_bytes,
-            vocab_screen=vocab_screen,
-        )
-        return cls(
-            model=model, model_dir=Path(model_dir), model_name=model.info.model_name, **options
-        )
+    def from_dir(cls, model_dir: str | Path, **options: Any) -> Engine:
+        """``options``: how the export opens (``EngineConfig``'s fields, see ``OnnxSeq2Seq``;
+        by default host caches exactly on CPU and the export's int8 screen of greedy steps)
+        and the dataclass's scheduling fields (max_groups, merge_past, ...)."""
+        opening = {name: options.pop(name) for name in _OPENING if name in options}
+        return cls.from_config(model_dir, EngineConfig(**opening), **options)
 
     @classmethod
-    def from_config(cls, model_dir: str | Path, config: EngineConfig) -> Engine:
-        return cls.from_dir(model_dir, **dataclasses.asdict(config))
+    def from_config(cls, model_dir: str | Path, config: EngineConfig, **options: Any) -> Engine:
+        model = OnnxSeq2Seq(model_dir, **dataclasses.asdict(config))
+        name = model.info.model_name
+        return cls(model=model, model_dir=Path(model_dir), model_name=name, **options)
 
     # --- read-only properties --------------------------------------------------------------
 
@@ -176,21 +165,7 @@ class Engine:
 
     def validate(self, request: DecodeRequest) -> str | None:
         """Why ``request`` cannot be decoded, or None."""
-        info = self.model.info
-        if not request.src_ids:
-            return "empty source"
-        if len(request.src_ids) > info.max_positions:
-            return (
-                f"{len(request.src_ids)} source tokens, the model has "
-                f"{info.max_positions} positions"
-            )
-        if request.max_new_tokens < 1:
-            return "max_new_tokens must be >= 1"
-        if not 1 <= request.beam_size <= info.vocab_size // 2:
-            return f"beam_size must be between 1 and {info.vocab_size // 2}"
-        if any(not 0 <= token < info.vocab_size for token in request.src_ids):
-            return f"source token ids must be in [0, {info.vocab_size})"
-        return None
+        return self.model.info.refusal(request)
 
     def add(self, requests: list[DecodeRequest]) -> list[RejectedRequest]:
         """Encode the newcomers (the encoder calls of each length class) and place them in groups.
@@ -213,7 +188,9 @@ class Engine:
                 valid.append(request)
             else:
                 rejected.append(RejectedRequest(request.request_id, reason))
-        groups = [self._encode_class(length_class) for length_class in self._length_classes(valid)]
+        # sorted by source length, cut where lengths stop being similar
+        classes = length_classes(valid, _source_length, self.length_slack)
+        groups = [self._encode_class(length_class) for length_class in classes]
         return EncodedRequests(groups, rejected)
 
     def place(self, encoded: EncodedRequests) -> None:
@@ -236,10 +213,6 @@ class Engine:
                 joined.absorb(group)
         if joins:
             self.place_cost.observe(merge_features(joins, copied), time.perf_counter() - started)
-
-    def _length_classes(self, requests: list[DecodeRequest]) -> list[list[DecodeRequest]]:
-        """Requests sorted by source length, cut where lengths stop being similar."""
-        return length_classes(requests, _source_length, self.length_slack)
 
     def _encode_class(self, requests: list[DecodeRequest]) -> Group:
         """Requests of similar source length as one group, encoded in the calls that cost
@@ -319,25 +292,11 @@ class Engine:
         that finish meanwhile are not returned to anyone."""
         ids = [("translate_ids", self.steps, index) for index in range(len(src_ids))]
         constraints = copy_tokens if copy_tokens is not None else [None] * len(src_ids)
-        rejected = self.add(
-            [
-                DecodeRequest(
-                    request_id, list(src), beam_size, max_new_tokens, length_penalty, copies
-                )
-                for request_id, src, copies in zip(ids, src_ids, constraints, strict=True)
-            ]
-        )
-        if rejected:
-            self.drop(ids)
-            raise ValueError(f"request {rejected[0].request_id!r}: {rejected[0].reason}")
-        results: dict[Hashable, list[int]] = {}
-        pending = set(ids)
-        while pending:
-            for done in self.step():
-                if done.request_id in pending:
-                    results[done.request_id] = done.tokens
-                    pending.discard(done.request_id)
-        return [results[request_id] for request_id in ids]
+        requests = [
+            DecodeRequest(request_id, list(src), beam_size, max_new_tokens, length_penalty, copies)
+            for request_id, src, copies in zip(ids, src_ids, constraints, strict=True)
+        ]
+        return _run_to_the_end(self, requests)
 
     def warmup(self) -> float:
         """Run a tiny greedy and beam translation (allocations, kernel selection); returns
@@ -354,6 +313,24 @@ class Engine:
         """Fit the step and encoder cost models to calls timed over a spread of shapes
         (service/runtime/calibration.py); returns seconds spent."""
         return calibration.calibrate(self.model, self.step_cost, self.encode_cost, **spread)
+
+
+def _run_to_the_end(engine: Engine, requests: list[DecodeRequest]) -> list[list[int]]:
+    """Add ``requests`` and step until they have all finished: their tokens, in order. A
+    rejected request raises ``ValueError`` (and the others leave the batch)."""
+    ids = [request.request_id for request in requests]
+    rejected = engine.add(requests)
+    if rejected:
+        engine.drop(ids)
+        raise ValueError(f"request {rejected[0].request_id!r}: {rejected[0].reason}")
+    results: dict[Hashable, list[int]] = {}
+    pending = set(ids)
+    while pending:
+        for done in engine.step():
+            if done.request_id in pending:
+                results[done.request_id] = done.tokens
+                pending.discard(done.request_id)
+    return [results[request_id] for request_id in ids]
 
 
 def _source_length(request: DecodeRequest) -> int:

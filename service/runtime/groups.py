@@ -291,16 +291,7 @@ def encode_group(kv: KVBackend, info: ModelInfo, requests: list[DecodeRequest]) 
     newcomers = [
         ActiveRequest(
             request=request,
-            search=make_search(
-                request.beam_size,
-                # positions index a table of max_positions rows
-                min(request.max_new_tokens, info.max_positions),
-                info.eos_id,
-                info.pad_id,
-                request.length_penalty,
-                request.copy_tokens,
-                request.forced_prefix,
-            ),
+            search=make_search(request, info),
             src_len=len(request.src_ids),
             next_tokens=np.full(request.beam_size, info.decoder_start_id, dtype=np.int64),
         )

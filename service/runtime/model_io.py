@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.runtime.types import DecodeRequest
+
 
 @dataclass(frozen=True)
 class ModelInfo:
@@ -48,6 +50,23 @@ class ModelInfo:
             variant=config.get("variant", "fp32"),
             kv_dtype=config.get("kv_dtype", "float32"),
         )
+
+    def refusal(self, request: DecodeRequest) -> str | None:
+        """Why this model cannot decode ``request``, or None."""
+        if not request.src_ids:
+            return "empty source"
+        if len(request.src_ids) > self.max_positions:
+            return (
+                f"{len(request.src_ids)} source tokens, the model has "
+                f"{self.max_positions} positions"
+            )
+        if request.max_new_tokens < 1:
+            return "max_new_tokens must be >= 1"
+        if not 1 <= request.beam_size <= self.vocab_size // 2:
+            return f"beam_size must be between 1 and {self.vocab_size // 2}"
+        if any(not 0 <= token < self.vocab_size for token in request.src_ids):
+            return f"source token ids must be in [0, {self.vocab_size})"
+        return None
 
 
 @dataclass(frozen=True)

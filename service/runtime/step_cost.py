@@ -100,20 +100,14 @@ def _fit_relative(
     return _non_negative_least_squares(features * weights[:, None], seconds * weights), seconds
 
 
-class StepCostModel:
-    """Least-squares fit of decoder-call seconds over calibration and recent live steps.
+class _FittedCost:
+    """What every cost model here shares: the coefficients of its last fit (None before
+    one), how often it refits, and the lock that guards both."""
 
-    Thread-safe: the engine thread observes, the batcher (same thread) and metrics read."""
-
-    def __init__(self, window: int = 512, refit_every: int = 32) -> None:
-        self._calibration: list[tuple[Features, float]] = []
-        self._recent: deque[tuple[Features, float]] = deque(maxlen=window)
+    def __init__(self, refit_every: int) -> None:
         self._refit_every = refit_every
         self._since_fit = 0
-        self._coefficients: np.ndarray | None = None
-        self._coefficient_list: list[float] = []
-        self._floor = 0.0
-        self._knees: dict[tuple[int, int, int, float], int] = {}  # best_rows of this fit
+        self._coefficients: list[float] | None = None  # plain floats: predictions run per step
         self._lock = threading.Lock()
 
     @property
@@ -122,7 +116,21 @@ class StepCostModel:
 
     @property
     def coefficients(self) -> list[float]:
-        return [] if self._coefficients is None else [float(c) for c in self._coefficients]
+        return list(self._coefficients or [])
+
+
+class StepCostModel(_FittedCost):
+    """Least-squares fit of decoder-call seconds over calibration and recent live steps.
+
+    Thread-safe: the engine thread observes, the batcher (same thread) and metrics read."""
+
+    def __init__(self, window: int = 512, refit_every: int = 32) -> None:
+        super().__init__(refit_every)
+        self._calibration: list[tuple[Features, float]] = []
+        self._recent: deque[tuple[Features, float]] = deque(maxlen=window)
+        self._coefficient_array: np.ndarray | None = None  # the fit as an array (``best_rows``)
+        self._floor = 0.0
+        self._knees: dict[tuple[int, int, int, float], int] = {}  # best_rows of this fit
 
     def calibrate(self, samples: Iterable[tuple[StepShape, float]]) -> None:
         with self._lock:
@@ -141,8 +149,8 @@ class StepCostModel:
         self._since_fit = 0
         if len(samples) < 6:
             return
-        self._coefficients, seconds = _fit_relative(samples)
-        self._coefficient_list = [float(c) for c in self._coefficients]
+        self._coefficient_array, seconds = _fit_relative(samples)
+        self._coefficients = [float(c) for c in self._coefficient_array]
         self._floor = float(seconds.min()) * 0.5
         self._knees = {}
 
@@ -152,7 +160,7 @@ class StepCostModel:
             return 0.0
         # plain floats: the batcher asks this many times between two steps, and numpy's
         # per-call overhead would be most of the cost of a 5-term dot product
-        c0, c1, c2, c3, c4 = self._coefficient_list
+        c0, c1, c2, c3, c4 = self._coefficients
         rows = shape.rows
         seconds = c0 + rows * (c1 + (c2 * (shape.past_len + 1) + c3 * shape.width + c4 * rows) / 64)
         return max(seconds, self._floor)
@@ -180,10 +188,10 @@ class StepCostModel:
         key = (past_len, width, max_rows, tolerance)
         knee = self._knees.get(key)
         if knee is None:
-            coefficients = self._coefficients
-            if coefficients is None:
+            coefficients = self._coefficient_array
+            if coefficients is None or self._coefficients is None:
                 return max_rows
-            if self._coefficient_list[4] == 0.0:
+            if self._coefficients[4] == 0.0:
                 # No row-squared term (the fit dropped it, as on AVX-512 cores): a call's
                 # seconds are linear in rows, so tokens/s never fall as rows grow and the knee
                 # is the cap; no need for the arrays (misses come every few steps: the past
@@ -206,7 +214,7 @@ def _bucket(positions: int) -> int:
     return positions // KNEE_BUCKET * KNEE_BUCKET + KNEE_BUCKET // 2
 
 
-class CallCostModel:
+class CallCostModel(_FittedCost):
     """Seconds of a call as a non-negative linear function of a few features, fitted over a
     window of recent calls (the encoder call of newcomers, the merge that places them).
 
@@ -215,20 +223,9 @@ class CallCostModel:
     calls while the engine thread predicts."""
 
     def __init__(self, features: int, window: int = 256, refit_every: int = 8) -> None:
+        super().__init__(refit_every)
         self._samples: deque[tuple[tuple[float, ...], float]] = deque(maxlen=window)
         self._features = features
-        self._refit_every = refit_every
-        self._since_fit = 0
-        self._coefficients: list[float] | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def fitted(self) -> bool:
-        return self._coefficients is not None
-
-    @property
-    def coefficients(self) -> list[float]:
-        return list(self._coefficients or [])
 
     def observe(self, features: tuple[float, ...], seconds: float) -> None:
         with self._lock:

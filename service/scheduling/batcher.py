@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 
 from service.metrics import ServiceMetrics
 from service.runtime.types import DecodeRequest
-from service.scheduling.engine_loop import DecodeEngine, EngineLoop
+from service.scheduling.engine_api import DecodeEngine
+from service.scheduling.engine_loop import EngineLoop
 from service.scheduling.overlap import EncoderCpuShare, EncoderOverlap
 from service.scheduling.policies import (
     AdmissionPolicy,

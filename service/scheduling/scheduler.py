@@ -13,14 +13,11 @@ delay, summed over every row, than waiting for the batch to drain.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Protocol
 
 from service.metrics import ServiceMetrics
 from service.runtime.types import BatchEstimate
 from service.scheduling.admission import (
     AdmissionLimits,
-    AdmissionTrials,
     Admitter,
     Deficit,
     LatencyBudget,
@@ -28,18 +25,8 @@ from service.scheduling.admission import (
     RunningRow,
     Verdict,
 )
+from service.scheduling.engine_api import CostedEngine
 from service.scheduling.sentences import ScheduledSentence
-
-
-class CostedEngine(Protocol):
-    """What choosing newcomers asks of the engine (part of ``DecodeEngine``)."""
-
-    @property
-    def steps(self) -> int: ...
-    def estimate(
-        self, newcomers: Sequence[tuple[int, int]] = (), max_rows: int = 64, tolerance: float = 0.0
-    ) -> BatchEstimate: ...
-    def plan(self, max_rows: int = 64, tolerance: float = 0.0) -> AdmissionTrials: ...
 
 
 class Scheduler:
