@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.text.protection import PLACEHOLDER_RE  # noqa: E402
+from service.text.placeholders import PLACEHOLDER_RE  # noqa: E402
 from service.translation.detection import LanguageDetector  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "heldout" / "ui_strings_en_de.json"

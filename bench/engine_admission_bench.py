@@ -48,8 +48,9 @@ LONG_TEXT_CHARS = 100
 sys.path.insert(0, str(ROOT))
 
 from loadtest.inputs import parse_weights  # noqa: E402
-from service.runtime.engine import DecodeRequest, Engine  # noqa: E402
+from service.runtime.engine import Engine  # noqa: E402
 from service.runtime.groups import Group  # noqa: E402
+from service.runtime.types import DecodeRequest  # noqa: E402
 from service.text.tokenizer import Tokenizer  # noqa: E402
 
 LONG_TEXT = (
@@ -327,13 +328,13 @@ async def _load_run(
 
     engine.step = counted_step
     waits: list[float] = []
-    inner_admitted = batcher._loop._admitted
+    inner_admitted = batcher._loop.joins._admitted
 
     def counted_admitted(newcomers, rejected, admitted_step, admitted_at):
         inner_admitted(newcomers, rejected, admitted_step, admitted_at)
         waits.extend(sentence.queue_wait_s for sentence in newcomers)
 
-    batcher._loop._admitted = counted_admitted  # type: ignore[method-assign]
+    batcher._loop.joins._admitted = counted_admitted  # type: ignore[method-assign]
     await asyncio.gather(*(one(at, text) for at, text in arrivals))
     wall = time.perf_counter() - start
     steps = engine.steps - steps0

@@ -85,7 +85,7 @@ def align(pairs: list[tuple[str, str]]) -> list[set[tuple[int, int]]]:
 def outside_markup(text: str) -> str:
     """``text`` with its placeholders (tags, format fields, URLs: what the service protects
     and never matches a term in) blanked out."""
-    from service.text.protection import find_placeholders
+    from service.text.placeholders import find_placeholders
 
     chars = list(text)
     for start, end in find_placeholders(text):

@@ -126,7 +126,7 @@ def translate_forced(
 ) -> list[list[int]]:
     """Every source decoded with ``forced_id`` generated first (not returned), all rows in one
     continuous batch, as the service runs NLLB."""
-    from service.runtime.engine import DecodeRequest
+    from service.runtime.types import DecodeRequest
 
     ids = [("bench", index) for index in range(len(sources))]
     requests = [

@@ -231,7 +231,8 @@ def top1_agreement(
     """Teacher-forced next-token agreement: both decoders see fp32's greedy prefix; the fraction
     of (sentence, step) positions where their argmax (pad banned) is the same. Unlike comparing
     whole outputs, one early disagreement does not count every later token as different."""
-    from service.runtime.onnx_model import OnnxSeq2Seq, StepInputs
+    from service.runtime.model_io import StepInputs
+    from service.runtime.onnx_model import OnnxSeq2Seq
 
     models = [OnnxSeq2Seq(fp32_dir, "cpu"), OnnxSeq2Seq(other_dir, "cpu")]
     info = models[0].info

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from loadtest.inputs import DEFAULT_WEIGHTS, InputSampler, parse_weights
+from loadtest.raw_http import RawClients, httpx_client
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TRANSLATE_PATH = "/v1/translate"
@@ -87,21 +88,8 @@ def make_client(max_connections: int, timeout_s: float) -> Any:
     asyncio streams): the generator shares the machine with the service, and httpx's
     per-request CPU is the service's loss (``MT_LOADTEST_HTTPX=1`` picks httpx anyway)."""
     if not os.environ.get("MT_LOADTEST_HTTPX"):
-        from loadtest.raw_http import RawClients
-
         return RawClients(max_connections, timeout_s)
     return httpx_client(max_connections, timeout_s)
-
-
-def httpx_client(max_connections: int, timeout_s: float) -> httpx.AsyncClient:
-    """httpx with a pool that holds ``max_connections`` (kept alive), one timeout."""
-    return httpx.AsyncClient(
-        limits=httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        ),
-        timeout=httpx.Timeout(timeout_s),
-        trust_env=False,  # never route loopback load through a proxy from the environment
-    )
 
 
 async def send_translate(

@@ -20,7 +20,8 @@ import uvicorn
 
 from service.__main__ import GracefulServer
 from service.config import get_settings
-from service.runtime.engine import Engine, FinishedRequest
+from service.runtime.engine import Engine
+from service.runtime.types import FinishedRequest
 from service.wiring import create_app
 
 

@@ -152,8 +152,6 @@ class RawClients:
         key = (parts.hostname, parts.port) if parts.scheme != "https" else ("https", None)
         if key not in self._clients:
             if parts.scheme == "https":
-                from loadtest.client import httpx_client
-
                 self._clients[key] = httpx_client(self.max_connections, self.timeout_s)
             else:
                 origin = f"http://{parts.netloc}"
@@ -182,3 +180,14 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[RawResponse, boo
 
 def _dumps(payload: Mapping[str, Any]) -> bytes:
     return json.dumps(payload, ensure_ascii=False).encode()
+
+
+def httpx_client(max_connections: int, timeout_s: float) -> httpx.AsyncClient:
+    """httpx with a pool that holds ``max_connections`` (kept alive), one timeout."""
+    return httpx.AsyncClient(
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+        timeout=httpx.Timeout(timeout_s),
+        trust_env=False,  # never route loopback load through a proxy from the environment
+    )

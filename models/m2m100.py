@@ -122,7 +122,7 @@ def load_m2m100(model_dir: str | Path) -> Transformer:
 
 
 def main() -> None:
-    from models.checkpoint import save_pretrained
+    from models.save_format import save_pretrained
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--m2m100", required=True, help="local M2M-100 / NLLB-200 directory")

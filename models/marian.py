@@ -130,7 +130,7 @@ def load_marian(marian_dir: str | Path) -> Transformer:
 
 
 def main() -> None:
-    from models.checkpoint import save_pretrained
+    from models.save_format import save_pretrained
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--marian", required=True, help="local Hugging Face MarianMT directory")

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service.runtime.cpus import cpu_budget
+from service.cpus import cpu_budget
 
 
 class Settings(BaseSettings):

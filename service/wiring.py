@@ -21,8 +21,8 @@ from functools import partial
 from fastapi import FastAPI
 
 from service.config import Settings, get_settings
+from service.cpus import CpuBudget, cpu_budget
 from service.metrics import ServiceMetrics
-from service.runtime.cpus import CpuBudget, cpu_budget
 from service.runtime.engine import Engine, EngineConfig
 from service.scheduling.batcher import BatchingConfig, ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.runtime.onnx_model import StepOutput
+from service.runtime.model_io import StepOutput
 
 
 def head_from_logits(

@@ -56,7 +56,7 @@ def train_tiny_tokenizer(
     ``placeholder_symbols=False``: no ``｟k｠`` pieces, as in an imported OPUS-MT vocabulary."""
     import sentencepiece as spm
 
-    from service.text.protection import PLACEHOLDER_SYMBOLS
+    from service.text.placeholders import PLACEHOLDER_SYMBOLS
 
     model_bytes = io.BytesIO()
     spm.SentencePieceTrainer.train(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.runtime.cpus import cpu_budget
+from service.cpus import cpu_budget
 
 
 def v2_tree(tmp_path: Path, cpu_max: str, own: str = "/") -> tuple[Path, Path]:
@@ -75,7 +75,7 @@ def test_no_cgroup_tree_at_all_trusts_the_mask(tmp_path):
 
 def test_engine_threads_follow_the_quota(tmp_path, monkeypatch):
     import service.config as config
-    from service.runtime import cpus
+    from service import cpus
 
     root, proc = v2_tree(tmp_path, "200000 100000")
     monkeypatch.setattr(config, "cpu_budget", lambda: cpus.cpu_budget(root, proc, affinity=16))
@@ -101,7 +101,7 @@ def test_an_unreadable_quota_trusts_the_mask(tmp_path, text):
     ],
 )
 def test_threads_set_past_the_cpus_less_one_are_warned_of(threads, cpus, warned):
-    from service.runtime.cpus import CpuBudget
+    from service.cpus import CpuBudget
     from service.wiring import oversubscribed
 
     warning = oversubscribed(threads, CpuBudget(cpus, affinity=cpus, quota=None, source="affinity"))
@@ -116,8 +116,8 @@ def test_the_warning_is_logged_at_start_up(tmp_path, monkeypatch, caplog):
     import logging
 
     import service.wiring as wiring
+    from service import cpus
     from service.config import Settings
-    from service.runtime import cpus
 
     root, proc = v2_tree(tmp_path, "200000 100000")
     monkeypatch.setattr(wiring, "cpu_budget", lambda: cpus.cpu_budget(root, proc, affinity=16))

@@ -26,7 +26,7 @@ line. Whitespace inside texts is normalised to single spaces, so no text contain
 or LF and rows need no quoting or escaping: read them with ``line.split("\\t")`` (or
 ``csv.reader(..., delimiter="\\t", quoting=csv.QUOTE_NONE)``; quote characters are literal).
 ``package`` is ``pypi:<name>`` or ``debian:<name>``. Texts are raw (placeholders not masked);
-masking happens when the tokenizer and model are trained (``service.text.protection.mask_pair``).
+masking happens when the tokenizer and model are trained (``service.text.placeholders.mask_pair``).
 
 Splits (:func:`split_corpus`):
 
@@ -57,7 +57,7 @@ from pathlib import Path
 
 import polib
 
-from service.text.protection import find_placeholders
+from service.text.placeholders import find_placeholders
 
 MAX_TEXT_CHARS = 400
 MAX_LENGTH_RATIO = 3.0

@@ -31,7 +31,7 @@ from models.transformer import Transformer
 from service.config import Settings
 from service.errors import InputTooLarge
 from service.text.pipeline import TextPipeline, TextPlan
-from service.text.protection import placeholder_strings, survival_rate
+from service.text.placeholders import placeholder_strings, survival_rate
 from service.text.tokenizer import Tokenizer
 from service.wiring import text_limits
 
@@ -117,7 +117,7 @@ def torch_decoder(model: Transformer, beam_size: int = 1) -> DecodeIds:
 def engine_decoder(engine: Any, beam_size: int, constrain_placeholders: bool) -> DecodeIds:
     """The serving engine (``service.runtime.engine.Engine``) as a backend: every row with its own
     budget, as the batcher submits them; the placeholder constraint when asked."""
-    from service.runtime.engine import DecodeRequest
+    from service.runtime.types import DecodeRequest
 
     def decode_ids(
         ids: list[list[int]], budgets: list[int], copy_tokens: list[dict[int, int] | None]

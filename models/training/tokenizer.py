@@ -6,7 +6,7 @@ Usage::
         --out build/corpus/tokenizer --vocab-size 8000
 
 One unigram model is trained on both sides of ``train.tsv`` (placeholders masked with
-``service.text.protection.mask_pair``, the ``｟k｠`` symbols reserved as
+``service.text.placeholders.mask_pair``, the ``｟k｠`` symbols reserved as
 ``user_defined_symbols`` so each stays one piece). It is written in the Hugging Face Marian
 (OPUS-MT) tokenizer layout, so the runtime has one tokenizer code path for our model and for
 imported OPUS-MT checkpoints:
@@ -35,7 +35,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from models.training.corpus import Pair, read_tsv
-from service.text.protection import PLACEHOLDER_SYMBOLS, mask_pair
+from service.text.placeholders import PLACEHOLDER_SYMBOLS, mask_pair
 
 EOS_TOKEN, UNK_TOKEN, PAD_TOKEN = "</s>", "<unk>", "<pad>"
 EOS_ID, UNK_ID = 0, 1

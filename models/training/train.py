@@ -40,7 +40,7 @@ from models.config import TransformerConfig
 from models.training.corpus import read_direction
 from models.training.evaluate import translate
 from models.transformer import Transformer
-from service.text.protection import mask_pair
+from service.text.placeholders import mask_pair
 from service.text.tokenizer import Tokenizer
 
 log = logging.getLogger("train")

@@ -7,7 +7,7 @@ cache an order of magnitude slower than copying into memory touched before (BENC
 ``BufferPool`` keeps the flat buffers of caches the engine is done with and hands
 out C-contiguous views of them.
 
-A buffer is only ever handed back by ``HostKV`` for caches it consumed (service/runtime/onnx_model.py:
+A buffer is only ever handed back by ``HostKV`` for caches it consumed (service/runtime/kv_cache.py:
 ``KVCache.consume``), and ``recycle`` refuses arrays something else still refers to, so a
 reused buffer can never be seen through an old cache. The pool is shared by the engine thread
 and the encoder thread (service/scheduling/batcher.py, encoder overlap: newcomers' caches are built there

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from service.runtime.onnx_model import ModelInfo, OnnxSeq2Seq, StepInputs
+from service.runtime.model_io import ModelInfo, StepInputs
+from service.runtime.onnx_model import OnnxSeq2Seq
 from service.runtime.step_cost import CallCostModel, StepCostModel, StepShape, encode_features
 
 log = logging.getLogger(__name__)

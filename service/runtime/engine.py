@@ -4,7 +4,7 @@ The batch is a few groups (service/runtime/groups.py): rows that joined at about
 and have sources of about the same length share one dense batch, one decoder call per group
 and step. Where newcomers go and which groups merge is decided by ``PlacementRules``
 (service/runtime/placement.py); the tensors move inside ``Group``. Batched state lives wherever
-the model's KV backend keeps it (service/runtime/onnx_model.py: numpy on the host, OrtValues on
+the model's KV backend keeps it (service/runtime/kv_cache.py: numpy on the host, OrtValues on
 the device); the engine only calls the backend's operations.
 
 Three cost models learn from the engine's own calls (service/runtime/step_cost.py): every
@@ -25,22 +25,18 @@ from typing import Any
 
 from service.runtime import calibration
 from service.runtime.buffer_pool import DEFAULT_MAX_FREE_BYTES
-from service.runtime.groups import (
-    DecodeRequest,
-    FinishedRequest,
-    Group,
-    GroupSpan,
-    GroupTensors,
-    encode_calls,
-)
-from service.runtime.onnx_model import KVBackend, KVBackendName, OnnxSeq2Seq, ProviderName
+from service.runtime.groups import EncodedRequests, Group, GroupSpan, GroupTensors, encode_calls
+from service.runtime.kv_cache import KVBackend
+from service.runtime.onnx_model import KVBackendName, OnnxSeq2Seq, ProviderName
 from service.runtime.placement import (
+    BatchPlan,
     Placement,
     PlacementRules,
     encoder_calls,
     length_classes,
 )
 from service.runtime.step_cost import (
+    AdmissionPricing,
     CallCostModel,
     EncodePrices,
     StepCostModel,
@@ -48,41 +44,9 @@ from service.runtime.step_cost import (
     calls_features,
     merge_features,
 )
+from service.runtime.types import BatchEstimate, DecodeRequest, FinishedRequest, RejectedRequest
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BatchEstimate:
-    """The running batch as ``Engine.estimate`` foresees it (for the batcher's admission)."""
-
-    rows: int
-    padded_tokens: int  # sum over groups of rows x (past + padded source)
-    row_limit: int | None = None  # rows past which tokens/s fall (step-cost model), or None
-    step_s: float = 0.0  # predicted seconds of the next step (0 before the model is fitted)
-    encode_s: float = 0.0  # predicted seconds of the newcomers' encoder calls
-    place_s: float = 0.0  # predicted seconds of merging them into the groups they join
-
-
-@dataclass
-class EncodedRequests:
-    """``Engine.encode``'s result, for ``Engine.place``: encoded newcomers, one group per
-    length class, and the requests refused."""
-
-    groups: list[Group]
-    rejected: list[RejectedRequest]
-
-    @property
-    def request_ids(self) -> list[Hashable]:
-        return [active.request.request_id for group in self.groups for active in group.requests]
-
-
-@dataclass(frozen=True)
-class RejectedRequest:
-    """A request ``Engine.add`` refused; the others admitted with it proceed."""
-
-    request_id: Hashable
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -91,8 +55,13 @@ class EngineConfig:
 
     provider: ProviderName = "auto"
     intra_op_threads: int = 0  # 0: ONNX Runtime's default
+    kv_backend: KVBackendName | None = None  # None: host caches on the CPU provider
     kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES
     vocab_screen: bool = True
+
+
+# EngineConfig's fields: what ``Engine.from_dir`` passes on to ``OnnxSeq2Seq``.
+_OPENING = tuple(field.name for field in dataclasses.fields(EngineConfig))
 
 
 @dataclass
@@ -120,34 +89,18 @@ class Engine:
         )
 
     @classmethod
-    def from_dir(
-        cls,
-        model_dir: str | Path,
-        provider: ProviderName = "auto",
-        intra_op_threads: int = 0,
-        kv_backend: KVBackendName | None = None,
-        kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES,
-        vocab_screen: bool = True,
-        **options: Any,
-    ) -> Engine:
-        """``kv_backend``, ``kv_pool_bytes``, ``vocab_screen``: see ``OnnxSeq2Seq`` (default:
-        host caches exactly on CPU, the export's int8 screen of greedy steps); ``options``: the
-        dataclass's scheduling fields (max_groups, merge_past, ...)."""
-        model = OnnxSeq2Seq(
-            model_dir,
-            provider=provider,
-            intra_op_threads=intra_op_threads,
-            kv_backend=kv_backend,
-            kv_pool_bytes=kv_pool_bytes,
-            vocab_screen=vocab_screen,
-        )
-        return cls(
-            model=model, model_dir=Path(model_dir), model_name=model.info.model_name, **options
-        )
+    def from_dir(cls, model_dir: str | Path, **options: Any) -> Engine:
+        """``options``: how the export opens (``EngineConfig``'s fields, see ``OnnxSeq2Seq``;
+        by default host caches exactly on CPU and the export's int8 screen of greedy steps)
+        and the dataclass's scheduling fields (max_groups, merge_past, ...)."""
+        opening = {name: options.pop(name) for name in _OPENING if name in options}
+        return cls.from_config(model_dir, EngineConfig(**opening), **options)
 
     @classmethod
-    def from_config(cls, model_dir: str | Path, config: EngineConfig) -> Engine:
-        return cls.from_dir(model_dir, **dataclasses.asdict(config))
+    def from_config(cls, model_dir: str | Path, config: EngineConfig, **options: Any) -> Engine:
+        model = OnnxSeq2Seq(model_dir, **dataclasses.asdict(config))
+        name = model.info.model_name
+        return cls(model=model, model_dir=Path(model_dir), model_name=name, **options)
 
     # --- read-only properties --------------------------------------------------------------
 
@@ -195,11 +148,14 @@ class Engine:
         plan = self.plan(max_rows, tolerance)
         return plan.estimate(newcomers)
 
-    def plan(self, max_rows: int = 64, tolerance: float = 0.0) -> AdmissionPlan:
+    def plan(self, max_rows: int = 64, tolerance: float = 0.0) -> BatchPlan:
         """An admission plan over the batch as it is now: the batcher tries units of
-        newcomers one after another and takes some; each try costs O(groups), however many
-        were taken before, so admission between two steps stays linear in the queue."""
-        return AdmissionPlan(self, Placement(self.rules, self.spans()), max_rows, tolerance)
+        newcomers one after another and takes some (service/runtime/placement.py)."""
+        pricing = AdmissionPricing(
+            self.step_cost, self.encode_cost, self.place_cost, max_rows, tolerance
+        )
+        placement = Placement(self.rules, self.spans())
+        return BatchPlan(placement, pricing, self.length_slack, EncodePrices.of(self.encode_cost))
 
     def spans(self) -> list[GroupSpan]:
         """What placement sees of each running group."""
@@ -209,21 +165,7 @@ class Engine:
 
     def validate(self, request: DecodeRequest) -> str | None:
         """Why ``request`` cannot be decoded, or None."""
-        info = self.model.info
-        if not request.src_ids:
-            return "empty source"
-        if len(request.src_ids) > info.max_positions:
-            return (
-                f"{len(request.src_ids)} source tokens, the model has "
-                f"{info.max_positions} positions"
-            )
-        if request.max_new_tokens < 1:
-            return "max_new_tokens must be >= 1"
-        if not 1 <= request.beam_size <= info.vocab_size // 2:
-            return f"beam_size must be between 1 and {info.vocab_size // 2}"
-        if any(not 0 <= token < info.vocab_size for token in request.src_ids):
-            return f"source token ids must be in [0, {info.vocab_size})"
-        return None
+        return self.model.info.refusal(request)
 
     def add(self, requests: list[DecodeRequest]) -> list[RejectedRequest]:
         """Encode the newcomers (the encoder calls of each length class) and place them in groups.
@@ -246,7 +188,9 @@ class Engine:
                 valid.append(request)
             else:
                 rejected.append(RejectedRequest(request.request_id, reason))
-        groups = [self._encode_class(length_class) for length_class in self._length_classes(valid)]
+        # sorted by source length, cut where lengths stop being similar
+        classes = length_classes(valid, _source_length, self.length_slack)
+        groups = [self._encode_class(length_class) for length_class in classes]
         return EncodedRequests(groups, rejected)
 
     def place(self, encoded: EncodedRequests) -> None:
@@ -269,10 +213,6 @@ class Engine:
                 joined.absorb(group)
         if joins:
             self.place_cost.observe(merge_features(joins, copied), time.perf_counter() - started)
-
-    def _length_classes(self, requests: list[DecodeRequest]) -> list[list[DecodeRequest]]:
-        """Requests sorted by source length, cut where lengths stop being similar."""
-        return length_classes(requests, _source_length, self.length_slack)
 
     def _encode_class(self, requests: list[DecodeRequest]) -> Group:
         """Requests of similar source length as one group, encoded in the calls that cost
@@ -352,25 +292,11 @@ class Engine:
         that finish meanwhile are not returned to anyone."""
         ids = [("translate_ids", self.steps, index) for index in range(len(src_ids))]
         constraints = copy_tokens if copy_tokens is not None else [None] * len(src_ids)
-        rejected = self.add(
-            [
-                DecodeRequest(
-                    request_id, list(src), beam_size, max_new_tokens, length_penalty, copies
-                )
-                for request_id, src, copies in zip(ids, src_ids, constraints, strict=True)
-            ]
-        )
-        if rejected:
-            self.drop(ids)
-            raise ValueError(f"request {rejected[0].request_id!r}: {rejected[0].reason}")
-        results: dict[Hashable, list[int]] = {}
-        pending = set(ids)
-        while pending:
-            for done in self.step():
-                if done.request_id in pending:
-                    results[done.request_id] = done.tokens
-                    pending.discard(done.request_id)
-        return [results[request_id] for request_id in ids]
+        requests = [
+            DecodeRequest(request_id, list(src), beam_size, max_new_tokens, length_penalty, copies)
+            for request_id, src, copies in zip(ids, src_ids, constraints, strict=True)
+        ]
+        return _run_to_the_end(self, requests)
 
     def warmup(self) -> float:
         """Run a tiny greedy and beam translation (allocations, kernel selection); returns
@@ -389,110 +315,23 @@ class Engine:
         return calibration.calibrate(self.model, self.step_cost, self.encode_cost, **spread)
 
 
-class AdmissionPlan:
-    """The running batch as the batcher fills it at one step (``Engine.plan``)."""
-
-    def __init__(
-        self, engine: Engine, placement: Placement, max_rows: int, tolerance: float
-    ) -> None:
-        self._engine = engine
-        self._placement = placement
-        self._max_rows = max_rows
-        self._tolerance = tolerance
-        self._taken: list[tuple[int, int]] = []
-        self._before = list(placement.spans)  # the running groups before any newcomer
-        self._encode_prices = EncodePrices.of(engine.encode_cost)
-        self._cuts: dict[tuple[int, ...], list[list[int]]] = {}
-        # The last estimate's newcomers and placement: taking just those adopts it.
-        self._trial: tuple[list[tuple[int, int]], Placement] | None = None
-
-    def estimate(self, newcomers: Sequence[tuple[int, int]]) -> BatchEstimate:
-        """The batch with what was taken so far and ``newcomers`` too."""
-        trial = self._placement.copy()
-        for rows, src_len in newcomers:
-            trial.place(rows, src_len)
-        self._trial = (list(newcomers), trial)
-        return self._estimate(trial, [*self._taken, *newcomers])
-
-    def take(self, newcomers: Sequence[tuple[int, int]]) -> None:
-        if self._trial is not None and self._trial[0] == list(newcomers):
-            self._placement = self._trial[1]  # placed already, by the estimate just made
-        else:
-            for rows, src_len in newcomers:
-                self._placement.place(rows, src_len)
-        self._trial = None
-        self._taken.extend(newcomers)
-
-    def _estimate(self, placement: Placement, newcomers: list[tuple[int, int]]) -> BatchEstimate:
-        engine = self._engine
-        shapes = placement.shapes()
-        rows = sum(shape.rows for shape in shapes)
-        row_limit = None
-        step_cost = engine.step_cost
-        if step_cost.fitted and rows:
-            past = round(sum(s.rows * s.past_len for s in shapes) / rows)
-            width = round(sum(s.rows * s.width for s in shapes) / rows)
-            row_limit = step_cost.best_rows(past, width, self._max_rows, self._tolerance)
-        return BatchEstimate(
-            rows=rows,
-            padded_tokens=sum(shape.rows * (shape.past_len + shape.width) for shape in shapes),
-            row_limit=row_limit,
-            step_s=step_cost.step_seconds(shapes),
-            encode_s=self._encode_seconds(newcomers),
-            place_s=self._place_seconds(placement),
-        )
-
-    def _encode_seconds(self, newcomers: list[tuple[int, int]]) -> float:
-        """Encoder calls as ``Engine.encode`` makes them: each length class cut by
-        ``encoder_calls``, every call over its sentences padded to its longest source, the
-        features the cost model was fitted on (beams share their sentence's call)."""
-        if not newcomers:
-            return 0.0
-        sources = [length for _, length in newcomers]
-        calls = [
-            call
-            for length_class in length_classes(sources, _itself, self._engine.length_slack)
-            for call in self._encoder_calls(tuple(length_class))
-        ]
-        return self._engine.encode_cost.predict(calls_features(calls))
-
-    def _encoder_calls(self, length_class: tuple[int, ...]) -> list[list[int]]:
-        """``encoder_calls`` of a class, cut once per plan: the estimates of one choice share
-        all classes but the one a candidate joins."""
-        calls = self._cuts.get(length_class)
-        if calls is None:
-            calls = encoder_calls(list(length_class), _itself, self._encode_prices)
-            self._cuts[length_class] = calls
-        return calls
-
-    def _place_seconds(self, placement: Placement) -> float:
-        """Merging the newcomers into the running groups they join (groups they open cost
-        no copy)."""
-        joins = copied = 0
-        for before, after in zip(self._before, placement.spans, strict=True):
-            if after.shape.rows != before.shape.rows:
-                joins += 1
-                copied += after.shape.rows * (after.shape.past_len + after.shape.width)
-        if not joins:
-            return 0.0
-        return self._engine.place_cost.predict(merge_features(joins, copied))
+def _run_to_the_end(engine: Engine, requests: list[DecodeRequest]) -> list[list[int]]:
+    """Add ``requests`` and step until they have all finished: their tokens, in order. A
+    rejected request raises ``ValueError`` (and the others leave the batch)."""
+    ids = [request.request_id for request in requests]
+    rejected = engine.add(requests)
+    if rejected:
+        engine.drop(ids)
+        raise ValueError(f"request {rejected[0].request_id!r}: {rejected[0].reason}")
+    results: dict[Hashable, list[int]] = {}
+    pending = set(ids)
+    while pending:
+        for done in engine.step():
+            if done.request_id in pending:
+                results[done.request_id] = done.tokens
+                pending.discard(done.request_id)
+    return [results[request_id] for request_id in ids]
 
 
 def _source_length(request: DecodeRequest) -> int:
     return len(request.src_ids)
-
-
-def _itself(length: int) -> int:
-    return length
-
-
-__all__ = [
-    "AdmissionPlan",
-    "BatchEstimate",
-    "DecodeRequest",
-    "EncodedRequests",
-    "Engine",
-    "EngineConfig",
-    "FinishedRequest",
-    "RejectedRequest",
-]

@@ -23,38 +23,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from service.runtime.onnx_model import KVBackend, KVCache, ModelInfo, StepInputs, StepOutput
+from service.runtime.kv_cache import KVBackend, KVCache
+from service.runtime.model_io import ModelInfo, StepInputs, StepOutput
 from service.runtime.search import BeamSearch, GreedySearch, make_search
 from service.runtime.step_cost import StepShape
-
-
-@dataclass
-class DecodeRequest:
-    """One sentence to decode; the batcher submits these as they are."""
-
-    request_id: Hashable = None  # the batcher sets it when it queues the sentence
-    src_ids: list[int] | tuple[int, ...] = ()  # already tokenized, ends with eos
-    beam_size: int = 1
-    max_new_tokens: int = 128
-    length_penalty: float = 1.0
-    # Placeholder constraint (service/runtime/search.py, CopyConstraint): every placeholder-symbol
-    # id of the vocabulary -> how often the source has it (0: never emit it). None: none.
-    copy_tokens: dict[int, int] | None = None
-    # Ids generated first whatever the model prefers, then stripped (search.py): a
-    # multilingual model's target-language code. Per row: rows of any languages share steps.
-    forced_prefix: tuple[int, ...] = ()
-
-
-@dataclass
-class FinishedRequest:
-    request_id: Hashable
-    tokens: list[int]  # generated ids, no start token, no eos
-    steps: int  # decoder steps this request took part in
-    hypotheses: list[list[int]] = field(default_factory=list)  # n-best, best first
+from service.runtime.types import DecodeRequest, FinishedRequest, RejectedRequest
 
 
 @dataclass
@@ -88,6 +65,19 @@ class GroupSpan:
 
     shape: StepShape
     shortest: int
+
+
+@dataclass
+class EncodedRequests:
+    """``Engine.encode``'s result, for ``Engine.place``: encoded newcomers, one group per
+    length class, and the requests refused."""
+
+    groups: list[Group]
+    rejected: list[RejectedRequest]
+
+    @property
+    def request_ids(self) -> list[Hashable]:
+        return [active.request.request_id for group in self.groups for active in group.requests]
 
 
 class Group:
@@ -301,16 +291,7 @@ def encode_group(kv: KVBackend, info: ModelInfo, requests: list[DecodeRequest]) 
     newcomers = [
         ActiveRequest(
             request=request,
-            search=make_search(
-                request.beam_size,
-                # positions index a table of max_positions rows
-                min(request.max_new_tokens, info.max_positions),
-                info.eos_id,
-                info.pad_id,
-                request.length_penalty,
-                request.copy_tokens,
-                request.forced_prefix,
-            ),
+            search=make_search(request, info),
             src_len=len(request.src_ids),
             next_tokens=np.full(request.beam_size, info.decoder_start_id, dtype=np.int64),
         )

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from service.runtime.groups import GroupSpan
-from service.runtime.step_cost import EncodePrices, StepCostModel, StepShape
+from service.runtime.step_cost import AdmissionPricing, EncodePrices, StepCostModel, StepShape
+from service.runtime.types import BatchEstimate
 
 T = TypeVar("T")
 
@@ -184,9 +185,79 @@ class Placement:
         return [span.shape for span in self.spans] + [span.shape for span in self.opened]
 
 
+class BatchPlan:
+    """The running batch as the batcher fills it at one step (``Engine.plan``): newcomers
+    ``(rows, src_len)`` placed as the engine would place them, and priced by the engine's cost
+    models (``AdmissionPricing``). Each try costs O(groups), however many were taken before,
+    so admission between two steps stays linear in the queue."""
+
+    def __init__(
+        self,
+        placement: Placement,
+        pricing: AdmissionPricing,
+        length_slack: int,
+        encode_prices: EncodePrices | None,
+    ) -> None:
+        self._placement = placement
+        self._pricing = pricing
+        self._length_slack = length_slack
+        self._encode_prices = encode_prices
+        self._taken: list[tuple[int, int]] = []
+        # the running groups before any newcomer
+        self._before = [span.shape for span in placement.spans]
+        self._cuts: dict[tuple[int, ...], list[list[int]]] = {}
+        # The last estimate's newcomers and placement: taking just those adopts it.
+        self._trial: tuple[list[tuple[int, int]], Placement] | None = None
+
+    def estimate(self, newcomers: Sequence[tuple[int, int]]) -> BatchEstimate:
+        """The batch with what was taken so far and ``newcomers`` too."""
+        trial = self._placement.copy()
+        for rows, src_len in newcomers:
+            trial.place(rows, src_len)
+        self._trial = (list(newcomers), trial)
+        return self._pricing.estimate(
+            self._before,
+            [span.shape for span in trial.spans],
+            [span.shape for span in trial.opened],
+            self._encoder_calls([*self._taken, *newcomers]),
+        )
+
+    def take(self, newcomers: Sequence[tuple[int, int]]) -> None:
+        if self._trial is not None and self._trial[0] == list(newcomers):
+            self._placement = self._trial[1]  # placed already, by the estimate just made
+        else:
+            for rows, src_len in newcomers:
+                self._placement.place(rows, src_len)
+        self._trial = None
+        self._taken.extend(newcomers)
+
+    def _encoder_calls(self, newcomers: list[tuple[int, int]]) -> list[list[int]]:
+        """Encoder calls as ``Engine.encode`` makes them, as their source lengths: each length
+        class cut by ``encoder_calls``, every call over its sentences padded to its longest."""
+        sources = [length for _, length in newcomers]
+        return [
+            call
+            for length_class in length_classes(sources, _itself, self._length_slack)
+            for call in self._cut(tuple(length_class))
+        ]
+
+    def _cut(self, length_class: tuple[int, ...]) -> list[list[int]]:
+        """``encoder_calls`` of a class, cut once per plan: the estimates of one choice share
+        all classes but the one a candidate joins."""
+        calls = self._cuts.get(length_class)
+        if calls is None:
+            calls = encoder_calls(list(length_class), _itself, self._encode_prices)
+            self._cuts[length_class] = calls
+        return calls
+
+
 def _joined(span: GroupSpan, rows: int, src_len: int) -> GroupSpan:
     shape = span.shape
     return GroupSpan(
         StepShape(shape.rows + rows, shape.past_len, max(shape.width, src_len)),
         min(span.shortest, src_len),
     )
+
+
+def _itself(length: int) -> int:
+    return length

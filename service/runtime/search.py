@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.runtime.onnx_model import StepOutput
+from service.runtime.model_io import ModelInfo, StepOutput
+from service.runtime.types import DecodeRequest
 
 
 def top_k_descending(scores: np.ndarray, k: int, tiebreak: np.ndarray | None = None) -> np.ndarray:
@@ -341,19 +342,20 @@ class BeamSearch(_Search):
         return [tokens[len(self.forced_prefix) :] for _, tokens in self.finished]
 
 
-def make_search(
-    beam_size: int,
-    max_new_tokens: int,
-    eos_id: int,
-    pad_id: int,
-    length_penalty: float = 1.0,
-    copy_tokens: dict[int, int] | None = None,
-    forced_prefix: tuple[int, ...] = (),
-) -> GreedySearch | BeamSearch:
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if beam_size == 1:
-        return GreedySearch(max_new_tokens, eos_id, pad_id, copy_tokens, forced_prefix)
+def make_search(request: DecodeRequest, info: ModelInfo) -> GreedySearch | BeamSearch:
+    """The search ``request`` asks for, on the model's special ids. Its new tokens are bounded
+    by the model's positions too: they index a table of ``max_positions`` rows."""
+    max_new_tokens = min(request.max_new_tokens, info.max_positions)
+    options = (request.copy_tokens, request.forced_prefix)
+    if request.beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {request.beam_size}")
+    if request.beam_size == 1:
+        return GreedySearch(max_new_tokens, info.eos_id, info.pad_id, *options)
     return BeamSearch(
-        beam_size, max_new_tokens, eos_id, pad_id, length_penalty, copy_tokens, forced_prefix
+        request.beam_size,
+        max_new_tokens,
+        info.eos_id,
+        info.pad_id,
+        request.length_penalty,
+        *options,
     )

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.runtime.types import BatchEstimate
+
 
 @dataclass(frozen=True)
 class StepShape:
@@ -98,20 +100,14 @@ def _fit_relative(
     return _non_negative_least_squares(features * weights[:, None], seconds * weights), seconds
 
 
-class StepCostModel:
-    """Least-squares fit of decoder-call seconds over calibration and recent live steps.
+class _FittedCost:
+    """What every cost model here shares: the coefficients of its last fit (None before
+    one), how often it refits, and the lock that guards both."""
 
-    Thread-safe: the engine thread observes, the batcher (same thread) and metrics read."""
-
-    def __init__(self, window: int = 512, refit_every: int = 32) -> None:
-        self._calibration: list[tuple[Features, float]] = []
-        self._recent: deque[tuple[Features, float]] = deque(maxlen=window)
+    def __init__(self, refit_every: int) -> None:
         self._refit_every = refit_every
         self._since_fit = 0
-        self._coefficients: np.ndarray | None = None
-        self._coefficient_list: list[float] = []
-        self._floor = 0.0
-        self._knees: dict[tuple[int, int, int, float], int] = {}  # best_rows of this fit
+        self._coefficients: list[float] | None = None  # plain floats: predictions run per step
         self._lock = threading.Lock()
 
     @property
@@ -120,7 +116,21 @@ class StepCostModel:
 
     @property
     def coefficients(self) -> list[float]:
-        return [] if self._coefficients is None else [float(c) for c in self._coefficients]
+        return list(self._coefficients or [])
+
+
+class StepCostModel(_FittedCost):
+    """Least-squares fit of decoder-call seconds over calibration and recent live steps.
+
+    Thread-safe: the engine thread observes, the batcher (same thread) and metrics read."""
+
+    def __init__(self, window: int = 512, refit_every: int = 32) -> None:
+        super().__init__(refit_every)
+        self._calibration: list[tuple[Features, float]] = []
+        self._recent: deque[tuple[Features, float]] = deque(maxlen=window)
+        self._coefficient_array: np.ndarray | None = None  # the fit as an array (``best_rows``)
+        self._floor = 0.0
+        self._knees: dict[tuple[int, int, int, float], int] = {}  # best_rows of this fit
 
     def calibrate(self, samples: Iterable[tuple[StepShape, float]]) -> None:
         with self._lock:
@@ -139,8 +149,8 @@ class StepCostModel:
         self._since_fit = 0
         if len(samples) < 6:
             return
-        self._coefficients, seconds = _fit_relative(samples)
-        self._coefficient_list = [float(c) for c in self._coefficients]
+        self._coefficient_array, seconds = _fit_relative(samples)
+        self._coefficients = [float(c) for c in self._coefficient_array]
         self._floor = float(seconds.min()) * 0.5
         self._knees = {}
 
@@ -150,7 +160,7 @@ class StepCostModel:
             return 0.0
         # plain floats: the batcher asks this many times between two steps, and numpy's
         # per-call overhead would be most of the cost of a 5-term dot product
-        c0, c1, c2, c3, c4 = self._coefficient_list
+        c0, c1, c2, c3, c4 = self._coefficients
         rows = shape.rows
         seconds = c0 + rows * (c1 + (c2 * (shape.past_len + 1) + c3 * shape.width + c4 * rows) / 64)
         return max(seconds, self._floor)
@@ -158,6 +168,16 @@ class StepCostModel:
     def step_seconds(self, shapes: Iterable[StepShape]) -> float:
         """One engine step = one decoder call per group."""
         return sum(self.predict(shape) for shape in shapes)
+
+    def row_limit(self, shapes: Sequence[StepShape], max_rows: int, tolerance: float) -> int | None:
+        """``best_rows`` at the mean past and source length of a batch of ``shapes`` (None
+        before the model is fitted, or for an empty batch)."""
+        rows = sum(shape.rows for shape in shapes)
+        if not self.fitted or not rows:
+            return None
+        past = round(sum(s.rows * s.past_len for s in shapes) / rows)
+        width = round(sum(s.rows * s.width for s in shapes) / rows)
+        return self.best_rows(past, width, max_rows, tolerance)
 
     def best_rows(self, past_len: int, width: int, max_rows: int, tolerance: float) -> int:
         """The most rows (1..max_rows) of one call of this past and width whose tokens/s stay
@@ -168,10 +188,10 @@ class StepCostModel:
         key = (past_len, width, max_rows, tolerance)
         knee = self._knees.get(key)
         if knee is None:
-            coefficients = self._coefficients
-            if coefficients is None:
+            coefficients = self._coefficient_array
+            if coefficients is None or self._coefficients is None:
                 return max_rows
-            if self._coefficient_list[4] == 0.0:
+            if self._coefficients[4] == 0.0:
                 # No row-squared term (the fit dropped it, as on AVX-512 cores): a call's
                 # seconds are linear in rows, so tokens/s never fall as rows grow and the knee
                 # is the cap; no need for the arrays (misses come every few steps: the past
@@ -194,7 +214,7 @@ def _bucket(positions: int) -> int:
     return positions // KNEE_BUCKET * KNEE_BUCKET + KNEE_BUCKET // 2
 
 
-class CallCostModel:
+class CallCostModel(_FittedCost):
     """Seconds of a call as a non-negative linear function of a few features, fitted over a
     window of recent calls (the encoder call of newcomers, the merge that places them).
 
@@ -203,20 +223,9 @@ class CallCostModel:
     calls while the engine thread predicts."""
 
     def __init__(self, features: int, window: int = 256, refit_every: int = 8) -> None:
+        super().__init__(refit_every)
         self._samples: deque[tuple[tuple[float, ...], float]] = deque(maxlen=window)
         self._features = features
-        self._refit_every = refit_every
-        self._since_fit = 0
-        self._coefficients: list[float] | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def fitted(self) -> bool:
-        return self._coefficients is not None
-
-    @property
-    def coefficients(self) -> list[float]:
-        return list(self._coefficients or [])
 
     def observe(self, features: tuple[float, ...], seconds: float) -> None:
         with self._lock:
@@ -281,3 +290,49 @@ def merge_features(calls: int, copied: int) -> tuple[float, float]:
     """Placing encoded newcomers: merges, and the cache positions copied (rows x (P + S) of
     every group they join)."""
     return (float(calls), copied / 64.0)
+
+
+@dataclass(frozen=True)
+class AdmissionPricing:
+    """What a batch with newcomers would cost by one engine's three cost models: the what-if
+    pricing of an admission, before anything moves. ``max_rows`` and ``tolerance`` say where
+    the knee (``StepCostModel.best_rows``) is looked for."""
+
+    step: StepCostModel
+    encode: CallCostModel
+    place: CallCostModel
+    max_rows: int
+    tolerance: float
+
+    def estimate(
+        self,
+        running: Sequence[StepShape],
+        joined: Sequence[StepShape],
+        opened: Sequence[StepShape],
+        encoder_calls: Sequence[Sequence[int]],
+    ) -> BatchEstimate:
+        """The batch once newcomers have joined: ``running``, the running groups as they are;
+        ``joined``, the same groups with the newcomers that join them; ``opened``, the groups
+        newcomers open; ``encoder_calls``, the newcomers' encoder calls as the source lengths
+        of each (beams share their sentence's call)."""
+        shapes = [*joined, *opened]
+        return BatchEstimate(
+            rows=sum(shape.rows for shape in shapes),
+            padded_tokens=sum(shape.rows * (shape.past_len + shape.width) for shape in shapes),
+            row_limit=self.step.row_limit(shapes, self.max_rows, self.tolerance),
+            step_s=self.step.step_seconds(shapes),
+            encode_s=self.encode.predict(calls_features(encoder_calls)) if encoder_calls else 0.0,
+            place_s=self._place_seconds(running, joined),
+        )
+
+    def _place_seconds(self, running: Sequence[StepShape], joined: Sequence[StepShape]) -> float:
+        """Merging the newcomers into the running groups they join (groups they open cost
+        no copy)."""
+        joins = copied = 0
+        for before, after in zip(running, joined, strict=True):
+            if after.rows != before.rows:
+                joins += 1
+                copied += after.rows * (after.past_len + after.width)
+        if not joins:
+            return 0.0
+        return self.place.predict(merge_features(joins, copied))

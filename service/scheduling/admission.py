@@ -36,12 +36,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from service.runtime.engine import BatchEstimate
-from service.scheduling.sentences import Sentence
+from service.runtime.types import BatchEstimate
+from service.scheduling.sentences import ScheduledSentence
 
 
-class AdmissionPlan(Protocol):
-    """The running batch as one admission fills it (``Engine.plan``)."""
+class AdmissionTrials(Protocol):
+    """The running batch on which one admission tries newcomers (``estimate``) and takes
+    some (``take``): ``Engine.plan``'s ``BatchPlan`` (service/runtime/placement.py)."""
 
     def estimate(self, newcomers: Sequence[tuple[int, int]]) -> BatchEstimate: ...
     def take(self, newcomers: Sequence[tuple[int, int]]) -> None: ...
@@ -66,7 +67,7 @@ class AdmissionLimits:
     encode_in_line: bool  # no spare core: the encoder call stalls the running rows
 
 
-def pairs(sentences: Sequence[Sentence]) -> list[tuple[int, int]]:
+def pairs(sentences: Sequence[ScheduledSentence]) -> list[tuple[int, int]]:
     """``(rows, source length)`` of each sentence, as the engine's plan takes them."""
     return [(sentence.rows, sentence.src_len) for sentence in sentences]
 
@@ -74,12 +75,12 @@ def pairs(sentences: Sequence[Sentence]) -> list[tuple[int, int]]:
 class Admitter:
     """One admission between two steps, filled unit by unit."""
 
-    def __init__(self, plan: AdmissionPlan, running_rows: int, limits: AdmissionLimits) -> None:
+    def __init__(self, plan: AdmissionTrials, running_rows: int, limits: AdmissionLimits) -> None:
         self._plan = plan
         self._limits = limits
         self.running_rows = running_rows
         self.rows = running_rows
-        self.chosen: list[Sentence] = []
+        self.chosen: list[ScheduledSentence] = []
         self.estimate: BatchEstimate | None = None  # the batch with ``chosen`` joined
         self._encode_tokens = 0
         # The last unit refused was over the stall bound: more encoder work than one admission
@@ -91,13 +92,13 @@ class Admitter:
         encode_s = estimate.encode_s if self._limits.encode_in_line else 0.0
         return encode_s + estimate.place_s
 
-    def try_unit(self, unit: Sequence[Sentence]) -> Verdict:
+    def try_unit(self, unit: Sequence[ScheduledSentence]) -> Verdict:
         verdict, estimate = self._judge(unit)
         if verdict is Verdict.TAKEN:
             self.take(unit, estimate)
         return verdict
 
-    def fill(self, units: Sequence[Sequence[Sentence]], max_misses: int) -> None:
+    def fill(self, units: Sequence[Sequence[ScheduledSentence]], max_misses: int) -> None:
         """Each unit in turn joins if it fits beside those taken, until the rows are full or
         ``max_misses`` refusals in a row; tried in runs (``take_run``)."""
         misses = start = 0
@@ -113,7 +114,7 @@ class Admitter:
             if verdict is Verdict.OVER_BUDGET and len(refused) == 1 and refused[0].rows == 1:
                 return  # one row already passes the budget: so would every other unit
 
-    def take_run(self, units: Sequence[Sequence[Sentence]]) -> tuple[int, Verdict | None]:
+    def take_run(self, units: Sequence[Sequence[ScheduledSentence]]) -> tuple[int, Verdict | None]:
         """The longest leading run of ``units`` that joins, taken: how many units that is, and
         the verdict on the unit after it (None: all joined). What ``try_unit`` over the units
         in turn takes until its first refusal, in about 2 log2(run) estimates rather than one
@@ -149,7 +150,7 @@ class Admitter:
                 size = max(1, (end - taken) // 2)
         return taken, refusal if taken < len(units) else None
 
-    def _fitting(self, units: Sequence[Sequence[Sentence]]) -> int:
+    def _fitting(self, units: Sequence[Sequence[ScheduledSentence]]) -> int:
         """How many leading ``units`` fit the rows left: no run past them can join (the one
         after them is refused for its rows without an estimate), so a long queue costs a
         choice no more than the rows left do."""
@@ -160,7 +161,7 @@ class Admitter:
                 return count
         return len(units)
 
-    def _judge(self, unit: Sequence[Sentence]) -> tuple[Verdict, BatchEstimate | None]:
+    def _judge(self, unit: Sequence[ScheduledSentence]) -> tuple[Verdict, BatchEstimate | None]:
         """Whether ``unit`` would join what is taken so far, and the batch's estimate if so."""
         limits = self._limits
         rows = sum(sentence.rows for sentence in unit)
@@ -174,7 +175,7 @@ class Admitter:
             return Verdict.OVER_BUDGET, None
         return Verdict.TAKEN, estimate
 
-    def _over_budget(self, unit: Sequence[Sentence], estimate: BatchEstimate) -> bool:
+    def _over_budget(self, unit: Sequence[ScheduledSentence], estimate: BatchEstimate) -> bool:
         limits = self._limits
         self.over_stall = False
         if (
@@ -192,7 +193,9 @@ class Admitter:
         tokens = self._encode_tokens + sum(sentence.src_len for sentence in unit)
         return bool(self.chosen) and tokens > limits.max_encode_tokens
 
-    def take(self, unit: Sequence[Sentence], estimate: BatchEstimate | None = None) -> None:
+    def take(
+        self, unit: Sequence[ScheduledSentence], estimate: BatchEstimate | None = None
+    ) -> None:
         """Take ``unit`` whatever the budgets (an empty batch takes the head sentence: a
         sentence that passed the request limits must run, whatever the batch settings)."""
         estimate = estimate or self._plan.estimate(pairs(unit))
@@ -202,7 +205,7 @@ class Admitter:
         self._encode_tokens += sum(sentence.src_len for sentence in unit)
         self.estimate = estimate
 
-    def never_fits_whole(self, unit: Sequence[Sentence], knee: int | None) -> bool:
+    def never_fits_whole(self, unit: Sequence[ScheduledSentence], knee: int | None) -> bool:
         """A unit too big to join whole even a batch of its own size: it joins sentence by
         sentence (more rows than the row budget or the knee)."""
         limit = self._limits.max_rows
@@ -223,10 +226,10 @@ class OutputLengths:
         if src_len > 0:
             self.ratio += self._weight * (steps / src_len - self.ratio)
 
-    def expected(self, sentence: Sentence) -> int:
+    def expected(self, sentence: ScheduledSentence) -> int:
         return min(sentence.row.max_new_tokens, max(1, round(self.ratio * sentence.src_len)))
 
-    def remaining(self, sentence: Sentence, steps_done: int) -> int:
+    def remaining(self, sentence: ScheduledSentence, steps_done: int) -> int:
         """Steps left; a sentence past its expected length is expected to end soon."""
         left = self.expected(sentence) - steps_done
         if left <= 0:

@@ -9,7 +9,7 @@ and loops, like vLLM's ``step()``::
 
 A sentence that arrives while others decode joins at a step boundary; a finished row leaves
 at once, so a short request never waits for an unrelated long one. The event loop never runs
-inference: ``submit`` queues ``Sentence``s (service/scheduling/sentences.py) and awaits asyncio
+inference: ``submit`` queues ``ScheduledSentence``s (service/scheduling/sentences.py) and awaits asyncio
 futures that the engine thread resolves with ``loop.call_soon_threadsafe``.
 
 The parts: when admission is open (``ContinuousPolicy``, ``StaticPolicy``:
@@ -26,17 +26,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import Protocol, runtime_checkable
 
 from service.metrics import ServiceMetrics
-from service.runtime.engine import (
-    DecodeRequest,
-    EncodedRequests,
-    FinishedRequest,
-)
+from service.runtime.types import DecodeRequest
+from service.scheduling.engine_api import DecodeEngine
 from service.scheduling.engine_loop import EngineLoop
 from service.scheduling.overlap import EncoderCpuShare, EncoderOverlap
 from service.scheduling.policies import (
@@ -46,32 +42,13 @@ from service.scheduling.policies import (
     IdleWait,
     StaticPolicy,
 )
-from service.scheduling.scheduler import CostedEngine, Scheduler
-from service.scheduling.sentences import RowResult, Sentence, SentenceQueue
+from service.scheduling.scheduler import Scheduler
+from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
 from service.scheduling.stream import RowStream
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BatchingConfig", "ContinuousBatcher", "DecodeEngine", "RowResult", "RowStream"]
-
-
-@runtime_checkable
-class DecodeEngine(CostedEngine, Protocol):
-    """Everything the batcher calls on ``service.runtime.engine.Engine``: what choosing
-    newcomers asks (``CostedEngine``: steps, estimate, plan) and the batch operations."""
-
-    @property
-    def active_rows(self) -> int: ...
-    @property
-    def groups(self) -> int: ...
-
-    # seconds inside decoder calls so far: the rest of a step is host work (the timeline)
-    decoder_seconds: float
-
-    def encode(self, requests: list[DecodeRequest]) -> EncodedRequests: ...
-    def place(self, encoded: EncodedRequests) -> None: ...
-    def step(self) -> list[FinishedRequest]: ...
-    def drop(self, request_ids: Iterable[Hashable]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -257,13 +234,15 @@ class ContinuousBatcher:
         rows finish. When the iteration stops early, the unfinished rows are abandoned."""
         return RowStream(self, self._put(rows, background) if rows else [], timeout_s)
 
-    def _put(self, rows: Sequence[DecodeRequest], background: bool = False) -> list[Sentence]:
+    def _put(
+        self, rows: Sequence[DecodeRequest], background: bool = False
+    ) -> list[ScheduledSentence]:
         sentences = self.queue.put(rows, background)
         self.metrics.queue_depth.set(len(self.queue))
         self._idle.clear()
         return sentences
 
-    def abandon(self, sentences: Sequence[Sentence]) -> None:
+    def abandon(self, sentences: Sequence[ScheduledSentence]) -> None:
         """Sentences nobody waits for any more leave the queue or the batch."""
         # Cancelling the gather has already cancelled the futures: "unfinished" is every
         # sentence without a result or an error of its own.

@@ -17,20 +17,18 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from service.errors import EngineFailure, InvalidRow, NotAccepting
+from service.errors import EngineFailure, NotAccepting
 from service.metrics import ServiceMetrics
-from service.runtime.engine import FinishedRequest, RejectedRequest
+from service.runtime.types import FinishedRequest
 from service.scheduling.deferral import BatchChanges, DeferralHold
-from service.scheduling.overlap import EncoderOverlap, EncodingFailed
+from service.scheduling.engine_api import DecodeEngine
+from service.scheduling.joins import BatchJoins
+from service.scheduling.overlap import EncoderOverlap
 from service.scheduling.policies import AdmissionPolicy
 from service.scheduling.scheduler import Scheduler
-from service.scheduling.sentences import RowResult, Sentence, SentenceQueue
+from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
 from service.scheduling.timeline import PhaseClock
-
-if TYPE_CHECKING:
-    from service.scheduling.batcher import DecodeEngine
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +38,7 @@ class Schedule:
     """What the engine thread does between two boundaries."""
 
     dropped: list[int]
-    newcomers: list[Sentence]
+    newcomers: list[ScheduledSentence]
 
 
 class EngineLoop:
@@ -74,11 +72,14 @@ class EngineLoop:
         # running batch's width; bounded, so a sentence is overtaken only so often.
         self.admission_window = admission_window
         self._track_knee = track_knee
-        self._running: dict[int, Sentence] = {}
+        self._running: dict[int, ScheduledSentence] = {}
         self.batch_changes = BatchChanges()
         # the last choice, where it deferred everyone: choosing again is skipped while it holds
         self.hold = DeferralHold(self.batch_changes)
         self.clock = PhaseClock(metrics.engine_phase)  # where this thread's time goes
+        self.joins = BatchJoins(
+            engine, self._running, self.batch_changes, metrics, self.clock, clock, self._drop
+        )
 
     def run(self) -> None:
         self.metrics.threads.register("engine")
@@ -144,7 +145,7 @@ class EngineLoop:
                 else {}
             )
         staying = [s for i, s in self._running.items() if i not in dropped]
-        newcomers: list[Sentence] = []
+        newcomers: list[ScheduledSentence] = []
         if units:
             # CPU, not wall: on one core the event loop takes the core mid-choice
             scheduler, choice_cpu = self.scheduler, time.thread_time()
@@ -171,7 +172,7 @@ class EngineLoop:
     def _running_rows(self, dropped: Sequence[int] = ()) -> int:
         return sum(s.rows for i, s in self._running.items() if i not in dropped)
 
-    def _execute(self, newcomers: list[Sentence]) -> None:
+    def _execute(self, newcomers: list[ScheduledSentence]) -> None:
         """Admit (in line or on the encoder thread), then one step over the running rows."""
         overlap = self.overlap
         if overlap is not None and overlap.in_flight is not None:
@@ -180,83 +181,14 @@ class EngineLoop:
                 with self.clock.phase("wait"):
                     overlap.wait()
             if overlap.done:
-                self._place_encoded(overlap)
+                self.joins.place_encoded(overlap)
         if newcomers:
             if overlap is not None and self._running:
                 overlap.start(newcomers)
             else:
-                self._admit_in_line(newcomers)
+                self.joins.in_line(newcomers)
         if self._running:
             self._step()
-
-    def _admit_in_line(self, newcomers: list[Sentence]) -> None:
-        admitted_step, now = self.engine.steps, self._clock()
-        started = time.perf_counter()
-        try:
-            encoded = self.engine.encode([s.row for s in newcomers])
-            encoded_at = time.perf_counter()
-            self.engine.place(encoded)
-        except Exception as error:
-            self._fail_admission(newcomers, error)
-            return
-        placed_at = time.perf_counter()
-        self.clock.add("encode", encoded_at - started)
-        self.clock.add("place", placed_at - encoded_at)
-        if self._running:  # the rows this admission kept waiting
-            self.metrics.admission_stall.observe(placed_at - started)
-        self._admitted(newcomers, encoded.rejected, admitted_step, now)
-
-    def _place_encoded(self, overlap: EncoderOverlap) -> None:
-        """The admission encoded on the encoder thread joins the batch."""
-        try:
-            encoding, encoded = overlap.finish()
-            started = time.perf_counter()
-            self.engine.place(encoded)
-            stall_s = time.perf_counter() - started
-            self.clock.add("place", stall_s)
-            if self._running:
-                self.metrics.admission_stall.observe(stall_s)
-        except EncodingFailed as failure:
-            self._fail_admission(failure.encoding.sentences, failure.__cause__)
-            return
-        except Exception as error:
-            self._fail_admission(encoding.sentences, error)
-            return
-        # the queue wait ends when the admission was chosen; the rows join the batch now
-        self._admitted(
-            encoding.sentences, encoded.rejected, self.engine.steps, encoding.admitted_at
-        )
-
-    def _fail_admission(self, newcomers: list[Sentence], error: BaseException | None) -> None:
-        logger.error("admitting %d sentences failed", len(newcomers), exc_info=error)
-        self.metrics.engine_errors.inc()
-        self._drop([s.sentence_id for s in newcomers])
-        name = type(error).__name__
-        for sentence in newcomers:
-            sentence.deliver(None, EngineFailure(f"the engine failed to encode the input ({name})"))
-
-    def _admitted(
-        self,
-        newcomers: list[Sentence],
-        rejected: Sequence[RejectedRequest],
-        admitted_step: int,
-        admitted_at: float,
-    ) -> None:
-        refused = {rejection.request_id: rejection.reason for rejection in rejected}
-        for sentence in newcomers:
-            if sentence.sentence_id in refused:
-                reason = refused[sentence.sentence_id]
-                sentence.deliver(None, InvalidRow(f"the sentence cannot be decoded: {reason}"))
-                continue
-            sentence.admitted_step = admitted_step
-            sentence.queue_wait_s = admitted_at - sentence.enqueued_at
-            self._running[sentence.sentence_id] = sentence
-            self.batch_changes.joined(sentence.rows)
-            self.metrics.queue_wait.observe(sentence.queue_wait_s)
-            self.metrics.input_tokens.inc(sentence.src_len)
-        self.metrics.admitted_rows.observe(
-            sum(s.rows for s in newcomers if s.sentence_id not in refused)
-        )
 
     def _step(self) -> None:
         rows_in_step, calls_in_step = self.engine.active_rows, self.engine.groups

@@ -1,6 +1,6 @@
 """Encoder overlap: newcomers' encoder calls on a second thread while the running rows step.
 
-Where a core is spare (service/runtime/cpus.py counts them), an admission's encoder call need
+Where a core is spare (service/cpus.py counts them), an admission's encoder call need
 not stall the running rows: ``EncoderOverlap`` runs it on an encoder thread and the newcomers
 join at the first step boundary after it is done (``Engine.encode`` then ``Engine.place``; the
 engine's ``encode`` touches no batch state). One admission is in flight at a time.
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from service.metrics import ServiceMetrics
-from service.runtime.engine import EncodedRequests
-from service.scheduling.sentences import Sentence
+from service.runtime.groups import EncodedRequests
+from service.scheduling.sentences import ScheduledSentence
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -112,7 +112,7 @@ class EncoderCpuShare:
 class Encoding:
     """An admission whose encoder call runs on the encoder thread."""
 
-    sentences: list[Sentence]
+    sentences: list[ScheduledSentence]
     future: Future[tuple[EncodedRequests, float, float]]  # encoded, CPU s, wall s
     admitted_at: float  # when admission chose the sentences (their queue wait ends there)
 
@@ -149,7 +149,7 @@ class EncoderOverlap:
         encoding = self.in_flight
         return encoding is not None and encoding.future.done()
 
-    def start(self, sentences: list[Sentence]) -> None:
+    def start(self, sentences: list[ScheduledSentence]) -> None:
         """Start the newcomers' encoder call on the encoder thread."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
@@ -199,7 +199,7 @@ class EncoderOverlap:
             self._metrics.encoder_cpu_share.set(share)
         return encoding, encoded
 
-    def close(self) -> list[Sentence]:
+    def close(self) -> list[ScheduledSentence]:
         """Stop the encoder thread; the sentences of an admission still in flight."""
         if self._executor is not None:
             self._executor.shutdown(wait=False)

@@ -13,14 +13,11 @@ delay, summed over every row, than waiting for the batch to drain.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Protocol
 
 from service.metrics import ServiceMetrics
-from service.runtime.engine import BatchEstimate
+from service.runtime.types import BatchEstimate
 from service.scheduling.admission import (
     AdmissionLimits,
-    AdmissionPlan,
     Admitter,
     Deficit,
     LatencyBudget,
@@ -28,18 +25,8 @@ from service.scheduling.admission import (
     RunningRow,
     Verdict,
 )
-from service.scheduling.sentences import Sentence
-
-
-class CostedEngine(Protocol):
-    """What choosing newcomers asks of the engine (part of ``DecodeEngine``)."""
-
-    @property
-    def steps(self) -> int: ...
-    def estimate(
-        self, newcomers: Sequence[tuple[int, int]] = (), max_rows: int = 64, tolerance: float = 0.0
-    ) -> BatchEstimate: ...
-    def plan(self, max_rows: int = 64, tolerance: float = 0.0) -> AdmissionPlan: ...
+from service.scheduling.engine_api import CostedEngine
+from service.scheduling.sentences import ScheduledSentence
 
 
 class Scheduler:
@@ -88,8 +75,11 @@ class Scheduler:
         self.deficit: Deficit | None = None
 
     def choose(
-        self, units: list[list[Sentence]], staying: list[Sentence], row_rate: float = 0.0
-    ) -> list[Sentence]:
+        self,
+        units: list[list[ScheduledSentence]],
+        staying: list[ScheduledSentence],
+        row_rate: float = 0.0,
+    ) -> list[ScheduledSentence]:
         """The sentences of ``units`` (queued, by unit, in arrival order) that join the
         ``staying`` running sentences at this boundary; [] when none does (a deferral).
         ``row_rate``: rows arriving per second, who may wait for the drain a join pushes back."""
@@ -102,8 +92,8 @@ class Scheduler:
         return chosen
 
     def _by_priority(
-        self, units: list[list[Sentence]], staying: list[Sentence]
-    ) -> list[list[Sentence]]:
+        self, units: list[list[ScheduledSentence]], staying: list[ScheduledSentence]
+    ) -> list[list[ScheduledSentence]]:
         """Interactive units first; background units (document jobs) only where no interactive
         one waits or runs (or the oldest has waited ``background_max_wait_s``), and only while
         the batch holds at most ``background_max_rows`` of their rows (the first one whatever
@@ -118,7 +108,7 @@ class Scheduler:
         if serving and time.monotonic() - units[0][0].enqueued_at < self.background_max_wait_s:
             return []
         room = self.background_max_rows - sum(s.rows for s in staying if s.background)
-        allowed: list[list[Sentence]] = []
+        allowed: list[list[ScheduledSentence]] = []
         for unit in units:
             rows = sum(s.rows for s in unit)
             if rows > room and (allowed or room < self.background_max_rows):
@@ -128,8 +118,11 @@ class Scheduler:
         return allowed
 
     def _fill(
-        self, units: list[list[Sentence]], staying: list[Sentence], row_rate: float
-    ) -> list[Sentence]:
+        self,
+        units: list[list[ScheduledSentence]],
+        staying: list[ScheduledSentence],
+        row_rate: float,
+    ) -> list[ScheduledSentence]:
         running_rows = sum(s.rows for s in staying)
         plan = self.engine.plan(self.max_rows, self.cost_tolerance)
         now = plan.estimate(())  # the batch as it is: nothing taken yet
@@ -168,8 +161,8 @@ class Scheduler:
         self,
         admitter: Admitter,
         now: BatchEstimate,
-        staying: list[Sentence],
-        units: list[list[Sentence]],
+        staying: list[ScheduledSentence],
+        units: list[list[ScheduledSentence]],
         row_rate: float,
     ) -> bool:
         joined = admitter.estimate
@@ -196,11 +189,13 @@ class Scheduler:
         return self.deficit is None
 
 
-def _narrow_first(units: list[list[Sentence]], width: int) -> list[list[Sentence]]:
+def _narrow_first(
+    units: list[list[ScheduledSentence]], width: int
+) -> list[list[ScheduledSentence]]:
     """The units no wider than ``width`` source tokens, then the others, each in arrival order
     (one pass: the window holds a few hundred units under load, and this runs every choice)."""
-    narrow: list[list[Sentence]] = []
-    wide: list[list[Sentence]] = []
+    narrow: list[list[ScheduledSentence]] = []
+    wide: list[list[ScheduledSentence]] = []
     for unit in units:
         widest = unit[0].src_len if len(unit) == 1 else max(s.src_len for s in unit)
         (wide if widest > width else narrow).append(unit)

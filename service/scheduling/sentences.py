@@ -1,6 +1,6 @@
 """A sentence in flight, from the queue to its result, and the queue it waits in.
 
-A ``Sentence`` is what one decode row of a request is called everywhere in the scheduler:
+A ``ScheduledSentence`` is what one decode row of a request is called everywhere in the scheduler:
 ``submit`` queues it, admission takes it, the engine decodes it (its ``row`` carries
 ``request_id == sentence_id``), and its future gets the ``RowResult``. The event loop and the
 engine thread share only the ``SentenceQueue`` (under its condition variable) and the
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from service.errors import NotAccepting, QueueFull
-from service.runtime.engine import DecodeRequest
+from service.runtime.types import DecodeRequest
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class RowResult:
 
 
 @dataclass(eq=False)
-class Sentence:
+class ScheduledSentence:
     """One sentence from submission to result."""
 
     sentence_id: int
@@ -72,7 +72,7 @@ class Sentence:
             self.loop.call_soon_threadsafe(settle)
 
 
-Units = dict[int, list[Sentence]]
+Units = dict[int, list[ScheduledSentence]]
 
 
 class Arrivals:
@@ -110,7 +110,7 @@ class SentenceQueue:
         self.max_queue = max_queue
         self.clock = clock
         self.cond = threading.Condition()
-        self.waiting: deque[Sentence] = deque()
+        self.waiting: deque[ScheduledSentence] = deque()
         self.to_drop: set[int] = set()
         self.accepting = True
         self.stopping = False
@@ -141,18 +141,22 @@ class SentenceQueue:
     def rows(self) -> int:
         return sum(sentence.rows for sentence in self.waiting)
 
-    def put(self, rows: Sequence[DecodeRequest], background: bool = False) -> list[Sentence]:
+    def put(
+        self, rows: Sequence[DecodeRequest], background: bool = False
+    ) -> list[ScheduledSentence]:
         """One sentence per row, all queued or none (:class:`QueueFull`, :class:`NotAccepting`)."""
         loop = asyncio.get_running_loop()
         now = self.clock()
-        sentences: list[Sentence] = []
+        sentences: list[ScheduledSentence] = []
         for row in rows:
             sentence_id = next(self._ids)
             request = replace(row, request_id=sentence_id, src_ids=tuple(row.src_ids))
             unit = sentences[0].sentence_id if sentences else sentence_id
             future: asyncio.Future[RowResult] = loop.create_future()
             sentences.append(
-                Sentence(sentence_id, request, future, loop, now, unit=unit, background=background)
+                ScheduledSentence(
+                    sentence_id, request, future, loop, now, unit=unit, background=background
+                )
             )
         with self.cond:
             if self.death is not None:
@@ -200,14 +204,14 @@ class SentenceQueue:
         first = next(self._by_priority(), None)
         return None if first is None else first.unit
 
-    def _by_priority(self) -> Iterator[Sentence]:
+    def _by_priority(self) -> Iterator[ScheduledSentence]:
         """Waiting sentences in admission order: interactive ones, then background ones."""
         return itertools.chain(
             (s for s in self.waiting if not s.background),
             (s for s in self.waiting if s.background),
         )
 
-    def take(self, chosen: list[Sentence]) -> list[Sentence]:
+    def take(self, chosen: list[ScheduledSentence]) -> list[ScheduledSentence]:
         """Chosen sentences leave the queue (holds ``cond``); those abandoned while they were
         chosen (no longer queued) are left out."""
         ids = {sentence.sentence_id for sentence in chosen}
@@ -217,7 +221,7 @@ class SentenceQueue:
         self.to_drop -= ids
         return [sentence for sentence in chosen if sentence.sentence_id in queued]
 
-    def drain(self) -> list[Sentence]:
+    def drain(self) -> list[ScheduledSentence]:
         """Every queued sentence leaves (holds ``cond``): shutdown or death."""
         leftovers = list(self.waiting)
         self.waiting.clear()

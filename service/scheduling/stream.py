@@ -8,11 +8,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Protocol
 
-from service.scheduling.sentences import RowResult, Sentence
+from service.scheduling.sentences import RowResult, ScheduledSentence
 
 
 class Abandons(Protocol):
-    def abandon(self, sentences: Sequence[Sentence]) -> None: ...
+    def abandon(self, sentences: Sequence[ScheduledSentence]) -> None: ...
 
 
 class RowStream:
@@ -23,7 +23,7 @@ class RowStream:
     """
 
     def __init__(
-        self, batcher: Abandons, sentences: list[Sentence], timeout_s: float | None
+        self, batcher: Abandons, sentences: list[ScheduledSentence], timeout_s: float | None
     ) -> None:
         self._batcher = batcher
         self._sentences = sentences

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import regex
 
 from service.errors import InputTooLarge, TextError
-from service.text.protection import SYMBOL_CLOSE, SYMBOL_OPEN, find_placeholders
+from service.text.placeholders import SYMBOL_CLOSE, SYMBOL_OPEN, find_placeholders
 
 MAX_TERM_CHARS = 200
 Span = tuple[int, int]

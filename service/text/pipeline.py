@@ -36,15 +36,8 @@ from dataclasses import dataclass, field
 
 from service.errors import InputTooLarge, InvalidInput
 from service.text.glossary import Glossary, GlossaryError
-from service.text.protection import (
-    EXACT_SYMBOL_RE,
-    RunProtector,
-    find_placeholders,
-    placeholder_token_ids,
-    protect,
-    restore,
-    restore_every_run,
-)
+from service.text.placeholders import EXACT_SYMBOL_RE, find_placeholders, protect, restore
+from service.text.protection import RunProtector, placeholder_token_ids, restore_every_run
 from service.text.segmenter import join_translations, sentence_spans
 from service.text.tokenizer import Tokenizer
 
@@ -114,7 +107,7 @@ class TextLimits:
 
 
 @dataclass
-class Sentence:
+class SentencePlan:
     masked: str  # what the model sees: placeholders (and what it cannot spell) as ｟k｠
     originals: list[str]
     prefix: str = ""  # tags (and spaces) before the words, kept out of the model
@@ -143,7 +136,7 @@ class Sentence:
 class TextPlan:
     text: str  # the masked text: its gaps between spans are the original whitespace
     spans: list[tuple[int, int]]
-    sentences: list[Sentence] = field(default_factory=list)
+    sentences: list[SentencePlan] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -168,7 +161,7 @@ CacheLookup = Callable[[str, DecodingOptions], "tuple[str, int] | None"]
 # A translation memory: a segment (any whitespace) -> its approved translation, or None.
 MemoryLookup = Callable[[str], "str | None"]
 # The model: rows of source ids (with their copy constraints and budgets) -> output ids.
-DecodeRows = Callable[[list[Sentence], DecodingOptions], list[list[int]]]
+DecodeRows = Callable[[list[SentencePlan], DecodingOptions], list[list[int]]]
 
 
 class TextPipeline:
@@ -244,7 +237,7 @@ class TextPipeline:
         cached: CacheLookup | None = None,
         glossary: Glossary | None = None,
         memory: MemoryLookup | None = None,
-    ) -> Sentence:
+    ) -> SentencePlan:
         prefix, core, suffix = split_edge_tags(text)
         if memory is not None and (
             approved := _approved_sentence(text, prefix, core, suffix, memory)
@@ -252,7 +245,7 @@ class TextPipeline:
             return approved
         terms = glossary.matches(core, find_placeholders(core)) if glossary is not None else []
         masked, originals = self.protector.protect(core, terms)
-        sentence = Sentence(masked=masked, originals=originals, prefix=prefix, suffix=suffix)
+        sentence = SentencePlan(masked=masked, originals=originals, prefix=prefix, suffix=suffix)
         if not has_words(masked):
             # Nothing a model could translate: the text as it was, but with glossary terms
             # (a sentence that is one term) written as their targets.
@@ -274,8 +267,8 @@ class TextPipeline:
         return sentence
 
     def continue_sentence(
-        self, previous: Sentence, options: DecodingOptions, cached: CacheLookup | None = None
-    ) -> Sentence:
+        self, previous: SentencePlan, options: DecodingOptions, cached: CacheLookup | None = None
+    ) -> SentencePlan:
         """The second leg of a pivot: ``previous`` (translated by the first model) as this
         model's source. The intermediate stays masked, so placeholders cross both legs as
         symbols under the copy constraint and are restored once, with the original values;
@@ -283,7 +276,7 @@ class TextPipeline:
         cut there (it came from a model, not from the client)."""
         masked = previous.masked_translation
         assert masked is not None, "only a sentence the first model translated continues"
-        sentence = Sentence(
+        sentence = SentencePlan(
             masked=masked,
             originals=previous.originals,
             prefix=previous.prefix,
@@ -301,7 +294,7 @@ class TextPipeline:
         return sentence
 
     def _set_source(
-        self, sentence: Sentence, src_ids: Sequence[int], options: DecodingOptions
+        self, sentence: SentencePlan, src_ids: Sequence[int], options: DecodingOptions
     ) -> None:
         sentence.src_ids = tuple(src_ids)
         sentence.copy_tokens = copy_tokens_for(src_ids, self.symbol_ids)
@@ -316,12 +309,12 @@ class TextPipeline:
 
     # --- after the model ----------------------------------------------------------------
 
-    def finish(self, sentence: Sentence, output_ids: Sequence[int]) -> None:
+    def finish(self, sentence: SentencePlan, output_ids: Sequence[int]) -> None:
         """Detokenize the model's ids for ``sentence`` (eos and pad dropped) and restore."""
         tokens = [t for t in output_ids if t not in (self.tokenizer.eos_id, self.tokenizer.pad_id)]
         sentence.finish(self.tokenizer.decode(tokens), len(tokens))
 
-    def hypothesis_text(self, sentence: Sentence, output_ids: Sequence[int]) -> str:
+    def hypothesis_text(self, sentence: SentencePlan, output_ids: Sequence[int]) -> str:
         """What :meth:`finish` would make of ``output_ids`` for ``sentence``, leaving the
         sentence alone (for the n-best alternatives of beam search)."""
         tokens = [t for t in output_ids if t not in (self.tokenizer.eos_id, self.tokenizer.pad_id)]
@@ -414,13 +407,13 @@ def _approved_text(text: str, approved: str) -> TextPlan:
     """A text the memory knows whole: one segment, its whitespace at the ends kept."""
     start = len(text) - len(text.lstrip())
     end = len(text.rstrip())
-    sentence = Sentence(masked="", originals=[], translation=approved, from_memory=True)
+    sentence = SentencePlan(masked="", originals=[], translation=approved, from_memory=True)
     return TextPlan(text=text, spans=[(start, end)], sentences=[sentence])
 
 
 def _approved_sentence(
     text: str, prefix: str, core: str, suffix: str, memory: MemoryLookup
-) -> Sentence | None:
+) -> SentencePlan | None:
     """The sentence as the memory has it: as it is, or its words without the markup at its
     edges (the markup then goes back around the approved translation)."""
     approved = memory(text)
@@ -429,11 +422,11 @@ def _approved_sentence(
         approved = f"{prefix}{found}{suffix}" if found is not None else None
     if approved is None:
         return None
-    return Sentence(masked="", originals=[], translation=approved, from_memory=True)
+    return SentencePlan(masked="", originals=[], translation=approved, from_memory=True)
 
 
 def _finished_from_cache(
-    sentence: Sentence, options: DecodingOptions, cached: CacheLookup | None
+    sentence: SentencePlan, options: DecodingOptions, cached: CacheLookup | None
 ) -> bool:
     """Finish ``sentence`` from the translation cache where it has it; whether it did."""
     if cached is None or (hit := cached(sentence.masked, options)) is None:

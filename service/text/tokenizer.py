@@ -14,7 +14,7 @@ Id convention of the default model (see ``models/training/tokenizer.py``): ``</s
 One deliberate difference from ``MarianTokenizer``: text that literally contains
 ``</s>``/``<unk>``/``<pad>`` is tokenized as text, not turned into the special id, so user
 input cannot end the source early. (The service masks such tag-like text with
-``service.text.protection.protect`` before it gets here anyway.)
+``service.text.placeholders.protect`` before it gets here anyway.)
 
 NLLB-200 and M2M-100 directories (``sentencepiece.bpe.model``, ``tokenizer_config.json``,
 for M2M-100 ``vocab.json``) are read by :class:`NllbTokenizer` and :class:`M2m100Tokenizer`,

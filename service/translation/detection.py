@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from service.text.protection import PLACEHOLDER_RE
+from service.text.placeholders import PLACEHOLDER_RE
 
 logger = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from service.errors import InputTooLarge
-from service.runtime.engine import DecodeRequest
+from service.runtime.types import DecodeRequest
 from service.scheduling.batcher import ContinuousBatcher, RowStream
 from service.text.glossary import Glossary
 from service.text.pipeline import (
     DecodingOptions,
     MemoryLookup,
-    Sentence,
+    SentencePlan,
     TextLimits,
     TextPipeline,
     TextPlan,
@@ -269,7 +269,7 @@ class Translator:
 
     def _rows(
         self, plans: list[TextPlan], options: DecodingOptions
-    ) -> tuple[list[Sentence], list[DecodeRequest]]:
+    ) -> tuple[list[SentencePlan], list[DecodeRequest]]:
         """The sentences of ``plans`` that need the model, and their rows."""
         to_decode = [s for plan in plans for s in plan.sentences if s.needs_model]
         if len(to_decode) > self.batcher.max_queue:
@@ -292,7 +292,9 @@ class Translator:
         ]
         return to_decode, rows
 
-    def _finish(self, sentence: Sentence, tokens: Sequence[int], options: DecodingOptions) -> None:
+    def _finish(
+        self, sentence: SentencePlan, tokens: Sequence[int], options: DecodingOptions
+    ) -> None:
         self.pipeline.finish(sentence, tokens)
         if self.cache is not None:
             assert sentence.masked_translation is not None
@@ -322,7 +324,7 @@ class TranslationStream:
         self,
         translator: Translator,
         plans: list[TextPlan],
-        to_decode: list[Sentence],
+        to_decode: list[SentencePlan],
         rows_done: RowStream,
         options: DecodingOptions,
     ) -> None:
@@ -356,7 +358,7 @@ class TranslationStream:
         self._translator._finish(sentence, result.tokens, self._options)
         return self._done(sentence)
 
-    def _done(self, sentence: Sentence) -> SentenceDone:
+    def _done(self, sentence: SentencePlan) -> SentenceDone:
         text, index = self._position[id(sentence)]
         return SentenceDone(
             text=text,

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from service.runtime.engine import Engine
-from service.runtime.onnx_model import StepOutput
+from service.runtime.model_io import StepOutput
 from service.runtime.search import BeamSearch, CopyConstraint, GreedySearch
 from service.text.pipeline import copy_tokens_for
-from service.text.protection import PLACEHOLDER_SYMBOLS, placeholder_token_ids
+from service.text.placeholders import PLACEHOLDER_SYMBOLS
+from service.text.protection import placeholder_token_ids
 from service.text.tokenizer import Tokenizer
 from tests.head_reference import advance_on_logits, head_from_logits
 from tests.service_fixtures import VOCAB_SIZE, tiny_model

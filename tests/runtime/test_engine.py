@@ -17,7 +17,8 @@ from export.variants import make_int8, random_sources, top1_agreement
 from models.config import TransformerConfig
 from models.search import beam_search, greedy_search
 from models.transformer import Transformer
-from service.runtime.engine import DecodeRequest, Engine
+from service.runtime.engine import Engine
+from service.runtime.types import DecodeRequest
 from tests.onnx_helpers import padded_sources, reference
 
 MAX_NEW = 12
@@ -279,7 +280,7 @@ def test_host_and_device_cache_paths_give_identical_tokens_and_caches(exported):
     for host_step, device_step in zip(host_snaps, device_snaps, strict=True):
         for a, b in zip(host_step, device_step, strict=True):
             # equal up to float summation order: the host's attention also reads masked spare
-            # slots (service/runtime/onnx_model.py, SPARE_SLOTS), the device's caches have none
+            # slots (service/runtime/host_kv.py, SPARE_SLOTS), the device's caches have none
             assert a.shape == b.shape
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     for i in (0, 1, 2, 3, 5, 6):

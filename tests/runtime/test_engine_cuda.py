@@ -6,8 +6,9 @@ from __future__ import annotations
 import onnxruntime as ort
 import pytest
 
-from service.runtime.engine import DecodeRequest, Engine
+from service.runtime.engine import Engine
 from service.runtime.onnx_model import cuda_is_usable
+from service.runtime.types import DecodeRequest
 from tests.onnx_helpers import padded_sources, reference
 
 pytestmark = [

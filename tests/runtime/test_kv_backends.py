@@ -11,7 +11,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.runtime.onnx_model import SPARE_SLOTS, OnnxSeq2Seq, StepInputs, cuda_is_usable
+from service.runtime.host_kv import SPARE_SLOTS
+from service.runtime.model_io import StepInputs
+from service.runtime.onnx_model import OnnxSeq2Seq, cuda_is_usable
 
 pytest_plugins = ["tests.onnx_fixtures"]  # the session-scoped `exported` fixture
 

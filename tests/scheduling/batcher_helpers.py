@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
-from service.runtime.engine import BatchEstimate, DecodeRequest, FinishedRequest, RejectedRequest
+from service.runtime.types import BatchEstimate, DecodeRequest, FinishedRequest, RejectedRequest
 
 EOS = 0
 

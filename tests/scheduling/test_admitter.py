@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from service.runtime.engine import BatchEstimate, DecodeRequest
+from service.runtime.types import BatchEstimate, DecodeRequest
 from service.scheduling.admission import AdmissionLimits, Admitter, Verdict
-from service.scheduling.sentences import Sentence
+from service.scheduling.sentences import ScheduledSentence
 
 
 class GrowingPlan:
@@ -44,12 +44,12 @@ class GrowingPlan:
         self.taken.extend(newcomers)
 
 
-def _sentence(sentence_id: int, length: int, beams: int, unit: int) -> Sentence:
+def _sentence(sentence_id: int, length: int, beams: int, unit: int) -> ScheduledSentence:
     row = DecodeRequest(sentence_id, tuple(range(1, length)) + (0,), beam_size=beams)
-    return Sentence(sentence_id, row, None, None, unit=unit)  # type: ignore[arg-type]
+    return ScheduledSentence(sentence_id, row, None, None, unit=unit)  # type: ignore[arg-type]
 
 
-def _units(rng: random.Random) -> list[list[Sentence]]:
+def _units(rng: random.Random) -> list[list[ScheduledSentence]]:
     units, sentence_id = [], 0
     for unit in range(rng.randint(1, 40)):
         sentences = []
@@ -74,7 +74,7 @@ def _limits(rng: random.Random, in_line: bool) -> AdmissionLimits:
 
 
 def _fill_one_by_one(
-    admitter: Admitter, units: list[list[Sentence]], misses_allowed: int, max_rows: int
+    admitter: Admitter, units: list[list[ScheduledSentence]], misses_allowed: int, max_rows: int
 ) -> None:
     """The scheduler's loop before runs: every unit tried alone."""
     misses = 0

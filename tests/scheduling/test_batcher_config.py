@@ -43,7 +43,7 @@ def test_an_idle_engine_waits_for_company_only_where_the_encoder_runs_in_line(
     engine waits as long as static batching would; with an encoder thread it does not."""
     from service import wiring
     from service.config import Settings
-    from service.runtime.cpus import CpuBudget
+    from service.cpus import CpuBudget
 
     monkeypatch.setattr(wiring, "cpu_budget", lambda: CpuBudget(cpus, cpus, None, "affinity"))
     settings = Settings(static_max_wait_ms=10.0, admission_idle_wait_ms=idle_wait_ms)

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from service.errors import EngineFailure
-from service.runtime.engine import DecodeRequest
+from service.runtime.types import DecodeRequest
 from service.scheduling.overlap import EncoderCpuShare
 from tests.scheduling.batcher_helpers import (
     FakeEncoded,

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from service.runtime.engine import BatchEstimate
+from service.runtime.types import BatchEstimate
 from tests.scheduling.batcher_helpers import sentence
 
 

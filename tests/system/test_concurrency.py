@@ -15,14 +15,10 @@ import httpx
 import pytest
 
 from service.config import Settings
-from service.runtime.engine import (
-    DecodeRequest,
-    EncodedRequests,
-    Engine,
-    FinishedRequest,
-    RejectedRequest,
-)
+from service.runtime.engine import Engine
+from service.runtime.groups import EncodedRequests
 from service.runtime.step_cost import StepShape
+from service.runtime.types import DecodeRequest, FinishedRequest, RejectedRequest
 from service.text.tokenizer import Tokenizer
 from service.web.deps import run_for_client
 from service.web.errors import ApiError

@@ -16,7 +16,8 @@ import asyncio
 
 import pytest
 
-from service.runtime.engine import Engine, FinishedRequest
+from service.runtime.engine import Engine
+from service.runtime.types import FinishedRequest
 from service.wiring import create_app
 from tests.service_fixtures import tiny_model
 from tests.system.test_concurrency import GatedEngine, serving, settings_for, wait_until

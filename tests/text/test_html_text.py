@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from service.text.html import parse_html, translate_html
-from service.text.protection import protect, restore
+from service.text.placeholders import protect, restore
 
 
 async def shout(texts: list[str]) -> list[str]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from service.text.protection import (
+from service.text.placeholders import (
     MAX_PLACEHOLDERS,
     PLACEHOLDER_SYMBOLS,
     mask_pair,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from models.training.tokenizer import train_sentencepiece, write_marian_layout
-from service.text.protection import PLACEHOLDER_SYMBOLS, protect, restore
+from service.text.placeholders import PLACEHOLDER_SYMBOLS, protect, restore
 from service.text.tokenizer import Tokenizer
 
 VOCAB_SIZE = 160

@@ -11,14 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from service.text.protection import (
-    MAX_PLACEHOLDERS,
-    PLACEHOLDER_SYMBOLS,
-    RunProtector,
-    restore,
-    restore_every_run,
-    usable_symbols,
-)
+from service.text.placeholders import MAX_PLACEHOLDERS, PLACEHOLDER_SYMBOLS, restore
+from service.text.protection import RunProtector, restore_every_run, usable_symbols
 from service.text.segmenter import join_translations, sentence_spans
 from service.text.tokenizer import Tokenizer
 from tests.service_fixtures import train_tiny_tokenizer

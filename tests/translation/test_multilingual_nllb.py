@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 
 from export.__main__ import main as export_main
 from service.config import Settings
-from service.runtime.engine import DecodeRequest, Engine
+from service.runtime.engine import Engine
+from service.runtime.types import DecodeRequest
 from service.text.tokenizer import NLLB_LANGUAGE_CODES, Tokenizer, nllb_language_ids
 from service.translation.registry import ModelSpec, serving_pairs
 from service.translation.routing import plan_route

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.metrics import ServiceMetrics
-from service.runtime.engine import BatchEstimate, DecodeRequest, FinishedRequest
+from service.runtime.types import BatchEstimate, DecodeRequest, FinishedRequest
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
 from service.translation.routing import UnsupportedLanguage, plan_route, targets_by_source

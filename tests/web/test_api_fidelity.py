@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.config import Settings
-from service.text.protection import SYMBOL_CLOSE, SYMBOL_OPEN
+from service.text.placeholders import SYMBOL_CLOSE, SYMBOL_OPEN
 from service.wiring import create_app
 from tests.service_fixtures import _WORDS, tiny_model
 

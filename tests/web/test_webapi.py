@@ -18,7 +18,7 @@ import srt
 from fastapi.testclient import TestClient
 
 from service.config import Settings
-from service.text.protection import surviving_placeholders
+from service.text.placeholders import surviving_placeholders
 from service.wiring import create_app
 from tests.service_fixtures import tiny_model
 
