@@ -208,6 +208,8 @@ def make_batcher():
         limits.setdefault("batching", "continuous")  # not whatever MT_BATCHING says
         # encoder calls in line (the engine thread) unless a test asks for the encoder thread
         limits.setdefault("encoder_overlap", isinstance(engine, OverlapEngine))
+        # an idle engine admits at once unless a test asks for the idle wait
+        limits.setdefault("admission_idle_wait_ms", 0.0)
         batcher = ContinuousBatcher(engine, **limits)
         batcher.start()
         batchers.append(batcher)
@@ -556,7 +558,7 @@ async def test_metrics_count_steps_rows_and_tokens(make_batcher):
 async def test_static_batch_collects_queued_requests_into_one_batch(make_batcher):
     engine = FakeEngine()
     # The wait is far longer than the test: only the third row can make the batch due.
-    batcher = make_batcher(engine, batching="static", max_batch_rows=3, static_max_wait_s=60)
+    batcher = make_batcher(engine, batching="static", max_batch_rows=3, static_max_wait_ms=60_000)
     rows = [sentence(length, first=10 * i + 1) for i, length in enumerate([4, 7, 2])]
     tasks = [asyncio.ensure_future(batcher.submit([row])) for row in rows]
     await wait_until(lambda: engine.admissions, "the batch admitted")
@@ -570,7 +572,7 @@ async def test_static_batch_collects_queued_requests_into_one_batch(make_batcher
 @pytest.mark.anyio
 async def test_static_batch_runs_to_the_end_before_a_newcomer_is_admitted(make_batcher):
     engine = GatedEngine()
-    batcher = make_batcher(engine, batching="static", max_batch_rows=2, static_max_wait_s=60)
+    batcher = make_batcher(engine, batching="static", max_batch_rows=2, static_max_wait_ms=60_000)
     long_task = asyncio.ensure_future(batcher.submit([sentence(10)]))
     short_task = asyncio.ensure_future(batcher.submit([sentence(3, first=100)]))
     engine.allow(3)
@@ -616,7 +618,7 @@ async def test_continuous_admits_the_same_newcomer_at_the_next_step(make_batcher
 @pytest.mark.anyio
 async def test_static_batch_below_max_rows_starts_after_the_max_wait(make_batcher):
     engine = FakeEngine()
-    batcher = make_batcher(engine, batching="static", max_batch_rows=64, static_max_wait_s=0.02)
+    batcher = make_batcher(engine, batching="static", max_batch_rows=64, static_max_wait_ms=20)
     [result] = await batcher.submit([sentence(5)])
     assert result.tokens == FakeEngine.expected(sentence(5).src_ids)
     assert result.queue_wait_s >= 0.02  # a lone sentence waits out the max wait
@@ -630,8 +632,8 @@ def test_the_fakes_offer_every_method_the_batcher_calls():
 
 
 def test_unknown_batching_policy_is_refused():
-    with pytest.raises(ValueError, match="batching policy"):
-        ContinuousBatcher(FakeEngine(), batching="eager", static_max_wait_s=0.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="batching"):
+        ContinuousBatcher(FakeEngine(), batching="eager")
 
 
 class FakeClock:
@@ -819,7 +821,7 @@ async def test_cost_aware_admission_holds_the_batch_at_the_throughput_knee(make_
     for cost_aware in (True, False):
         engine = FakeEngine()
         engine.throughput = throughput
-        batcher = make_batcher(engine, cost_aware=cost_aware, cost_tolerance=0.0)
+        batcher = make_batcher(engine, admission_cost_aware=cost_aware, cost_tolerance=0.0)
         rows = [sentence(4 + index % 3, first=index * 10 + 1) for index in range(10)]
         answers = await asyncio.gather(*(batcher.submit([row]) for row in rows))
         assert [a[0].tokens for a in answers] == [FakeEngine.expected(r.src_ids) for r in rows]
@@ -922,15 +924,15 @@ async def test_a_row_the_engine_refuses_fails_alone(make_batcher):
     assert outcomes[2][0].tokens == FakeEngine.expected(good[1].src_ids)
 
 
-def test_batching_config_comes_from_settings_in_one_place():
+def test_the_batcher_takes_the_settings_batching_group_as_it_is():
     from service.config import Settings
-    from service.wiring import batching_config
+    from service.scheduling.scheduler import MAX_STALL_STEPS
 
-    settings = Settings(admission_max_stall_steps=3, max_batch_rows=7, admission_cost_aware=False)
-    config = batching_config(settings)
-    batcher = ContinuousBatcher(FakeEngine(), config)
-    assert batcher.config == config
-    assert (config.max_stall_steps, batcher.max_batch_rows, config.cost_aware) == (3, 7, False)
+    settings = Settings(max_batch_rows=7, admission_cost_aware=False)
+    batcher = ContinuousBatcher(FakeEngine(), settings.scheduling)
+    assert batcher.config is settings.scheduling
+    assert (batcher.max_batch_rows, batcher.config.admission_cost_aware) == (7, False)
+    assert batcher._loop.scheduler.max_stall_steps == MAX_STALL_STEPS  # a fixed bound
 
 
 @pytest.mark.parametrize(
@@ -948,15 +950,15 @@ def test_an_idle_engine_waits_for_company_only_where_the_encoder_runs_in_line(
 
     monkeypatch.setattr(wiring, "cpu_budget", lambda: CpuBudget(cpus, cpus, None, "affinity"))
     settings = Settings(static_max_wait_ms=10.0, admission_idle_wait_ms=idle_wait_ms)
-    config = wiring.batching_config(settings)
-    assert config.encoder_overlap == (cpus >= 2)
-    assert config.idle_wait_s == pytest.approx(expected_s)
+    batcher = ContinuousBatcher(FakeEngine(), settings.scheduling, spare_core=wiring.spare_core())
+    assert (batcher._loop.overlap is not None) == (cpus >= 2)
+    assert batcher.idle_wait_s == pytest.approx(expected_s)
 
 
 @pytest.mark.anyio
 async def test_with_an_idle_wait_newcomers_arriving_within_it_share_one_admission(make_batcher):
     engine = FakeEngine()
-    batcher = make_batcher(engine, idle_wait_s=0.3)
+    batcher = make_batcher(engine, admission_idle_wait_ms=300)
     batcher.queue.arrivals.gap_s = 0.05  # submissions have been coming every 50 ms
     first = asyncio.ensure_future(batcher.submit([sentence(4, first=1)]))
     await wait_until(lambda: batcher.queue_depth == 1, "the first queued")
@@ -974,7 +976,7 @@ async def test_an_idle_engine_waits_only_where_a_submission_is_expected_within_t
     """Submissions 450 ms apart on average, a 300 ms wait: company would come within it less
     often than not (49 %), so the request is admitted at once; 250 ms apart (70 %), it waits."""
     engine = FakeEngine()
-    batcher = make_batcher(engine, idle_wait_s=0.3)
+    batcher = make_batcher(engine, admission_idle_wait_ms=300)
     batcher.queue.arrivals.gap_s = 0.45
     [at_once] = await batcher.submit([sentence(4, first=1)])
     batcher.queue.arrivals.gap_s = 0.25
@@ -987,7 +989,7 @@ async def test_at_light_load_an_idle_engine_does_not_wait_for_company(make_batch
     """Submissions a second apart: a 300 ms idle wait would add 300 ms to every request and
     bring no company, so each is admitted at once; the gap between them is what is learned."""
     engine = FakeEngine()
-    batcher = make_batcher(engine, idle_wait_s=0.3)
+    batcher = make_batcher(engine, admission_idle_wait_ms=300)
     assert batcher.queue.arrival_gap_s is None
     [first] = await batcher.submit([sentence(4, first=1)])  # nothing known: no wait
     batcher.queue.arrivals.gap_s = 1.0
@@ -1002,10 +1004,10 @@ def test_engine_threads_leave_the_event_loop_a_core_unless_set(monkeypatch):
     from service.config import Settings
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-    assert Settings().engine_threads() == 3
-    assert Settings(intra_op_threads=4).engine_threads() == 4
+    assert Settings().model.engine_threads == 3
+    assert Settings(intra_op_threads=4).model.engine_threads == 4
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    assert Settings().engine_threads() == 1  # never 0: that would be ONNX Runtime's own choice
+    assert Settings().model.engine_threads == 1  # never 0: that would be ONNX Runtime's own choice
 
 
 # --- results as they complete (streaming) -----------------------------------------------------

@@ -15,13 +15,12 @@ with some newcomers would cost before it admits them.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from service.runtime import calibration
 from service.runtime.buffer_pool import DEFAULT_MAX_FREE_BYTES
@@ -85,14 +84,18 @@ class RejectedRequest:
     reason: str
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    """How an engine opens its export (service/wiring.py builds it from the settings)."""
+class EngineOptions(Protocol):
+    """How an engine opens its export: the model settings (service/translation/
+    model_settings.py) are such an object, read as they are."""
 
-    provider: ProviderName = "auto"
-    intra_op_threads: int = 0  # 0: ONNX Runtime's default
-    kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES
-    vocab_screen: bool = True
+    @property
+    def provider(self) -> ProviderName: ...
+    @property
+    def engine_threads(self) -> int: ...  # ONNX Runtime intra-op threads, already resolved
+    @property
+    def kv_pool_bytes(self) -> int: ...
+    @property
+    def vocab_screen(self) -> bool: ...
 
 
 @dataclass
@@ -146,8 +149,14 @@ class Engine:
         )
 
     @classmethod
-    def from_config(cls, model_dir: str | Path, config: EngineConfig) -> Engine:
-        return cls.from_dir(model_dir, **dataclasses.asdict(config))
+    def from_options(cls, model_dir: str | Path, options: EngineOptions) -> Engine:
+        return cls.from_dir(
+            model_dir,
+            provider=options.provider,
+            intra_op_threads=options.engine_threads,
+            kv_pool_bytes=options.kv_pool_bytes,
+            vocab_screen=options.vocab_screen,
+        )
 
     # --- read-only properties --------------------------------------------------------------
 
@@ -492,7 +501,7 @@ __all__ = [
     "DecodeRequest",
     "EncodedRequests",
     "Engine",
-    "EngineConfig",
+    "EngineOptions",
     "FinishedRequest",
     "RejectedRequest",
 ]
