@@ -328,4 +328,13 @@ def configuration_markdown() -> str:
             ]
         text = description.replace("|", "\\|")
         lines.append(f"| `{name}` | `{default}` | {text} |")
+    lines += [
+        "",
+        "## No longer settings",
+        "",
+        "These are fixed bounds of the scheduler, named constants beside the code that uses "
+        "them with their reasons; a value set for them is ignored, with a warning at start-up.",
+        "",
+    ]
+    lines += [f"- `{ENV_PREFIX}{name}`: {where}" for name, where in FIXED_NOW.items()]
     return "\n".join(lines) + "\n"
