@@ -180,7 +180,6 @@ def create_app(
             ServiceState(
                 settings,
                 metrics,
-                settings.limits,
                 None,
                 None,
                 failure=str(error),
@@ -192,7 +191,6 @@ def create_app(
     state = ServiceState(
         settings,
         metrics,
-        settings.limits,
         registry,
         factory,
         glossaries=glossaries,

@@ -20,7 +20,6 @@ from fastapi import FastAPI
 from service.config import Settings
 from service.metrics import ServiceMetrics
 from service.text.bulk import TranslateTexts
-from service.text.pipeline import TextLimits
 from service.translation.database import Database
 from service.translation.dispatch import Dispatcher
 from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
@@ -40,7 +39,6 @@ class ServiceState:
         self,
         settings: Settings,
         metrics: ServiceMetrics,
-        limits: TextLimits,
         registry: ModelRegistry | None,
         build_dispatcher: Callable[[], Dispatcher] | None,
         failure: str | None = None,
@@ -53,7 +51,7 @@ class ServiceState:
         under ``MT_DATA_DIR`` when not given)."""
         self.settings = settings
         self.metrics = metrics
-        self.limits = limits  # per-request limits and decoding defaults
+        self.limits = settings.limits  # per-request limits and decoding defaults
         self.phase = "failed" if failure else "loading"  # loading → ready → shutting_down
         self.detail: str | None = failure
         self.registry = registry
