@@ -239,7 +239,7 @@ async def _load_run(
 ) -> dict:
     """Open-loop Poisson arrivals (``loadtest``'s schedule and inputs) into a real
     ``ContinuousBatcher`` over a real ``Engine`` in this process, built as the service builds
-    them (calibrated step cost, ``service.wiring.batching_config``); per-request latency from
+    them (calibrated step cost, the settings' batching group); per-request latency from
     the scheduled arrival.
     Reported beside latency: rows and decoder calls per step, the share of wall time spent
     in ``engine.step`` (the rest: admissions, i.e. encoder calls and cache merges, and
@@ -252,21 +252,21 @@ async def _load_run(
     from service.scheduling.batcher import ContinuousBatcher
     from service.text.tokenizer import Tokenizer
     from service.translation.translator import Translator
-    from service.wiring import batching_config, translator_config
+    from service.wiring import spare_core
 
     settings = Settings(model_dir=Path(model), batching=policy)
     engine = Engine.from_dir(model, provider="cpu", intra_op_threads=threads)
     engine.warmup()
     # As the service builds it (service/wiring.py): calibrate the step cost, then the
     # batcher from the settings.
-    if settings.admission_cost_aware and policy == "continuous":
+    if settings.scheduling.admission_cost_aware and policy == "continuous":
         engine.calibrate()
     timers = instrument(engine)
-    batcher = ContinuousBatcher(engine, batching_config(settings))
+    batcher = ContinuousBatcher(engine, settings.scheduling, spare_core=spare_core())
     translator = Translator(
         Tokenizer.from_dir(model),
         batcher,
-        translator_config(settings),
+        settings.limits,
         model_positions=engine.model.info.max_positions,
     )
     if profile:  # the engine thread, where the work is

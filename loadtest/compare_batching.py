@@ -528,7 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=arm_setting,
         metavar="ARM:KEY=VALUE",
         help="extra environment for one arm's service only (continuous, static or control; "
-        "after --server-env; repeatable), e.g. control:MT_ADMISSION_MAX_STALL_STEPS=4",
+        "after --server-env; repeatable), e.g. control:MT_ADMISSION_MAX_TOKENS=512",
     )
     add_common_arguments(parser, default_name="compare-batching")
     return parser

@@ -52,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = get_settings()
     engine = FaultOnSignalEngine(
         Engine.from_dir(
-            settings.model_dir,
-            provider=settings.provider,
-            intra_op_threads=settings.intra_op_threads,
+            settings.model.model_dir,
+            provider=settings.model.provider,
+            intra_op_threads=settings.model.intra_op_threads,
         )
     )
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         log_level="info",
         lifespan="on",
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+        timeout_graceful_shutdown=max(1, round(settings.process.shutdown_grace_s)),
     )
     GracefulServer(config, on_exit=app.state.service.begin_shutdown).run()
     return 0

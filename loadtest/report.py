@@ -390,7 +390,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         if server.get("encoder_lag_waits"):
             lines.append(
                 f"encoder lag waits: {int(server['encoder_lag_waits'])} (steps held for an "
-                "encoder call past MT_ENCODER_MAX_LAG_MS)"
+                "encoder call past the lag bound, ENCODER_MAX_LAG_S)"
             )
         if server.get("engine_phases_s"):
             phases = ", ".join(f"{k} {v:.2f}" for k, v in server["engine_phases_s"].items() if v)

@@ -39,21 +39,23 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
     """uvicorn's configuration from the service's settings."""
     return uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        access_log=settings.access_log,
+        host=settings.process.host,
+        port=settings.process.port,
+        log_level=settings.process.log_level.lower(),
+        access_log=settings.process.access_log,
         lifespan="on",
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+        timeout_graceful_shutdown=max(1, round(settings.process.shutdown_grace_s)),
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     settings = get_settings()
     parser = argparse.ArgumentParser(prog="python -m service", description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default=settings.host, help="MT_HOST (default %(default)s)")
     parser.add_argument(
-        "--port", type=int, default=settings.port, help="MT_PORT (default %(default)s)"
+        "--host", default=settings.process.host, help="MT_HOST (default %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=settings.process.port, help="MT_PORT (default %(default)s)"
     )
     parser.add_argument(
         "--model-dir",
@@ -61,14 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="serve this one export (MT_MODEL_DIR; overrides MT_MODEL_DIRS and MT_MODELS_DIR)",
     )
-    parser.add_argument("--log-level", default=settings.log_level, help="MT_LOG_LEVEL")
+    parser.add_argument("--log-level", default=settings.process.log_level, help="MT_LOG_LEVEL")
     args = parser.parse_args(argv)
     update = {"host": args.host, "port": args.port, "log_level": args.log_level}
     if args.model_dir is not None:
         update |= {"model_dir": args.model_dir, "model_dirs": [], "models_dir": None}
-    settings = settings.model_copy(update=update)
+    settings = settings.replace(**update)
     logging.basicConfig(
-        level=settings.log_level.upper(),
+        level=settings.process.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
     install_request_id_logging()  # the app logs while it is assembled

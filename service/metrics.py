@@ -86,7 +86,7 @@ class ServiceMetrics:
         self.encoder_lag_waits = Counter(
             "mt_encoder_lag_waits",
             "Times the engine thread stopped stepping to wait for an overlapped encoder call "
-            "that had run longer than MT_ENCODER_MAX_LAG_MS (the idle-priority encoder thread "
+            "that had run longer than the lag bound (ENCODER_MAX_LAG_S: the idle-priority encoder thread "
             "was not getting a core).",
             registry=r,
         )

@@ -1,10 +1,10 @@
 """The composition root: the one place where the settings become objects.
 
 ``Settings`` (service/config.py) is read here and in the web layer only. Everything below the
-web layer takes a small typed config built here: ``EngineConfig`` for the runtime,
-``BatchingConfig`` for the scheduler, ``TextLimits`` and ``TranslatorConfig`` for the text
-and translation layers, ``RegistryConfig`` for the model registry and routing, the
-``GlossaryStore`` and ``MemoryStore`` in the SQLite file under ``MT_DATA_DIR``.
+web layer takes its own group of it as it is: the model settings for the registry and each
+engine, the batching settings for each batcher, the text limits for the translator and the
+dispatcher; the ``GlossaryStore`` and ``MemoryStore`` live in the SQLite file under
+``MT_DATA_DIR``.
 
 ``create_app`` builds, in order: the metrics, the model registry (with a ``ModelLoader`` that
 turns a model's spec into an engine, a batcher and a translator), the dispatcher factory (the
@@ -23,10 +23,9 @@ from fastapi import FastAPI
 from service.config import Settings, get_settings
 from service.cpus import CpuBudget, cpu_budget
 from service.metrics import ServiceMetrics
-from service.runtime.engine import Engine, EngineConfig
-from service.scheduling.batcher import BatchingConfig, ContinuousBatcher
+from service.runtime.engine import Engine, open_engine
+from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
-from service.text.pipeline import TextLimits
 from service.text.tokenizer import Tokenizer
 from service.translation.database import Database
 from service.translation.detection import LanguageDetector
@@ -38,12 +37,11 @@ from service.translation.registry import (
     ModelLoader,
     ModelRegistry,
     ModelSpec,
-    RegistryConfig,
     RegistryError,
     discover_models,
 )
 from service.translation.routing import source_languages
-from service.translation.translator import Translator, TranslatorConfig
+from service.translation.translator import Translator
 from service.web.app import build_app
 from service.web.lifecycle import ServiceState
 
@@ -52,16 +50,7 @@ logger = logging.getLogger(__name__)
 EngineLoader = Callable[[ModelSpec], Engine]
 
 
-# --- settings -> typed configs ---------------------------------------------------------------
-
-
-def engine_config(settings: Settings) -> EngineConfig:
-    return EngineConfig(
-        provider=settings.provider,
-        intra_op_threads=settings.engine_threads(),
-        kv_pool_bytes=settings.kv_pool_mb << 20,
-        vocab_screen=settings.vocab_screen,
-    )
+# --- the settings' derived values ------------------------------------------------------------
 
 
 def oversubscribed(intra_op_threads: int, budget: CpuBudget) -> str | None:
@@ -78,70 +67,18 @@ def oversubscribed(intra_op_threads: int, budget: CpuBudget) -> str | None:
     )
 
 
-def batching_config(settings: Settings) -> BatchingConfig:
-    # an encoder thread needs a core of its own: with one, it would only take turns
-    encoder_overlap = settings.encoder_overlap and cpu_budget().cpus >= 2
-    idle_wait_ms = settings.admission_idle_wait_ms
-    if idle_wait_ms is None:
-        idle_wait_ms = 0.0 if encoder_overlap else settings.static_max_wait_ms
-    return BatchingConfig(
-        max_batch_rows=settings.max_batch_rows,
-        max_batch_tokens=settings.max_batch_tokens,
-        max_queue=settings.max_queue,
-        batching=settings.batching,
-        static_max_wait_s=settings.static_max_wait_ms / 1000,
-        idle_wait_s=idle_wait_ms / 1000,
-        max_stall_steps=settings.admission_max_stall_steps,
-        background_max_rows=settings.background_max_rows,
-        background_max_wait_s=settings.background_max_wait_ms / 1000,
-        cost_aware=settings.admission_cost_aware,
-        cost_tolerance=settings.admission_cost_tolerance,
-        max_admit_tokens=settings.admission_max_tokens,
-        encoder_overlap=encoder_overlap,
-        encoder_idle_priority=settings.encoder_idle_priority,
-        encoder_max_lag_s=settings.encoder_max_lag_ms / 1000,
-    )
-
-
-def text_limits(settings: Settings) -> TextLimits:
-    return TextLimits(
-        max_texts_per_request=settings.max_texts_per_request,
-        max_chars_per_text=settings.max_chars_per_text,
-        max_input_tokens=settings.max_input_tokens,
-        max_new_tokens=settings.max_new_tokens,
-        output_length_ratio=settings.output_length_ratio,
-        output_length_slack=settings.output_length_slack,
-        max_beam_size=settings.max_beam_size,
-        default_beam_size=settings.default_beam_size,
-        length_penalty=settings.length_penalty,
-    )
-
-
-def translator_config(settings: Settings) -> TranslatorConfig:
-    return TranslatorConfig(
-        limits=text_limits(settings),
-        request_timeout_s=settings.request_timeout_s,
-        cache_size=settings.translation_cache_size,
-    )
+def spare_core() -> bool:
+    """Whether the encoder thread can have a core of its own: with one, it would only take
+    turns with the engine thread, so the encoder runs in line."""
+    return cpu_budget().cpus >= 2
 
 
 def stores(settings: Settings) -> tuple[GlossaryStore, MemoryStore]:
     """The stored glossaries and translation memories, sharing one SQLite file."""
-    database = Database(settings.data_dir)
+    database = Database(settings.storage.data_dir)
     return (
-        GlossaryStore(database, settings.max_glossary_entries),
-        MemoryStore(database, settings.max_chars_per_text),
-    )
-
-
-def registry_config(settings: Settings) -> RegistryConfig:
-    return RegistryConfig(
-        provider=settings.provider,
-        lazy_load=settings.lazy_load,
-        max_loaded_models=settings.max_loaded_models,
-        cold_start=settings.cold_start,
-        shutdown_grace_s=settings.shutdown_grace_s,
-        pivot_lang=settings.pivot_lang,
+        GlossaryStore(database, settings.access.max_glossary_entries),
+        MemoryStore(database, settings.limits.max_chars_per_text),
     )
 
 
@@ -150,8 +87,7 @@ def registry_config(settings: Settings) -> RegistryConfig:
 
 def engine_loader(settings: Settings) -> EngineLoader:
     """Builds each model's engine from its export directory."""
-    config = engine_config(settings)
-    return lambda spec: Engine.from_config(spec.model_dir, config)
+    return lambda spec: open_engine(spec.model_dir, settings.model)
 
 
 def model_loader(
@@ -161,22 +97,23 @@ def model_loader(
     turns: RoundRobinTurns | None,
 ) -> ModelLoader:
     """Spec -> a warmed-up engine, its batcher (not yet started) and its translator."""
-    batching = batching_config(settings)
-    translation = translator_config(settings)
+    batching = settings.scheduling
+    spare = spare_core()
 
     def load(spec: ModelSpec) -> LoadedModel:
         engine = load_engine(spec)
         engine.warmup()
-        if batching.cost_aware and batching.batching == "continuous":
+        if batching.admission_cost_aware and batching.batching == "continuous":
             engine.calibrate()
         turn = partial(turns.turn, spec.model_id) if turns is not None else contextlib.nullcontext
+        metrics_of_model = metrics.for_model(spec.model_id)
         batcher = ContinuousBatcher(
-            engine, batching, metrics=metrics.for_model(spec.model_id), turn=turn
+            engine, batching, metrics=metrics_of_model, turn=turn, spare_core=spare
         )
         translator = Translator(
             Tokenizer.from_dir(spec.model_dir),
             batcher,
-            translation,
+            settings.limits,
             spec.source_lang,
             model_positions=engine.model.info.max_positions,
         )
@@ -193,9 +130,9 @@ def dispatcher_factory(
 
     def build() -> Dispatcher:
         detector = None
-        if settings.language_detection:
+        if settings.model.language_detection:
             detector = LanguageDetector(source_languages(registry.by_pair))
-        return Dispatcher(registry, detector, text_limits(settings), settings.pivot_lang, memories)
+        return Dispatcher(registry, detector, settings.limits, settings.model.pivot_lang, memories)
 
     return build
 
@@ -203,13 +140,13 @@ def dispatcher_factory(
 def build_registry(
     settings: Settings, metrics: ServiceMetrics, load_engine: EngineLoader
 ) -> ModelRegistry:
-    specs = discover_models(
-        settings.model_dirs, settings.models_dir, settings.model_dir, settings.model_name
-    )
-    fair = len(specs) > 1 and settings.model_fairness == "round_robin"
+    model = settings.model
+    specs = discover_models(model.model_dirs, model.models_dir, model.model_dir, model.model_name)
+    fair = len(specs) > 1 and model.model_fairness == "round_robin"
     turns = RoundRobinTurns() if fair else None
     loader = model_loader(settings, metrics, load_engine, turns)
-    return ModelRegistry(specs, registry_config(settings), metrics, loader, turns)
+    grace_s = settings.process.shutdown_grace_s
+    return ModelRegistry(specs, model, metrics, loader, turns, shutdown_grace_s=grace_s)
 
 
 # --- the app -----------------------------------------------------------------------------------
@@ -227,8 +164,9 @@ def create_app(
     metrics = ServiceMetrics()
     budget = cpu_budget()
     metrics.cpus.labels(source=budget.source).set(budget.cpus)
-    logger.info("%s; %d engine threads per model", budget.describe(), settings.engine_threads())
-    if (warning := oversubscribed(settings.intra_op_threads, budget)) is not None:
+    threads = settings.model.engine_threads
+    logger.info("%s; %d engine threads per model", budget.describe(), threads)
+    if (warning := oversubscribed(settings.model.intra_op_threads, budget)) is not None:
         logger.warning("%s", warning)
     if load_engine is None:
         load_engine = engine_loader(settings) if engine is None else (lambda _spec: engine)
@@ -241,7 +179,6 @@ def create_app(
             ServiceState(
                 settings,
                 metrics,
-                text_limits(settings),
                 None,
                 None,
                 failure=str(error),
@@ -253,7 +190,6 @@ def create_app(
     state = ServiceState(
         settings,
         metrics,
-        text_limits(settings),
         registry,
         factory,
         glossaries=glossaries,

@@ -74,12 +74,15 @@ def test_no_cgroup_tree_at_all_trusts_the_mask(tmp_path):
 
 
 def test_engine_threads_follow_the_quota(tmp_path, monkeypatch):
-    import service.config as config
+    import service.translation.model_settings as model_settings
     from service import cpus
+    from service.config import Settings
 
     root, proc = v2_tree(tmp_path, "200000 100000")
-    monkeypatch.setattr(config, "cpu_budget", lambda: cpus.cpu_budget(root, proc, affinity=16))
-    assert config.Settings().engine_threads() == 1  # 2 CPUs of quota: one beside the event loop
+    monkeypatch.setattr(
+        model_settings, "cpu_budget", lambda: cpus.cpu_budget(root, proc, affinity=16)
+    )
+    assert Settings().model.engine_threads == 1  # 2 CPUs of quota: one beside the event loop
 
 
 @pytest.mark.parametrize("text", ["garbage", "12 abc"])

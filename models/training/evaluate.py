@@ -33,7 +33,6 @@ from service.errors import InputTooLarge
 from service.text.pipeline import TextPipeline, TextPlan
 from service.text.placeholders import placeholder_strings, survival_rate
 from service.text.tokenizer import Tokenizer
-from service.wiring import text_limits
 
 # The backend: source ids, each row's token budget and placeholder constraint -> output ids.
 DecodeIds = Callable[[list[list[int]], list[int], list[dict[int, int] | None]], list[list[int]]]
@@ -54,7 +53,7 @@ def translate_with(
     ``decode_ids`` is the backend: the PyTorch reference search or the ONNX Runtime engine, so
     both are scored through exactly the same text handling.
     """
-    pipeline = TextPipeline(tokenizer, text_limits(Settings()), source_lang, model_positions)
+    pipeline = TextPipeline(tokenizer, Settings().limits, source_lang, model_positions)
     options = pipeline.limits.options(None, None)  # the output budget; the backend does the search
     plans: list[list[TextPlan] | None] = []
     for text in texts:

@@ -15,19 +15,17 @@ with some newcomers would cost before it admits them.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from service.runtime import calibration
-from service.runtime.buffer_pool import DEFAULT_MAX_FREE_BYTES
 from service.runtime.groups import EncodedRequests, Group, GroupSpan, GroupTensors, encode_calls
 from service.runtime.kv_cache import KVBackend
-from service.runtime.onnx_model import KVBackendName, OnnxSeq2Seq, ProviderName
+from service.runtime.onnx_model import OnnxSeq2Seq, ProviderName
 from service.runtime.placement import (
     BatchPlan,
     Placement,
@@ -49,19 +47,33 @@ from service.runtime.types import BatchEstimate, DecodeRequest, FinishedRequest,
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    """How an engine opens its export (service/wiring.py builds it from the settings)."""
+class EngineOptions(Protocol):
+    """How an engine opens its export: the model settings (service/translation/
+    model_settings.py) are such an object, read as they are."""
 
-    provider: ProviderName = "auto"
-    intra_op_threads: int = 0  # 0: ONNX Runtime's default
-    kv_backend: KVBackendName | None = None  # None: host caches on the CPU provider
-    kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES
-    vocab_screen: bool = True
+    @property
+    def provider(self) -> ProviderName: ...
+    @property
+    def engine_threads(self) -> int: ...  # ONNX Runtime intra-op threads, already resolved
+    @property
+    def kv_pool_bytes(self) -> int: ...
+    @property
+    def vocab_screen(self) -> bool: ...
 
 
-# EngineConfig's fields: what ``Engine.from_dir`` passes on to ``OnnxSeq2Seq``.
-_OPENING = tuple(field.name for field in dataclasses.fields(EngineConfig))
+# ``OnnxSeq2Seq``'s options that ``Engine.from_dir`` passes on.
+OPENING = ("provider", "intra_op_threads", "kv_backend", "kv_pool_bytes", "vocab_screen")
+
+
+def open_engine(model_dir: str | Path, options: EngineOptions) -> Engine:
+    """The engine of one export, opened as the model settings say."""
+    return Engine.from_dir(
+        model_dir,
+        provider=options.provider,
+        intra_op_threads=options.engine_threads,
+        kv_pool_bytes=options.kv_pool_bytes,
+        vocab_screen=options.vocab_screen,
+    )
 
 
 @dataclass
@@ -90,15 +102,11 @@ class Engine:
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, **options: Any) -> Engine:
-        """``options``: how the export opens (``EngineConfig``'s fields, see ``OnnxSeq2Seq``;
-        by default host caches exactly on CPU and the export's int8 screen of greedy steps)
-        and the dataclass's scheduling fields (max_groups, merge_past, ...)."""
-        opening = {name: options.pop(name) for name in _OPENING if name in options}
-        return cls.from_config(model_dir, EngineConfig(**opening), **options)
-
-    @classmethod
-    def from_config(cls, model_dir: str | Path, config: EngineConfig, **options: Any) -> Engine:
-        model = OnnxSeq2Seq(model_dir, **dataclasses.asdict(config))
+        """``options``: how the export opens (``OPENING``, see ``OnnxSeq2Seq``; by default
+        host caches exactly on CPU and the export's int8 screen of greedy steps) and the
+        dataclass's scheduling fields (max_groups, merge_past, ...)."""
+        opening = {name: options.pop(name) for name in OPENING if name in options}
+        model = OnnxSeq2Seq(model_dir, **opening)
         name = model.info.model_name
         return cls(model=model, model_dir=Path(model_dir), model_name=name, **options)
 

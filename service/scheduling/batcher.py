@@ -28,13 +28,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
 
 from service.metrics import ServiceMetrics
 from service.runtime.types import DecodeRequest
 from service.scheduling.engine_api import DecodeEngine
 from service.scheduling.engine_loop import EngineLoop
-from service.scheduling.overlap import EncoderCpuShare, EncoderOverlap
+from service.scheduling.overlap import (
+    ENCODER_IDLE_PRIORITY,
+    ENCODER_MAX_LAG_S,
+    EncoderCpuShare,
+    EncoderOverlap,
+)
 from service.scheduling.policies import (
     AdmissionPolicy,
     BatchingPolicy,
@@ -42,52 +46,14 @@ from service.scheduling.policies import (
     IdleWait,
     StaticPolicy,
 )
-from service.scheduling.scheduler import Scheduler
+from service.scheduling.scheduler import COST_TOLERANCE, MAX_STALL_STEPS, Scheduler
 from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
+from service.scheduling.settings import BatchingSettings
 from service.scheduling.stream import RowStream
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BatchingConfig", "ContinuousBatcher", "DecodeEngine", "RowResult", "RowStream"]
-
-
-@dataclass(frozen=True)
-class BatchingConfig:
-    """Every scheduling knob of the batcher (built from the settings by service/wiring.py)."""
-
-    max_batch_rows: int = 64
-    max_batch_tokens: int = 8192
-    max_queue: int = 256
-    batching: BatchingPolicy = "continuous"
-    static_max_wait_s: float = 0.01
-    # Continuous: how long the oldest queued sentence waits for company while the engine is
-    # idle (the settings make it static_max_wait_s where the encoder runs in line, else 0).
-    idle_wait_s: float = 0.0
-    admission_window: int | None = None  # default: 4 x max_batch_rows
-    # Cost-aware admission (continuous): newcomers join only while the batch stays within the
-    # row count at which the engine's learned step cost puts this machine's knee (the most
-    # rows whose tokens/s are within ``cost_tolerance`` of the best), and only when the
-    # latency budget says joining now beats waiting.
-    cost_aware: bool = True
-    cost_tolerance: float = 0.05
-    # An admission encoded in line (no spare core) stalls the running rows for at most this
-    # many of their predicted steps; bigger ones are cut into chunks between steps.
-    max_stall_steps: float = 2.0
-    # Rows of background sentences (document jobs) in the batch at most; they join only when
-    # no interactive sentence waits.
-    background_max_rows: int = 4
-    # ... and join beside running interactive rows only once the oldest has waited this long.
-    background_max_wait_s: float = 1.0
-    # Source tokens one overlapped admission encodes (the encoder thread's share).
-    max_admit_tokens: int = 1024
-    # Continuous, with a spare core: encode newcomers on a second thread while the running
-    # rows step; they join once encoded, one admission in flight at a time.
-    encoder_overlap: bool = True
-    # The encoder thread runs at the OS's idle priority (Linux SCHED_IDLE): the decoder steps
-    # and the event loop go first. An encoder call in flight longer than ``encoder_max_lag_s``
-    # has the engine thread wait for it, which frees its core (0: never).
-    encoder_idle_priority: bool = True
-    encoder_max_lag_s: float = 0.15
+__all__ = ["BatchingSettings", "ContinuousBatcher", "DecodeEngine", "RowResult", "RowStream"]
 
 
 class ContinuousBatcher:
@@ -101,40 +67,51 @@ class ContinuousBatcher:
     def __init__(
         self,
         engine: DecodeEngine,
-        config: BatchingConfig | None = None,
+        config: BatchingSettings | None = None,
         *,
         metrics: ServiceMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         turn: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+        spare_core: bool = True,
         encoder_share: EncoderCpuShare | None = None,
+        admission_window: int | None = None,
+        cost_tolerance: float = COST_TOLERANCE,
+        max_stall_steps: float = MAX_STALL_STEPS,
+        encoder_idle_priority: bool = ENCODER_IDLE_PRIORITY,
+        encoder_max_lag_s: float = ENCODER_MAX_LAG_S,
         **overrides: object,
     ) -> None:
-        """``config``: the scheduling knobs (default ``BatchingConfig()``); ``overrides``:
+        """``config``: the batching settings (default ``BatchingSettings()``); ``overrides``:
         fields of it to replace (tests, scripts). ``turn``: several models on one device take
-        turns (service/scheduling/turns.py), held around each admission and step."""
-        config = replace(config or BatchingConfig(), **overrides)  # type: ignore[arg-type]
+        turns (service/scheduling/turns.py), held around each admission and step.
+        ``spare_core``: whether a core is free for the encoder thread (service/wiring.py asks
+        the CPU budget); without one the encoder runs in line whatever ``encoder_overlap``
+        says. The rest are the scheduler's fixed bounds (named constants where they are used),
+        replaced only by tests and experiments."""
+        config = config or BatchingSettings()
+        if overrides:
+            config = BatchingSettings.model_validate(config.model_dump() | overrides)
         self.config = config
         self.engine = engine
         self.metrics = metrics if metrics is not None else ServiceMetrics().for_model("default")
         self._clock = clock
         self._turn = turn
         self.policy: AdmissionPolicy
+        encoder_overlap = config.encoder_overlap and spare_core
+        self.idle_wait_s = config.idle_wait_s(encoder_overlap)
         if config.batching == "continuous":
+            wait_s = self.idle_wait_s
             self.policy = ContinuousPolicy(
-                IdleWait(config.max_batch_rows, config.idle_wait_s, clock)
-                if config.idle_wait_s > 0
-                else None
+                IdleWait(config.max_batch_rows, wait_s, clock) if wait_s > 0 else None
             )
-        elif config.batching == "static":
-            self.policy = StaticPolicy(config.max_batch_rows, config.static_max_wait_s, clock)
         else:
-            raise ValueError(f"unknown batching policy {config.batching!r}")
+            self.policy = StaticPolicy(config.max_batch_rows, config.static_max_wait_s, clock)
         self.batching: BatchingPolicy = config.batching
         self.max_batch_rows = config.max_batch_rows
         self.max_queue = config.max_queue
         # How far past the head of the queue admission looks for sentences that fit the
         # running batch's width; bounded, so a sentence is overtaken only so often.
-        self.admission_window = config.admission_window or 4 * config.max_batch_rows
+        self.admission_window = admission_window or 4 * config.max_batch_rows
         self.queue = SentenceQueue(config.max_queue, clock)
         self._idle = threading.Event()
         self._idle.set()
@@ -144,23 +121,19 @@ class ContinuousBatcher:
                 engine.encode,
                 self.metrics,
                 clock,
-                idle_priority=config.encoder_idle_priority,
-                max_lag_s=config.encoder_max_lag_s,
+                idle_priority=encoder_idle_priority,
+                max_lag_s=encoder_max_lag_s,
                 share=encoder_share,
             )
-            if config.encoder_overlap and config.batching == "continuous"
+            if encoder_overlap and config.batching == "continuous"
             else None
         )
         scheduler = Scheduler(
             engine,
-            max_rows=config.max_batch_rows,
-            max_tokens=config.max_batch_tokens,
-            max_encode_tokens=config.max_admit_tokens,
-            max_stall_steps=config.max_stall_steps,
-            background_max_rows=config.background_max_rows,
-            background_max_wait_s=config.background_max_wait_s,
-            cost_tolerance=config.cost_tolerance,
-            judges_cost=self.policy.judges_cost and config.cost_aware,
+            config,
+            cost_tolerance=cost_tolerance,
+            max_stall_steps=max_stall_steps,
+            judges_cost=self.policy.judges_cost and config.admission_cost_aware,
             encode_in_line=overlap is None,
             metrics=self.metrics,
         )
@@ -175,7 +148,7 @@ class ContinuousBatcher:
             clock=clock,
             turn=turn,
             admission_window=self.admission_window,
-            track_knee=config.cost_aware,
+            track_knee=config.admission_cost_aware,
         )
 
     # --- event-loop side -------------------------------------------------------------------

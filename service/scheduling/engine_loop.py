@@ -238,7 +238,9 @@ class EngineLoop:
         self.metrics.inflight_rows.set(self.engine.active_rows)
         if self._track_knee and finished_step % 16 == 0:
             scheduler = self.scheduler
-            knee = self.engine.estimate((), scheduler.max_rows, scheduler.cost_tolerance)
+            knee = self.engine.estimate(
+                (), scheduler.config.max_batch_rows, scheduler.cost_tolerance
+            )
             self.metrics.row_limit.set(knee.row_limit or 0)
 
     def _drop(self, sentence_ids: list[int]) -> None:

@@ -26,6 +26,16 @@ from service.scheduling.sentences import ScheduledSentence
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# The encoder thread runs at the OS's idle priority (Linux SCHED_IDLE): on busy cores the
+# running rows' decoder steps and the HTTP event loop go first, and newcomers' encoder calls
+# take what is left.
+ENCODER_IDLE_PRIORITY = True
+# An encoder call in flight for longer than this has the engine thread stop stepping and wait
+# for it (freeing a core for it), so an idle-priority encoder thread cannot starve newcomers
+# on busy cores. A safety bound, not a tuning knob: every wait stalls the running rows, so a
+# shorter bound waits more often and a longer one lets newcomers wait longer.
+ENCODER_MAX_LAG_S = 0.15
+
 
 def _idle_priority_for_this_thread() -> None:
     """Put the calling thread in the SCHED_IDLE class (Linux schedules threads on their own;
@@ -130,8 +140,8 @@ class EncoderOverlap:
         metrics: ServiceMetrics,
         clock: Callable[[], float],
         *,
-        idle_priority: bool,
-        max_lag_s: float,
+        idle_priority: bool = ENCODER_IDLE_PRIORITY,
+        max_lag_s: float = ENCODER_MAX_LAG_S,
         share: EncoderCpuShare | None = None,
     ) -> None:
         self._encode = encode

@@ -27,6 +27,17 @@ from service.scheduling.admission import (
 )
 from service.scheduling.engine_api import CostedEngine
 from service.scheduling.sentences import ScheduledSentence
+from service.scheduling.settings import BatchingSettings
+
+# The knee is the most rows whose predicted tokens/s are within this fraction of the best
+# row count's: the fitted step costs are good to a few percent, so a tighter bound would
+# chase their noise, and a looser one would admit rows past the peak.
+COST_TOLERANCE = 0.05
+# An admission encoded in line (no spare core) stalls the running rows for at most this many
+# of their predicted steps; a bigger one is cut into chunks between steps. A larger bound
+# lets extra joins stall the long rows that set the tail latency; no bound lets the tail
+# grow without limit under heavy load.
+MAX_STALL_STEPS = 2.0
 
 
 class Scheduler:
@@ -39,26 +50,18 @@ class Scheduler:
     def __init__(
         self,
         engine: CostedEngine,
+        config: BatchingSettings,
         *,
-        max_rows: int,
-        max_tokens: int,
-        max_encode_tokens: int,
-        max_stall_steps: float,
-        cost_tolerance: float,
-        background_max_rows: int,
-        background_max_wait_s: float,
         judges_cost: bool,
         encode_in_line: bool,
         metrics: ServiceMetrics,
+        cost_tolerance: float = COST_TOLERANCE,
+        max_stall_steps: float = MAX_STALL_STEPS,
     ) -> None:
         self.engine = engine
-        self.max_rows = max_rows
-        self.max_tokens = max_tokens
-        self.max_encode_tokens = max_encode_tokens
-        self.max_stall_steps = max_stall_steps
-        self.background_max_rows = background_max_rows
-        self.background_max_wait_s = background_max_wait_s
+        self.config = config
         self.cost_tolerance = cost_tolerance
+        self.max_stall_steps = max_stall_steps
         self.judges_cost = judges_cost
         self.encode_in_line = encode_in_line
         self.metrics = metrics
@@ -105,13 +108,16 @@ class Scheduler:
         # for a step boundary with none: a document uses the engine's spare steps, and under a
         # steady interactive load it still moves a unit at a time.
         serving = any(not s.background for s in staying)
-        if serving and time.monotonic() - units[0][0].enqueued_at < self.background_max_wait_s:
+        if (
+            serving
+            and time.monotonic() - units[0][0].enqueued_at < self.config.background_max_wait_s
+        ):
             return []
-        room = self.background_max_rows - sum(s.rows for s in staying if s.background)
+        room = self.config.background_max_rows - sum(s.rows for s in staying if s.background)
         allowed: list[list[ScheduledSentence]] = []
         for unit in units:
             rows = sum(s.rows for s in unit)
-            if rows > room and (allowed or room < self.background_max_rows):
+            if rows > room and (allowed or room < self.config.background_max_rows):
                 break
             allowed.append(unit)
             room -= rows
@@ -124,13 +130,13 @@ class Scheduler:
         row_rate: float,
     ) -> list[ScheduledSentence]:
         running_rows = sum(s.rows for s in staying)
-        plan = self.engine.plan(self.max_rows, self.cost_tolerance)
+        plan = self.engine.plan(self.config.max_batch_rows, self.cost_tolerance)
         now = plan.estimate(())  # the batch as it is: nothing taken yet
         judges_cost = self.judges_cost
         limits = AdmissionLimits(
-            max_rows=self.max_rows,
-            max_tokens=self.max_tokens,
-            max_encode_tokens=self.max_encode_tokens,
+            max_rows=self.config.max_batch_rows,
+            max_tokens=self.config.max_batch_tokens,
+            max_encode_tokens=self.config.admission_max_tokens,
             max_stall_s=self.max_stall_steps * now.step_s if judges_cost and now.step_s else None,
             judge_knee=judges_cost,
             encode_in_line=self.encode_in_line,

@@ -34,74 +34,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from service.errors import InputTooLarge, InvalidInput
+from service.errors import InputTooLarge
 from service.text.glossary import Glossary, GlossaryError
+from service.text.limits import DecodingOptions, TextLimits
 from service.text.placeholders import EXACT_SYMBOL_RE, find_placeholders, protect, restore
 from service.text.protection import RunProtector, placeholder_token_ids, restore_every_run
 from service.text.segmenter import join_translations, sentence_spans
 from service.text.tokenizer import Tokenizer
-
-# --- limits and options --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DecodingOptions:
-    beam_size: int
-    max_new_tokens: int | None  # None: proportional to each sentence's length
-    length_penalty: float
-    # A document job's sentences: the batcher admits them after interactive ones, a few rows
-    # at a time (service/scheduling/scheduler.py). Changes no output.
-    background: bool = False
-
-
-@dataclass(frozen=True)
-class TextLimits:
-    """The per-request limits and decoding defaults."""
-
-    max_texts_per_request: int
-    max_chars_per_text: int
-    max_input_tokens: int
-    max_new_tokens: int
-    output_length_ratio: float
-    output_length_slack: int
-    max_beam_size: int
-    default_beam_size: int
-    length_penalty: float
-
-    def options(self, beam_size: int | None, max_new_tokens: int | None) -> DecodingOptions:
-        """Request options with defaults filled in, checked against the limits."""
-        beam_size = beam_size if beam_size is not None else self.default_beam_size
-        if beam_size > self.max_beam_size:
-            raise InvalidInput(
-                "beam_size_too_large",
-                f"beam_size {beam_size} is above the limit MT_MAX_BEAM_SIZE={self.max_beam_size}",
-            )
-        if max_new_tokens is not None and max_new_tokens > self.max_new_tokens:
-            raise InvalidInput(
-                "max_new_tokens_too_large",
-                f"max_new_tokens {max_new_tokens} is above the limit "
-                f"MT_MAX_NEW_TOKENS={self.max_new_tokens}",
-            )
-        return DecodingOptions(beam_size, max_new_tokens, self.length_penalty)
-
-    def check_request_size(self, texts: Sequence[str]) -> None:
-        """Texts per request and characters per text (before any model is involved)."""
-        if not texts:
-            raise InvalidInput("no_texts", "text must hold at least one text")
-        if len(texts) > self.max_texts_per_request:
-            raise InputTooLarge(
-                "too_many_texts",
-                f"{len(texts)} texts is above the limit "
-                f"MT_MAX_TEXTS_PER_REQUEST={self.max_texts_per_request}",
-            )
-        for index, text in enumerate(texts):
-            if len(text) > self.max_chars_per_text:
-                raise InputTooLarge(
-                    "text_too_long",
-                    f"text {index} has {len(text)} characters; the limit is "
-                    f"MT_MAX_CHARS_PER_TEXT={self.max_chars_per_text}",
-                )
-
 
 # --- plans ---------------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from service.runtime.engine import Engine
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
 from service.translation.languages import normalise_language_code
+from service.translation.model_settings import ModelSettings
 from service.translation.translator import Translator
 
 logger = logging.getLogger(__name__)
@@ -188,16 +189,6 @@ def resident_bytes() -> int | None:
 
 
 @dataclass(frozen=True)
-class RegistryConfig:
-    provider: str = "auto"  # what a model reports before it is loaded
-    lazy_load: bool = False
-    max_loaded_models: int = 0  # 0: no bound
-    cold_start: Literal["wait", "reject"] = "wait"
-    shutdown_grace_s: float = 30.0
-    pivot_lang: str = "en"
-
-
-@dataclass(frozen=True)
 class LoadedModel:
     """A loaded model's parts, built together (service/wiring.py) and dropped together."""
 
@@ -231,14 +222,18 @@ class ModelRegistry:
     def __init__(
         self,
         specs: Sequence[ModelSpec],
-        config: RegistryConfig,
+        config: ModelSettings,
         metrics: ServiceMetrics,
         load_model: ModelLoader,
         turns: RoundRobinTurns | None = None,
+        shutdown_grace_s: float = 30.0,
     ) -> None:
-        """``turns``: the step-by-step turns the models' engine threads take on one device
-        (None: they run at once); the loader hands each batcher its turn."""
+        """``config``: the model settings (a model reports their provider until it is
+        loaded); ``turns``: the step-by-step turns the models' engine threads take on one
+        device (None: they run at once), the loader hands each batcher its turn;
+        ``shutdown_grace_s``: how long an unloaded model's in-flight work may finish."""
         self.config = config
+        self.shutdown_grace_s = shutdown_grace_s
         self.turns = turns
         self.metrics = metrics
         self._load_model = load_model
@@ -400,5 +395,5 @@ class ModelRegistry:
         self.metrics.model_evictions.inc()
         self.metrics.models_loaded.set(self.loaded_count())
         if model is not None:  # no lease holds it: this only stops its thread
-            await model.batcher.shutdown(self.config.shutdown_grace_s)
+            await model.batcher.shutdown(self.shutdown_grace_s)
         self.metrics.forget_model(slot.spec.model_id)

@@ -66,13 +66,6 @@ class TranslationCache:
             self._entries.popitem(last=False)
 
 
-@dataclass(frozen=True)
-class TranslatorConfig:
-    limits: TextLimits
-    request_timeout_s: float = 60.0  # one deadline for the request, however many legs
-    cache_size: int = 0  # sentences in the translation cache; 0: no cache
-
-
 def _cache_key(masked: str, options: DecodingOptions, scope: tuple = ()) -> tuple:
     return (masked, options.beam_size, options.max_new_tokens, options.length_penalty, scope)
 
@@ -82,19 +75,19 @@ class Translator:
         self,
         tokenizer: Tokenizer,
         batcher: ContinuousBatcher,
-        config: TranslatorConfig,
+        limits: TextLimits,
         source_lang: str = "en",
         model_positions: int | None = None,
     ) -> None:
         """``model_positions``: the model's position table size (see TextPipeline)."""
-        self.pipeline = TextPipeline(tokenizer, config.limits, source_lang, model_positions)
+        self.pipeline = TextPipeline(tokenizer, limits, source_lang, model_positions)
         self.tokenizer = tokenizer
         self.metrics = batcher.metrics
         self.batcher = batcher
-        self.config = config
-        self.limits = config.limits
+        self.limits = limits
         self.source_lang = source_lang
-        self.cache = TranslationCache(config.cache_size) if config.cache_size > 0 else None
+        cache_size = limits.translation_cache_size
+        self.cache = TranslationCache(cache_size) if cache_size > 0 else None
         # A multilingual model (service/text/tokenizer.py, NllbTokenizer): canonical code ->
         # the tokenizer's code; each pair is served by a view (for_pair).
         self._codes = {normalise_language_code(code): code for code in tokenizer.languages}
@@ -147,7 +140,7 @@ class Translator:
         limits, and whatever the batchers raise (queue full, shutting down, timeout)."""
         pipeline = self.pipeline
         # One MT_REQUEST_TIMEOUT_S for the request, however many legs it takes.
-        deadline = time.monotonic() + self.config.request_timeout_s
+        deadline = time.monotonic() + self.limits.request_timeout_s
         plans = await self._plan(texts, options, glossary=glossary, memory=memory)
         decoded = await self._decode(plans, options, deadline)
         if then is None:
@@ -194,7 +187,7 @@ class Translator:
         plans = await self._plan(texts, options, use_cache=False, glossary=glossary, memory=memory)
         to_decode, rows = self._rows(plans, options)
         results = await self.batcher.submit(
-            rows, timeout_s=self.config.request_timeout_s, background=options.background
+            rows, timeout_s=self.limits.request_timeout_s, background=options.background
         )
         others: dict[int, list[str]] = {}
         for sentence, result in zip(to_decode, results, strict=True):
@@ -230,7 +223,7 @@ class Translator:
         plans = await self._plan(texts, options, glossary=glossary, memory=memory)
         to_decode, rows = self._rows(plans, options)
         rows_done = self.batcher.submit_as_completed(
-            rows, timeout_s=self.config.request_timeout_s, background=options.background
+            rows, timeout_s=self.limits.request_timeout_s, background=options.background
         )
         return TranslationStream(self, plans, to_decode, rows_done, options)
 

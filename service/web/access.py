@@ -46,11 +46,11 @@ class ClientLimits:
 def load_api_keys(settings: Settings) -> dict[str, ClientLimits]:
     """Every configured key with its limits (the global ones unless the file gives its own)."""
     default = ClientLimits(
-        settings.rate_limit_requests_per_minute, settings.rate_limit_chars_per_minute
+        settings.access.rate_limit_requests_per_minute, settings.access.rate_limit_chars_per_minute
     )
-    keys = {key.strip(): default for key in settings.api_keys.split(",") if key.strip()}
-    if settings.api_keys_file is not None:
-        entries = json.loads(Path(settings.api_keys_file).read_text())
+    keys = {key.strip(): default for key in settings.access.api_keys.split(",") if key.strip()}
+    if settings.access.api_keys_file is not None:
+        entries = json.loads(Path(settings.access.api_keys_file).read_text())
         if not isinstance(entries, dict):
             raise ValueError("MT_API_KEYS_FILE must hold a JSON object: key -> limits")
         for key, limits in entries.items():
@@ -75,10 +75,11 @@ class AccessPolicy:
     def __init__(self, settings: Settings, clock: Clock = time.time) -> None:
         self.keys = load_api_keys(settings)
         self.anonymous_limits = ClientLimits(
-            settings.rate_limit_requests_per_minute, settings.rate_limit_chars_per_minute
+            settings.access.rate_limit_requests_per_minute,
+            settings.access.rate_limit_chars_per_minute,
         )
         self.limiter = RateLimiter(clock)
-        self.retry_after_s = settings.retry_after_s
+        self.retry_after_s = settings.access.retry_after_s
 
     @property
     def keys_required(self) -> bool:

@@ -56,7 +56,9 @@ def build_app(service: ServiceState) -> FastAPI:
     )
     app.state.service = service
     app.state.access = AccessPolicy(settings)
-    app.state.translated_files = TranslatedFiles(settings.files_dir, settings.files_ttl_s)
+    app.state.translated_files = TranslatedFiles(
+        settings.storage.files_dir, settings.storage.files_ttl_s
+    )
     for api in (
         v1,
         glossaries,
@@ -71,16 +73,18 @@ def build_app(service: ServiceState) -> FastAPI:
     ):
         app.include_router(api.router)
     app.mount("/static", StaticFiles(directory=page.STATIC_DIR), name="static")
-    install_error_handlers(app, metrics, settings.retry_after_s, settings.request_timeout_s)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    install_error_handlers(
+        app, metrics, settings.access.retry_after_s, settings.limits.request_timeout_s
+    )
+    app.add_middleware(BodySizeLimit, max_bytes=settings.access.max_body_bytes)
     # Before anything reads the body: under overload a refusal must cost next to nothing.
     app.add_middleware(
         AdmissionGate,
-        max_in_flight=settings.max_inflight_requests,
-        retry_after_s=settings.retry_after_s,
+        max_in_flight=settings.access.max_inflight_requests,
+        retry_after_s=settings.access.retry_after_s,
         metrics=metrics,
     )
-    if origins := [o.strip() for o in settings.cors_origins.split(",") if o.strip()]:
+    if origins := [o.strip() for o in settings.access.cors_origins.split(",") if o.strip()]:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=origins,

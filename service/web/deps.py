@@ -75,7 +75,7 @@ async def run_for_client(request: Request, service: ServiceState, work: Awaitabl
     task = asyncio.ensure_future(work)
     try:
         while True:
-            done, _ = await asyncio.wait({task}, timeout=service.settings.disconnect_poll_s)
+            done, _ = await asyncio.wait({task}, timeout=service.settings.access.disconnect_poll_s)
             if done:
                 return task.result()
             if await request.is_disconnected():

@@ -20,7 +20,6 @@ from fastapi import FastAPI
 from service.config import Settings
 from service.metrics import ServiceMetrics
 from service.text.bulk import TranslateTexts
-from service.text.pipeline import TextLimits
 from service.translation.database import Database
 from service.translation.dispatch import Dispatcher
 from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
@@ -40,7 +39,6 @@ class ServiceState:
         self,
         settings: Settings,
         metrics: ServiceMetrics,
-        limits: TextLimits,
         registry: ModelRegistry | None,
         build_dispatcher: Callable[[], Dispatcher] | None,
         failure: str | None = None,
@@ -53,20 +51,22 @@ class ServiceState:
         under ``MT_DATA_DIR`` when not given)."""
         self.settings = settings
         self.metrics = metrics
-        self.limits = limits  # per-request limits and decoding defaults
+        self.limits = settings.limits  # per-request limits and decoding defaults
         self.phase = "failed" if failure else "loading"  # loading → ready → shutting_down
         self.detail: str | None = failure
         self.registry = registry
-        database = Database(settings.data_dir)
-        self.glossaries = glossaries or GlossaryStore(database, settings.max_glossary_entries)
-        self.memories = memories or MemoryStore(database, settings.max_chars_per_text)
-        self.documents = DocumentStore(settings.data_dir, settings.document_ttl_s)
+        database = Database(settings.storage.data_dir)
+        self.glossaries = glossaries or GlossaryStore(
+            database, settings.access.max_glossary_entries
+        )
+        self.memories = memories or MemoryStore(database, settings.limits.max_chars_per_text)
+        self.documents = DocumentStore(settings.storage.data_dir, settings.storage.document_ttl_s)
         self.document_runner = DocumentRunner(
-            self.documents, self._document_translator, settings.document_jobs
+            self.documents, self._document_translator, settings.storage.document_jobs
         )
         self._build_dispatcher = build_dispatcher
         # DeepL's /v2/usage and MT_DEEPL_CHARACTER_LIMIT, in the same SQLite file.
-        self.quota = CharacterQuota(self.glossaries.database, settings.deepl_character_limit)
+        self.quota = CharacterQuota(self.glossaries.database, settings.access.deepl_character_limit)
         self.dispatcher: Dispatcher | None = None
         # Set by the first begin_shutdown: the grace counts from SIGTERM, not from when the
         # server gets round to the lifespan shutdown.
@@ -117,7 +117,7 @@ class ServiceState:
     def begin_shutdown(self) -> None:
         """SIGTERM: refuse new work with 503 from now on; in-flight work goes on."""
         if self.shutdown_deadline is None:
-            self.shutdown_deadline = time.monotonic() + self.settings.shutdown_grace_s
+            self.shutdown_deadline = time.monotonic() + self.settings.process.shutdown_grace_s
         if self.phase != "failed":
             self.phase = "shutting_down"
         if self.registry is not None:
@@ -167,10 +167,12 @@ class ServiceState:
     def describe_error(self, error: BaseException) -> ErrorInfo:
         """The API's answer to ``error`` (service/web/errors.py), with this service's
         Retry-After and request timeout."""
-        return describe_error(error, self.settings.retry_after_s, self.settings.request_timeout_s)
+        return describe_error(
+            error, self.settings.access.retry_after_s, self.settings.limits.request_timeout_s
+        )
 
     def retry_after(self) -> dict[str, str]:
-        return {"Retry-After": str(self.settings.retry_after_s)}
+        return {"Retry-After": str(self.settings.access.retry_after_s)}
 
 
 def lifespan_of(service: ServiceState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:

@@ -114,9 +114,9 @@ def test_the_generators_default_cap_is_above_the_services_in_flight_limit():
     """Under overload the service's admission control, not the generator's cap, must decide
     who is refused (loadtest/open_loop.py's docstring)."""
     from loadtest.open_loop import DEFAULT_MAX_IN_FLIGHT
-    from service.config import Settings
+    from service.config import AccessSettings
 
-    assert Settings.model_fields["max_inflight_requests"].default < DEFAULT_MAX_IN_FLIGHT
+    assert AccessSettings.model_fields["max_inflight_requests"].default < DEFAULT_MAX_IN_FLIGHT
 
 
 def test_open_loop_records_errors_without_raising():

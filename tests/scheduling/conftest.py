@@ -21,6 +21,8 @@ def make_batcher():
         limits.setdefault("batching", "continuous")  # not whatever MT_BATCHING says
         # encoder calls in line (the engine thread) unless a test asks for the encoder thread
         limits.setdefault("encoder_overlap", isinstance(engine, OverlapEngine))
+        # an idle engine admits at once unless a test asks for the idle wait
+        limits.setdefault("admission_idle_wait_ms", 0.0)
         batcher = ContinuousBatcher(engine, **limits)
         batcher.start()
         batchers.append(batcher)

@@ -17,19 +17,19 @@ def test_the_fakes_offer_every_method_the_batcher_calls():
 
 
 def test_unknown_batching_policy_is_refused():
-    with pytest.raises(ValueError, match="batching policy"):
-        ContinuousBatcher(FakeEngine(), batching="eager", static_max_wait_s=0.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="batching"):
+        ContinuousBatcher(FakeEngine(), batching="eager")
 
 
-def test_batching_config_comes_from_settings_in_one_place():
+def test_the_batcher_takes_the_settings_batching_group_as_it_is():
     from service.config import Settings
-    from service.wiring import batching_config
+    from service.scheduling.scheduler import MAX_STALL_STEPS
 
-    settings = Settings(admission_max_stall_steps=3, max_batch_rows=7, admission_cost_aware=False)
-    config = batching_config(settings)
-    batcher = ContinuousBatcher(FakeEngine(), config)
-    assert batcher.config == config
-    assert (config.max_stall_steps, batcher.max_batch_rows, config.cost_aware) == (3, 7, False)
+    settings = Settings(max_batch_rows=7, admission_cost_aware=False)
+    batcher = ContinuousBatcher(FakeEngine(), settings.scheduling)
+    assert batcher.config is settings.scheduling
+    assert (batcher.max_batch_rows, batcher.config.admission_cost_aware) == (7, False)
+    assert batcher._loop.scheduler.max_stall_steps == MAX_STALL_STEPS  # a fixed bound
 
 
 @pytest.mark.parametrize(
@@ -47,9 +47,9 @@ def test_an_idle_engine_waits_for_company_only_where_the_encoder_runs_in_line(
 
     monkeypatch.setattr(wiring, "cpu_budget", lambda: CpuBudget(cpus, cpus, None, "affinity"))
     settings = Settings(static_max_wait_ms=10.0, admission_idle_wait_ms=idle_wait_ms)
-    config = wiring.batching_config(settings)
-    assert config.encoder_overlap == (cpus >= 2)
-    assert config.idle_wait_s == pytest.approx(expected_s)
+    batcher = ContinuousBatcher(FakeEngine(), settings.scheduling, spare_core=wiring.spare_core())
+    assert (batcher._loop.overlap is not None) == (cpus >= 2)
+    assert batcher.idle_wait_s == pytest.approx(expected_s)
 
 
 def test_engine_threads_leave_the_event_loop_a_core_unless_set(monkeypatch):
@@ -58,7 +58,7 @@ def test_engine_threads_leave_the_event_loop_a_core_unless_set(monkeypatch):
     from service.config import Settings
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-    assert Settings().engine_threads() == 3
-    assert Settings(intra_op_threads=4).engine_threads() == 4
+    assert Settings().model.engine_threads == 3
+    assert Settings(intra_op_threads=4).model.engine_threads == 4
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    assert Settings().engine_threads() == 1  # never 0: that would be ONNX Runtime's own choice
+    assert Settings().model.engine_threads == 1  # never 0: that would be ONNX Runtime's own choice

@@ -63,7 +63,7 @@ async def test_short_request_arriving_during_long_decode_is_admitted_and_finishe
 async def test_static_batch_collects_queued_requests_into_one_batch(make_batcher):
     engine = FakeEngine()
     # The wait is far longer than the test: only the third row can make the batch due.
-    batcher = make_batcher(engine, batching="static", max_batch_rows=3, static_max_wait_s=60)
+    batcher = make_batcher(engine, batching="static", max_batch_rows=3, static_max_wait_ms=60_000)
     rows = [sentence(length, first=10 * i + 1) for i, length in enumerate([4, 7, 2])]
     tasks = [asyncio.ensure_future(batcher.submit([row])) for row in rows]
     await wait_until(lambda: engine.admissions, "the batch admitted")
@@ -77,7 +77,7 @@ async def test_static_batch_collects_queued_requests_into_one_batch(make_batcher
 @pytest.mark.anyio
 async def test_static_batch_runs_to_the_end_before_a_newcomer_is_admitted(make_batcher):
     engine = GatedEngine()
-    batcher = make_batcher(engine, batching="static", max_batch_rows=2, static_max_wait_s=60)
+    batcher = make_batcher(engine, batching="static", max_batch_rows=2, static_max_wait_ms=60_000)
     long_task = asyncio.ensure_future(batcher.submit([sentence(10)]))
     short_task = asyncio.ensure_future(batcher.submit([sentence(3, first=100)]))
     engine.allow(3)
@@ -123,7 +123,7 @@ async def test_continuous_admits_the_same_newcomer_at_the_next_step(make_batcher
 @pytest.mark.anyio
 async def test_static_batch_below_max_rows_starts_after_the_max_wait(make_batcher):
     engine = FakeEngine()
-    batcher = make_batcher(engine, batching="static", max_batch_rows=64, static_max_wait_s=0.02)
+    batcher = make_batcher(engine, batching="static", max_batch_rows=64, static_max_wait_ms=20)
     [result] = await batcher.submit([sentence(5)])
     assert result.tokens == FakeEngine.expected(sentence(5).src_ids)
     assert result.queue_wait_s >= 0.02  # a lone sentence waits out the max wait

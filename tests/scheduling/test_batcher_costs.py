@@ -162,7 +162,7 @@ async def test_cost_aware_admission_holds_the_batch_at_the_throughput_knee(make_
     for cost_aware in (True, False):
         engine = FakeEngine()
         engine.throughput = throughput
-        batcher = make_batcher(engine, cost_aware=cost_aware, cost_tolerance=0.0)
+        batcher = make_batcher(engine, admission_cost_aware=cost_aware, cost_tolerance=0.0)
         rows = [sentence(4 + index % 3, first=index * 10 + 1) for index in range(10)]
         answers = await asyncio.gather(*(batcher.submit([row]) for row in rows))
         assert [a[0].tokens for a in answers] == [FakeEngine.expected(r.src_ids) for r in rows]

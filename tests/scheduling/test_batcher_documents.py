@@ -37,7 +37,7 @@ async def _documents_beside_a_running_request(make_batcher, **limits):
 async def test_document_rows_wait_for_a_boundary_without_interactive_rows(make_batcher):
     """The interactive newcomer joins first though it came last; the document rows join only
     once no interactive row runs, two rows at a time."""
-    engine = await _documents_beside_a_running_request(make_batcher, background_max_wait_s=60.0)
+    engine = await _documents_beside_a_running_request(make_batcher, background_max_wait_ms=60_000)
     running_alone = 29  # the running sentence's 29 tokens
     assert engine.rows_per_step[:2] == [1, 2]
     assert max(engine.rows_per_step[:running_alone]) == 2  # no document row beside them
@@ -47,7 +47,7 @@ async def test_document_rows_wait_for_a_boundary_without_interactive_rows(make_b
 
 @pytest.mark.anyio
 async def test_document_rows_that_waited_long_enough_join_beside_interactive_ones(make_batcher):
-    engine = await _documents_beside_a_running_request(make_batcher, background_max_wait_s=0.0)
+    engine = await _documents_beside_a_running_request(make_batcher, background_max_wait_ms=0)
     # the interactive newcomer alone first, then two document rows beside both, never three
     assert engine.rows_per_step[:3] == [1, 2, 4]
     assert max(engine.rows_per_step) == 4

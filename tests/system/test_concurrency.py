@@ -445,5 +445,5 @@ async def test_cost_aware_service_calibrates_its_step_cost_at_start_up(model_dir
         response = await client.post("/v1/translate", json={"text": "Save changes"})
         batcher = only_model(app).batcher
     assert response.status_code == 200
-    assert engine.step_cost.fitted and batcher.config.cost_aware
+    assert engine.step_cost.fitted and batcher.config.admission_cost_aware
     assert engine.step_cost.predict(StepShape(8, 4, 8)) > 0

@@ -261,7 +261,7 @@ def test_document_job_upload_progress_and_result(app_settings):
 
 def test_a_restart_takes_up_jobs_left_unfinished(app_settings):
     # A previous process stored the upload and died before (or while) translating it.
-    store = DocumentStore(app_settings.data_dir, ttl_s=3600)
+    store = DocumentStore(app_settings.storage.data_dir, ttl_s=3600)
     queued = store.create("a.txt", b"Save the file\n", "en", "de", 1, 13)
     halfway = store.create("b.txt", b"Close the window\nOpen it\n", "en", "de", 2, 23)
     store.start(halfway.job_id)
@@ -294,7 +294,7 @@ def test_bad_documents_are_refused_at_upload(app_settings):
             )
             assert response.status_code == 400, (name, response.text)
             assert message in response.json()["error"], name
-        assert not list((app_settings.data_dir / "documents").glob("*"))  # nothing queued
+        assert not list((app_settings.storage.data_dir / "documents").glob("*"))  # nothing queued
 
 
 def test_the_official_deepl_client_translates_a_document(model_dir, tmp_path, monkeypatch):  # noqa: F811

@@ -473,7 +473,10 @@ async def test_a_flood_on_one_model_does_not_starve_another_by_step_counts():
     quiet_engine = LoggedEngine("quiet", log, turns)
     batchers = [
         ContinuousBatcher(
-            engine, batching="continuous", cost_aware=False, turn=partial(turns.turn, engine.name)
+            engine,
+            batching="continuous",
+            admission_cost_aware=False,
+            turn=partial(turns.turn, engine.name),
         )
         for engine in (flood_engine, quiet_engine)
     ]

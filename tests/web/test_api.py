@@ -140,7 +140,7 @@ def test_default_output_length_is_proportional_to_the_source(client):
     source_tokens = response.json()["usage"]["input_tokens"]
     assert (
         translation["tokens"]
-        <= settings.output_length_ratio * source_tokens + settings.output_length_slack
+        <= settings.limits.output_length_ratio * source_tokens + settings.limits.output_length_slack
     )
 
 
@@ -414,7 +414,7 @@ def test_mt_access_log_switches_uvicorns_access_log(monkeypatch, value, expected
 
     monkeypatch.setenv("MT_ACCESS_LOG", value)
     settings = Settings()
-    assert settings.access_log is expected
+    assert settings.process.access_log is expected
     config = uvicorn_config(object(), settings)
     assert config.access_log is expected
-    assert (config.host, config.port) == (settings.host, settings.port)
+    assert (config.host, config.port) == (settings.process.host, settings.process.port)

@@ -222,7 +222,7 @@ async def languages(request: Request, service: Service, access: Access) -> list[
         kind = (await request.form()).get("type")  # type: ignore[assignment]
     pairs = service.registry.by_pair if service.registry is not None else {}
     if kind == "target":
-        reachable = targets_by_source(pairs, service.settings.pivot_lang)
+        reachable = targets_by_source(pairs, service.settings.model.pivot_lang)
         codes = sorted({t for targets in reachable.values() for t in targets})
         return [
             {"language": code.upper(), "name": language_name(code), "supports_formality": False}
@@ -257,7 +257,7 @@ def _v2_card(service: ServiceState, glossary_id: str) -> dict[str, Any]:
 async def glossary_pairs(request: Request, service: Service, access: Access) -> dict[str, Any]:
     admit(request, access, chars=0)
     pairs = service.registry.by_pair if service.registry is not None else {}
-    reachable = targets_by_source(pairs, service.settings.pivot_lang)
+    reachable = targets_by_source(pairs, service.settings.model.pivot_lang)
     return {
         "supported_languages": [
             {"source_lang": source, "target_lang": target}

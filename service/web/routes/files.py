@@ -30,7 +30,7 @@ router = APIRouter()
 def require_files_enabled(service: ServiceState) -> None:
     """Both file routes refuse alike when file translation is off (403: the server's
     configuration forbids it, not the request's form)."""
-    if not service.settings.files_translation:
+    if not service.settings.storage.files_translation:
         raise ApiError(403, "files_disabled", "Files translation are disabled on this server.")
 
 

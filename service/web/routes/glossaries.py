@@ -37,7 +37,7 @@ def request_glossary(
     if glossary_id is not None:
         return service.glossaries.glossary(glossary_id)
     if inline is not None:
-        return Glossary.from_entries(inline.items(), service.settings.max_glossary_entries)
+        return Glossary.from_entries(inline.items(), service.settings.access.max_glossary_entries)
     return None
 
 
@@ -53,7 +53,7 @@ def create_glossary(
     source = normalise_language_code(source_lang) or ""
     target = normalise_language_code(target_lang) or ""
     if service.registry is not None:
-        plan_route(source, target, service.registry.by_pair, service.settings.pivot_lang)
+        plan_route(source, target, service.registry.by_pair, service.settings.model.pivot_lang)
     return service.glossaries.create(name, source, target, entries)
 
 

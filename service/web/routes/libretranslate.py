@@ -109,7 +109,7 @@ def _alternatives(value: int | str, settings: Settings) -> int:
         raise ApiError(
             400, "invalid_request", "Invalid request: alternatives parameter is not a number"
         ) from None
-    limit = min(settings.alternatives_limit, settings.max_beam_size - 1)
+    limit = min(settings.access.alternatives_limit, settings.limits.max_beam_size - 1)
     if count > limit:
         raise ApiError(
             400, "invalid_request", f"Invalid request: alternatives parameter must be <= {limit}"
@@ -203,7 +203,7 @@ async def read_body(request: Request, model: type[Body]) -> Body:
 async def languages(service: Service) -> list[Language]:
     if service.registry is None:
         return []
-    reachable = targets_by_source(service.registry.by_pair, service.settings.pivot_lang)
+    reachable = targets_by_source(service.registry.by_pair, service.settings.model.pivot_lang)
     return [
         Language(code=code, name=language_name(code), targets=targets)
         for code, targets in reachable.items()

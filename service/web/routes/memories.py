@@ -52,7 +52,9 @@ def add_entries(
     source = normalise_language_code(source_lang) or ""
     target = normalise_language_code(target_lang) or ""
     if service.registry is not None:
-        route = plan_route(source, target, service.registry.by_pair, service.settings.pivot_lang)
+        route = plan_route(
+            source, target, service.registry.by_pair, service.settings.model.pivot_lang
+        )
         if not route.legs:
             raise ApiError(
                 400,

@@ -33,6 +33,6 @@ async def ready(service: Service) -> Response:
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(request: Request, service: Service) -> Response:
-    if service.settings.metrics_token:
-        check_metrics_token(request, service.settings.metrics_token)
+    if service.settings.access.metrics_token:
+        check_metrics_token(request, service.settings.access.metrics_token)
     return Response(service.metrics.render(), media_type=service.metrics.content_type)

@@ -33,20 +33,24 @@ async def frontend_settings(service: Service) -> FrontendSettings:
     pairs = sorted(service.registry.by_pair) if service.registry is not None else []
     source, target = pairs[0] if pairs else ("auto", "")
     return FrontendSettings(
-        charLimit=settings.max_chars_per_text,
-        frontendTimeout=settings.frontend_timeout_ms,
-        filesTranslation=settings.files_translation,
-        supportedFilesFormat=list(SUPPORTED_EXTENSIONS) if settings.files_translation else [],
+        charLimit=settings.limits.max_chars_per_text,
+        frontendTimeout=settings.process.frontend_timeout_ms,
+        filesTranslation=settings.storage.files_translation,
+        supportedFilesFormat=list(SUPPORTED_EXTENSIONS)
+        if settings.storage.files_translation
+        else [],
         language=FrontendLanguages(
             # LibreTranslate's default front-end source is "auto" when it can detect.
             source=FrontendLanguage(code="auto", name="Auto Detect")
-            if settings.language_detection and len({s for s, _ in pairs}) > 1
+            if settings.model.language_detection and len({s for s, _ in pairs}) > 1
             else FrontendLanguage(code=source, name=language_name(source)),
             target=FrontendLanguage(code=target, name=language_name(target)),
         ),
-        maxBeamSize=settings.max_beam_size,
-        defaultBeamSize=settings.default_beam_size,
-        alternativesLimit=min(settings.alternatives_limit, settings.max_beam_size - 1),
-        maxTextsPerRequest=settings.max_texts_per_request,
-        maxBodyBytes=settings.max_body_bytes,
+        maxBeamSize=settings.limits.max_beam_size,
+        defaultBeamSize=settings.limits.default_beam_size,
+        alternativesLimit=min(
+            settings.access.alternatives_limit, settings.limits.max_beam_size - 1
+        ),
+        maxTextsPerRequest=settings.limits.max_texts_per_request,
+        maxBodyBytes=settings.access.max_body_bytes,
     )
