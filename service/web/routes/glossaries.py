@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from service.text.glossary import Glossary, GlossaryError, parse_entries
 from service.translation.glossaries import GlossaryInfo, GlossaryStore
-from service.translation.languages import normalise_language_code
+from service.translation.languages import LanguageCode, LanguagePair
 from service.translation.routing import plan_route
 from service.web.deps import Access, Service, json_body, request_body, sends_form
 from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
@@ -50,10 +50,10 @@ def create_glossary(
 ) -> GlossaryInfo:
     """Store a glossary for a pair the service translates (a glossary for a pair no route
     serves could never be used)."""
-    source = normalise_language_code(source_lang) or ""
-    target = normalise_language_code(target_lang) or ""
+    pair = LanguagePair(LanguageCode.parse(source_lang), LanguageCode.parse(target_lang))
+    source, target = pair.source.code, pair.target.code
     if service.registry is not None:
-        plan_route(source, target, service.registry.by_pair, service.settings.pivot_lang)
+        plan_route(pair, service.registry.by_pair, service.settings.pivot_lang)
     return service.glossaries.create(name, source, target, entries)
 
 
