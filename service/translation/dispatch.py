@@ -261,14 +261,12 @@ class Dispatcher:
                 )
                 for route, indices in groups.items()
             }
+        batches = {route: task.result() for route, task in running.items()}
         translations: list[TextTranslation | None] = [None] * len(request.texts)
         for route, indices in groups.items():
-            for index, translation in zip(
-                indices, running[route].result().translations, strict=True
-            ):
+            for index, translation in zip(indices, batches[route].translations, strict=True):
                 translations[index] = translation
-        batches = [task.result() for task in running.values()]
-        return _merged(batches, [t for t in translations if t is not None])
+        return _merged(list(batches.values()), [t for t in translations if t is not None])
 
     async def _html(self, request: TranslationRequest, route: Route) -> TranslationBatch:
         """Each text is an HTML fragment: its units (service/text/html.py) go to the models in

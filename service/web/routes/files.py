@@ -35,6 +35,18 @@ def require_files_enabled(service: ServiceState) -> None:
         raise ApiError(403, "files_disabled", "Files translation are disabled on this server.")
 
 
+def checked_upload(upload: object) -> tuple[UploadFile, str]:
+    """The uploaded file and its name; a missing file, an empty name or a format no reader
+    serves is refused with LibreTranslate's texts (both file APIs)."""
+    if not isinstance(upload, UploadFile):
+        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
+    if not upload.filename:
+        raise ApiError(400, "invalid_request", "Invalid request: empty file")
+    if not supported(upload.filename):
+        raise ApiError(400, "invalid_request", "Invalid request: file format not supported")
+    return upload, upload.filename
+
+
 def file_store(request: Request) -> TranslatedFiles:
     return request.app.state.translated_files
 
@@ -69,12 +81,7 @@ async def translate_file(
     for name in ("source", "target"):
         if not form.get(name):
             raise ApiError(400, "invalid_request", f"Invalid request: missing {name} parameter")
-    if not isinstance(upload, UploadFile):
-        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
-    if not upload.filename:
-        raise ApiError(400, "invalid_request", "Invalid request: empty file")
-    if not supported(upload.filename):
-        raise ApiError(400, "invalid_request", "Invalid request: file format not supported")
+    upload, filename = checked_upload(upload)
     languages = LanguagePair.parse(str(form["source"]), str(form["target"]))
     dispatcher = service.require_dispatcher()
     content = await upload.read()
@@ -95,9 +102,7 @@ async def translate_file(
         translated = await run_for_client(
             request,
             service,
-            translate_file_content(
-                upload.filename, content, languages.target.code, translate_texts
-            ),
+            translate_file_content(filename, content, languages.target.code, translate_texts),
         )
     except UnsupportedFile as error:
         raise ApiError(400, "invalid_request", f"Invalid request: {error}") from error
