@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from service.config import Settings
 from service.translation.dispatch import collect
@@ -33,7 +33,7 @@ from service.web.deps import (
     run_for_client,
     sends_form,
 )
-from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
+from service.web.errors import ERROR_RESPONSES, ApiError, validated
 from service.web.routes.v1 import MODELS_HEADER
 from service.web.schemas import (
     DetectedLanguage,
@@ -144,12 +144,7 @@ async def read_body(request: Request, model: type[Body]) -> Body:
         # LibreTranslate's test (``if not q``: absent, "" and [] alike) and words: its clients
         # show them. An empty text has no language to detect and nothing to translate.
         raise ApiError(400, "invalid_request", "Invalid request: missing q parameter")
-    try:
-        return model.model_validate(data)
-    except ValidationError as error:
-        raise ApiError(
-            400, "invalid_request", f"Invalid request: {describe_validation(error.errors())}"
-        ) from error
+    return validated(model, data, "Invalid request")
 
 
 @router.get("/languages", response_model=list[Language], summary="Languages (LibreTranslate)")
