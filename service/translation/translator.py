@@ -149,8 +149,8 @@ class Translator:
         ``then``: a second model that translates this one's output sentence by sentence (a
         pivot, X→en→Y), whole only: its sentences finish with the second leg, and its two
         beams have no single n-best. ``request.glossary``: terms enforced on this model's
-        source; on a pivot they cross the second leg as symbols too. ``memory``: approved translations
-        for the route's pair, written without either model."""
+        source; on a pivot they cross the second leg as symbols too. ``memory``: approved
+        translations for the route's pair, written without either model."""
         # One MT_REQUEST_TIMEOUT_S for the request, however many legs it takes.
         deadline = time.monotonic() + self.config.request_timeout_s
         output = request.output if then is None else Output.WHOLE
