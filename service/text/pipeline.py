@@ -83,6 +83,7 @@ class TextTranslation:
     text: str
     output_tokens: int
     sentences: int
+    alternatives: tuple[str, ...] = ()  # other translations from the beam's n-best, if asked
 
 
 @dataclass(frozen=True)

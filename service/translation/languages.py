@@ -4,13 +4,17 @@ and the two spellings it accepts.
 Clients name a language by ISO 639-1 (``de``) or by NLLB-200's code (``deu_Latn``: ISO 639-3
 and the script). Inside the service every language has one canonical code: ISO 639-1 where
 the language has one (so models of one pair, detection and multilingual models meet on the
-same key), else the NLLB code spelt as NLLB spells it (``ace_Arab``). Responses spell a
-language the way the client did (:func:`spell_like`).
+same key), else the NLLB code spelt as NLLB spells it (``ace_Arab``). A request's codes are
+read once, into a :class:`LanguagePair` of two :class:`LanguageCode` values, which carry
+both: the canonical code, and the spelling responses use (the client's).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+AUTO = "auto"  # the source code that asks for detection
 
 LANGUAGE_NAMES = {
     "af": "Afrikaans", "ak": "Akan", "am": "Amharic", "ar": "Arabic", "as": "Assamese",
@@ -100,12 +104,51 @@ def nllb_code(code: str) -> str:
     return NLLB_OF_ISO.get(code, code)
 
 
-def spell_like(code: str, sent: str | None) -> str:
-    """Canonical ``code`` as the client wrote its language: the NLLB form if ``sent`` was
-    one, else the canonical code."""
-    return nllb_code(code) if is_nllb_form(sent) else code
-
-
 def language_name(code: str) -> str:
     """The English name of ``code``, or the code itself when it has none here."""
     return LANGUAGE_NAMES.get(code, code)
+
+
+@dataclass(frozen=True)
+class LanguageCode:
+    """One language as a client named it: the canonical code, and whether the client spelt
+    it as NLLB does (responses spell it back that way)."""
+
+    code: str  # canonical; "" when the client named none
+    nllb_spelt: bool = False
+
+    @classmethod
+    def parse(cls, sent: str | None) -> LanguageCode:
+        """``" DEU_LATN "`` → ``de``, spelt as NLLB; None → ``""``."""
+        return cls(normalise_language_code(sent), is_nllb_form(sent))
+
+    @property
+    def shown(self) -> str:
+        """The code as responses spell it."""
+        return nllb_code(self.code) if self.nllb_spelt else self.code
+
+
+@dataclass(frozen=True)
+class LanguagePair:
+    """A request's source and target. The source's code is ``auto`` when it is to be detected;
+    the target's is "" when the client named none (the only target served from the source)."""
+
+    source: LanguageCode
+    target: LanguageCode
+
+    @classmethod
+    def parse(cls, source: str | None, target: str | None) -> LanguagePair:
+        """The codes as clients send them (any case, spaces around; none or "" for the
+        source: detected)."""
+        parsed = LanguageCode.parse(source)
+        return cls(parsed if parsed.code else LanguageCode(AUTO), LanguageCode.parse(target))
+
+    @classmethod
+    def of(cls, source: str, target: str) -> LanguagePair:
+        """A pair of canonical codes (a route's, a stored job's)."""
+        return cls(LanguageCode(source), LanguageCode(target))
+
+    @property
+    def detects(self) -> bool:
+        """Whether the source is to be detected."""
+        return self.source.code == AUTO

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from service.errors import UnsupportedLanguage
-from service.translation.languages import language_name, normalise_language_code, spell_like
+from service.translation.languages import LanguagePair, language_name
 
 Pair = tuple[str, str]
 
@@ -55,19 +55,16 @@ class Route:
         return self.target_spelling or self.target
 
 
-def plan_route(source: str, target: str, models: Mapping[Pair, str], pivot_lang: str) -> Route:
-    """The route for ``source``→``target`` over ``models`` ((source, target) -> model id)."""
-    sent = (source, target)
-    source, target = normalise_language_code(source), normalise_language_code(target)
-    spelling = {
-        "source_spelling": spell_like(source, sent[0]),
-        "target_spelling": spell_like(target, sent[1]),
-    }
+def plan_route(pair: LanguagePair, models: Mapping[Pair, str], pivot_lang: str) -> Route:
+    """The route for ``pair`` (a source named or detected, a target named or chosen) over
+    ``models`` ((source, target) -> model id)."""
+    source, target = pair.source.code, pair.target.code
+    spelling = {"source_spelling": pair.source.shown, "target_spelling": pair.target.shown}
     if (direct := models.get((source, target))) is not None:  # the common case, first
         return Route(source, target, (direct,), **spelling)
     # A multilingual model makes tens of thousands of pairs: the codes are collected only
     # when no direct model answers.
-    known = {code for pair in models for code in pair}
+    known = {code for served in models for code in served}
     for code in (source, target):
         if code not in known:
             raise UnsupportedLanguage("unsupported_language", f"{code} is not supported")

@@ -3,8 +3,9 @@
 The synchronous text work (limits, sentences, placeholders, tokens, joining) is
 service/text/pipeline.py; this module adds what only a server needs: a translation cache,
 tokenizing large requests off the event loop, and awaiting the batcher, which decodes every
-sentence of the request at once (one row per sentence and beam): all of them together
-(``translate``) or each as soon as it finishes (``stream``, for server-sent events).
+sentence of the request at once (one row per sentence and beam). :meth:`Translator.translate`
+is the one way in; the request's output mode says whether the sentences come back all
+together, each as soon as it finishes (for server-sent events), or with their n-best.
 
 Refusals are the pipeline's domain errors (``InputTooLarge``, ``InvalidInput``) and the
 batcher's (queue full, shutting down, timeout); the web layer maps them to statuses.
@@ -17,12 +18,13 @@ import copy
 import dataclasses
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from service.errors import InputTooLarge
 from service.runtime.types import DecodeRequest
-from service.scheduling.batcher import ContinuousBatcher, RowStream
+from service.scheduling.batcher import ContinuousBatcher, RowResult, RowStream
 from service.text.glossary import Glossary
 from service.text.pipeline import (
     DecodingOptions,
@@ -36,6 +38,7 @@ from service.text.pipeline import (
 from service.text.segmenter import join_translations
 from service.text.tokenizer import Tokenizer
 from service.translation.languages import normalise_language_code
+from service.translation.request import Output, TranslationRequest
 
 # Tokenizing is quick, but a request at the limits (64 texts x 5000 characters) would hold
 # the event loop for a noticeable time: such requests tokenize in a worker thread.
@@ -126,33 +129,60 @@ class Translator:
 
     async def translate(
         self,
-        texts: Sequence[str],
-        options: DecodingOptions,
-        then: Translator | None = None,
-        glossary: Glossary | None = None,
+        request: TranslationRequest,
         memory: MemoryLookup | None = None,
-    ) -> TranslationBatch:
-        """Translate ``texts`` (order kept). ``then``: a second model that translates this
-        one's output sentence by sentence (a pivot, X→en→Y); both legs go through their
-        model's batcher like any other rows. ``glossary``: terms enforced on this model's
+        then: Translator | None = None,
+    ) -> TranslationItems:
+        """The one way in: ``request.texts`` through this model, as ``request.output`` asks.
+
+        Everything that can refuse the request (the pipeline's ``TextError``s for the limits;
+        for a stream, queue full) raises here, before the first item. The items: for a
+        stream, a :class:`SentenceDone` per sentence as it finishes; then, always, the
+        :class:`TranslationBatch` (with each text's n-best alternatives when asked for).
+        ``then``: a second model that translates this one's output sentence by sentence (a
+        pivot, X→en→Y), whole only: its sentences finish with the second leg, and its two
+        beams have no single n-best. ``request.glossary``: terms enforced on this model's
         source; on a pivot they cross the second leg as symbols too. ``memory``: approved
-        translations for the route's pair, written without either model. Raises the pipeline's ``TextError``s for the
-        limits, and whatever the batchers raise (queue full, shutting down, timeout)."""
-        pipeline = self.pipeline
+        translations for the route's pair, written without either model."""
         # One MT_REQUEST_TIMEOUT_S for the request, however many legs it takes.
         deadline = time.monotonic() + self.limits.request_timeout_s
-        plans = await self._plan(texts, options, glossary=glossary, memory=memory)
-        decoded = await self._decode(plans, options, deadline)
+        output = request.output if then is None else Output.WHOLE
+        options = request.options
+        # The cache keeps no n-best: alternatives decode every sentence.
+        plans = await self._plan(
+            request.texts, options, output is not Output.ALTERNATIVES, request.glossary, memory
+        )
+        if output is Output.STREAM:
+            to_decode, rows = self._rows(plans, options)
+            rows_done = self.batcher.submit_as_completed(
+                rows, timeout_s=self.limits.request_timeout_s, background=options.background
+            )
+            return TranslationStream(self, plans, to_decode, rows_done, options)
+        alternatives = request.alternatives if output is Output.ALTERNATIVES else 0
+        return once(lambda: self._whole(plans, options, deadline, then, alternatives))
+
+    async def _whole(
+        self,
+        plans: list[TextPlan],
+        options: DecodingOptions,
+        deadline: float,
+        then: Translator | None,
+        alternatives: int,
+    ) -> TranslationBatch:
+        """Decode ``plans`` at once, then, on a pivot, their second leg."""
+        to_decode, results = await self._decode(plans, options, deadline)
+        batch = self.pipeline.assemble(plans, decoded=len(to_decode))
+        if alternatives:
+            return self._with_alternatives(plans, batch, to_decode, results, alternatives)
         if then is None:
-            return pipeline.assemble(plans, decoded=decoded)
-        first_leg = pipeline.assemble(plans, decoded=decoded)
+            return batch
         second_leg = await then._continue(plans, options, deadline)
         return dataclasses.replace(
             second_leg,
-            input_tokens=first_leg.input_tokens,
-            output_tokens=first_leg.output_tokens + second_leg.output_tokens,
-            decoded_sentences=first_leg.decoded_sentences + second_leg.decoded_sentences,
-            cached_sentences=first_leg.cached_sentences + second_leg.cached_sentences,
+            input_tokens=batch.input_tokens,
+            output_tokens=batch.output_tokens + second_leg.output_tokens,
+            decoded_sentences=batch.decoded_sentences + second_leg.decoded_sentences,
+            cached_sentences=batch.cached_sentences + second_leg.cached_sentences,
         )
 
     async def _continue(
@@ -168,34 +198,30 @@ class Translator:
                 else sentence
                 for sentence in plan.sentences
             ]
-        decoded = await self._decode(plans, options, deadline)
-        return self.pipeline.assemble(plans, decoded=decoded)
+        to_decode, _ = await self._decode(plans, options, deadline)
+        return self.pipeline.assemble(plans, decoded=len(to_decode))
 
-    async def translate_with_alternatives(
+    def _with_alternatives(
         self,
-        texts: Sequence[str],
-        options: DecodingOptions,
+        plans: list[TextPlan],
+        batch: TranslationBatch,
+        decoded: list[SentencePlan],
+        results: list[RowResult],
         alternatives: int,
-        glossary: Glossary | None = None,
-        memory: MemoryLookup | None = None,
-    ) -> tuple[TranslationBatch, list[list[str]]]:
-        """:meth:`translate`, plus up to ``alternatives`` other translations of each text from
-        the beam's n-best (LibreTranslate's ``alternatives``): alternative k joins every
+    ) -> TranslationBatch:
+        """``batch`` with up to ``alternatives`` other translations of each text from the
+        beam's n-best (LibreTranslate's ``alternatives``): alternative k joins every
         sentence's k-th best hypothesis (its best where the beam has fewer), and repeats and
         copies of the translation are left out, as LibreTranslate does. The caller picks a
-        beam of at least ``alternatives + 1``. The cache is bypassed: it keeps no n-best."""
-        plans = await self._plan(texts, options, use_cache=False, glossary=glossary, memory=memory)
-        to_decode, rows = self._rows(plans, options)
-        results = await self.batcher.submit(
-            rows, timeout_s=self.limits.request_timeout_s, background=options.background
-        )
-        others: dict[int, list[str]] = {}
-        for sentence, result in zip(to_decode, results, strict=True):
-            self._finish(sentence, result.tokens, options)
-            hypotheses = result.hypotheses[1 : alternatives + 1]
-            others[id(sentence)] = [self.pipeline.hypothesis_text(sentence, h) for h in hypotheses]
-        batch = self.pipeline.assemble(plans, decoded=len(to_decode))
-        alternative_texts = []
+        beam of at least ``alternatives + 1``."""
+        others = {
+            id(sentence): [
+                self.pipeline.hypothesis_text(sentence, hypothesis)
+                for hypothesis in result.hypotheses[1 : alternatives + 1]
+            ]
+            for sentence, result in zip(decoded, results, strict=True)
+        }
+        translations = []
         for plan, translation in zip(plans, batch.translations, strict=True):
             found: list[str] = []
             for k in range(alternatives):
@@ -206,34 +232,16 @@ class Translator:
                 text = join_translations(plan.text, plan.spans, parts)
                 if text != translation.text and text not in found:
                     found.append(text)
-            alternative_texts.append(found)
-        return batch, alternative_texts
-
-    async def stream(
-        self,
-        texts: Sequence[str],
-        options: DecodingOptions,
-        glossary: Glossary | None = None,
-        memory: MemoryLookup | None = None,
-    ) -> TranslationStream:
-        """Like :meth:`translate` (one model), but the sentences come back one by one as they
-        finish. Everything that can refuse the request (limits, queue full) raises here,
-        before the first result; the returned stream yields :class:`SentenceDone` items, then
-        the :class:`TranslationBatch` that :meth:`translate` would have returned."""
-        plans = await self._plan(texts, options, glossary=glossary, memory=memory)
-        to_decode, rows = self._rows(plans, options)
-        rows_done = self.batcher.submit_as_completed(
-            rows, timeout_s=self.limits.request_timeout_s, background=options.background
-        )
-        return TranslationStream(self, plans, to_decode, rows_done, options)
+            translations.append(dataclasses.replace(translation, alternatives=tuple(found)))
+        return dataclasses.replace(batch, translations=translations)
 
     async def _plan(
         self,
         texts: Sequence[str],
         options: DecodingOptions,
-        use_cache: bool = True,
-        glossary: Glossary | None = None,
-        memory: MemoryLookup | None = None,
+        use_cache: bool,
+        glossary: Glossary | None,
+        memory: MemoryLookup | None,
     ) -> list[TextPlan]:
         # The request's size is checked once, by the dispatcher, before any model is leased.
         pipeline = self.pipeline
@@ -248,9 +256,10 @@ class Translator:
 
     async def _decode(
         self, plans: list[TextPlan], options: DecodingOptions, deadline: float
-    ) -> int:
+    ) -> tuple[list[SentencePlan], list[RowResult]]:
         """Decode the sentences of ``plans`` that need the model, all at once, before
-        ``deadline`` (``time.monotonic``; ``TimeoutError`` past it); how many."""
+        ``deadline`` (``time.monotonic``; ``TimeoutError`` past it): those sentences, finished,
+        and their rows' results."""
         to_decode, rows = self._rows(plans, options)
         timeout_s = max(0.0, deadline - time.monotonic())
         results = await self.batcher.submit(
@@ -258,7 +267,7 @@ class Translator:
         )
         for sentence, result in zip(to_decode, results, strict=True):
             self._finish(sentence, result.tokens, options)
-        return len(to_decode)
+        return to_decode, results
 
     def _rows(
         self, plans: list[TextPlan], options: DecodingOptions
@@ -306,6 +315,25 @@ class SentenceDone:
     sentences: int  # how many sentences that text has
     translation: str  # placeholders and edge tags restored
     tokens: int  # tokens generated for it (0: from the cache or passed through)
+
+
+class TranslationItems(Protocol):
+    """What :meth:`Translator.translate` returns: ``SentenceDone`` items (a stream only), then
+    the whole :class:`TranslationBatch`; ``aclose()`` before the end drops the unfinished
+    rows from the batch at once."""
+
+    def __aiter__(self) -> AsyncIterator[SentenceDone | TranslationBatch]: ...
+
+    async def __anext__(self) -> SentenceDone | TranslationBatch: ...
+
+    async def aclose(self) -> None: ...
+
+
+async def once(
+    work: Callable[[], Awaitable[TranslationBatch]],
+) -> AsyncGenerator[SentenceDone | TranslationBatch, None]:
+    """``work``'s batch as the only item (its work starts at the first ``anext``)."""
+    yield await work()
 
 
 class TranslationStream:

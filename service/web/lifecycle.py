@@ -21,9 +21,10 @@ from service.config import Settings
 from service.metrics import ServiceMetrics
 from service.text.bulk import TranslateTexts
 from service.translation.database import Database
-from service.translation.dispatch import Dispatcher
+from service.translation.dispatch import Dispatcher, document_translator
 from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
 from service.translation.glossaries import GlossaryStore
+from service.translation.languages import LanguagePair
 from service.translation.memories import MemoryStore
 from service.translation.registry import ModelRegistry
 from service.web.errors import ApiError, ErrorInfo, describe_error
@@ -109,7 +110,8 @@ class ServiceState:
                 dispatcher = self.require_dispatcher()
                 # background: admitted after interactive requests (service/scheduling/scheduler.py)
                 options = replace(self.limits.options(None, None), background=True)
-                bound.append(dispatcher.pair_translator(job.source_lang, job.target_lang, options))
+                languages = LanguagePair.parse(job.source_lang, job.target_lang)
+                bound.append(document_translator(dispatcher, languages, options))
             return await bound[0](texts)
 
         return translate

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Hashable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 
 import httpx
 import pytest
@@ -20,6 +20,8 @@ from service.runtime.groups import EncodedRequests
 from service.runtime.step_cost import StepShape
 from service.runtime.types import DecodeRequest, FinishedRequest, RejectedRequest
 from service.text.tokenizer import Tokenizer
+from service.translation.languages import LanguagePair
+from service.translation.request import TranslationRequest
 from service.web.deps import run_for_client
 from service.web.errors import ApiError
 from service.wiring import create_app
@@ -367,7 +369,13 @@ async def test_client_that_hangs_up_has_its_rows_dropped(model_dir, gated_engine
         options = only_model(app).translator.limits.options(None, None)
         # Two sentences that decode for many steps (they run to their max_new_tokens).
         text = "Print this folder with your account. Open the file in a new window."
-        work = only_model(app).translator.translate([text], options)
+        request = TranslationRequest([text], LanguagePair.parse("en", "de"), options)
+
+        async def translate() -> object:
+            async with aclosing(await only_model(app).translator.translate(request)) as items:
+                return [item async for item in items][-1]
+
+        work = translate()
         with pytest.raises(ApiError) as refusal:
             await run_for_client(HungUpRequest(gated_engine), service, work)
         assert refusal.value.status == 499

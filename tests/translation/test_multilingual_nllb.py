@@ -18,6 +18,7 @@ from service.config import Settings
 from service.runtime.engine import Engine
 from service.runtime.types import DecodeRequest
 from service.text.tokenizer import NLLB_LANGUAGE_CODES, Tokenizer, nllb_language_ids
+from service.translation.languages import LanguagePair
 from service.translation.registry import ModelSpec, serving_pairs
 from service.translation.routing import plan_route
 from service.wiring import create_app
@@ -217,10 +218,12 @@ def test_one_model_serves_every_pair_of_its_languages_and_a_pair_model_wins_its_
     pairs = serving_pairs([nllb, de_fr])
     assert len(pairs) == 12 and pairs[("de", "fr")] == "de-fr" and pairs[("fr", "de")] == "nllb"
     en_ja = {("en", "ja"): "en-ja"}
-    route = plan_route("deu_Latn", "ja", {**pairs, **en_ja}, "en")  # pivot: no model has de→ja
+    route = plan_route(
+        LanguagePair.parse("deu_Latn", "ja"), {**pairs, **en_ja}, "en"
+    )  # pivot: no model has de→ja
     assert route.legs == ("nllb", "en-ja") and route.leg_pairs == (("de", "en"), ("en", "ja"))
     assert (route.shown_source, route.shown_target) == ("deu_Latn", "ja")
-    route = plan_route("ACE_ARAB", "fra_Latn", pairs, "en")
+    route = plan_route(LanguagePair.parse("ACE_ARAB", "fra_Latn"), pairs, "en")
     assert route.legs == ("nllb",) and (route.source, route.target) == ("ace_Arab", "fr")
     assert (route.shown_source, route.shown_target) == ("ace_Arab", "fra_Latn")
 

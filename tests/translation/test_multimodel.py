@@ -25,6 +25,7 @@ from service.metrics import ServiceMetrics
 from service.runtime.types import BatchEstimate, DecodeRequest, FinishedRequest
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
+from service.translation.languages import LanguagePair
 from service.translation.routing import UnsupportedLanguage, plan_route, targets_by_source
 from service.wiring import create_app
 from tests.service_fixtures import language_models, solo_translator
@@ -142,11 +143,12 @@ def test_pivot_de_fr_runs_de_en_then_en_fr_sentence_by_sentence(client, solo):
 
 def test_a_direct_model_wins_over_a_pivot():
     models = {("de", "en"): "de-en", ("en", "fr"): "en-fr", ("de", "fr"): "de-fr"}
-    assert plan_route("de", "fr", models, "en").legs == ("de-fr",)
+    de_fr = LanguagePair.parse("de", "fr")
+    assert plan_route(de_fr, models, "en").legs == ("de-fr",)
     del models[("de", "fr")]
-    assert plan_route("de", "fr", models, "en").legs == ("de-en", "en-fr")
+    assert plan_route(de_fr, models, "en").legs == ("de-en", "en-fr")
     with pytest.raises(UnsupportedLanguage):
-        plan_route("de", "fr", models, "")  # pivoting off
+        plan_route(de_fr, models, "")  # pivoting off
 
 
 def test_languages_lists_direct_and_pivot_targets(client):

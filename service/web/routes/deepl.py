@@ -40,8 +40,10 @@ from starlette.datastructures import UploadFile
 
 from service.errors import ApiError, NotFound
 from service.text.glossary import entries_tsv, parse_entries
+from service.translation.dispatch import collect
 from service.translation.document_jobs import DocumentJob
-from service.translation.languages import language_name
+from service.translation.languages import LanguagePair, language_name
+from service.translation.request import TranslationRequest
 from service.translation.routing import source_languages, targets_by_source
 from service.web.access import AccessPolicy
 from service.web.deps import (
@@ -56,7 +58,6 @@ from service.web.deps import (
 from service.web.lifecycle import ServiceState
 from service.web.routes.documents import result_response, submit
 from service.web.routes.glossaries import card, create_glossary
-from service.web.routes.libretranslate import _translate_html
 from service.web.routes.memories import memory_choice
 from service.web.routes.v1 import MODELS_HEADER
 
@@ -160,17 +161,19 @@ async def translate(
     glossary = service.glossaries.glossary(glossary_id) if glossary_id else None
     memory = memory_choice(_string(fields, "translation_memory_id"))
     dispatcher = service.require_dispatcher()
-    options = service.limits.options(None, None)
-    if _string(fields, "tag_handling") in ("html", "xml"):
-        work = _translate_html(dispatcher, texts, source, target, options, glossary, memory)
-        result, translated = await run_for_client(request, service, work)
-    else:
-        plain = dispatcher.translate(texts, source, target, options, glossary, memory=memory)
-        result = await run_for_client(request, service, plain)
-        translated = [t.text for t in result.batch.translations]
+    translation = TranslationRequest(
+        texts,
+        LanguagePair.parse(source, target),
+        service.limits.options(None, None),
+        format="html" if _string(fields, "tag_handling") in ("html", "xml") else "text",
+        glossary=glossary,
+        memory=memory,
+    )
+    result = await run_for_client(request, service, collect(dispatcher.translate(translation)))
+    translated = [t.text for t in result.batch.translations]
     service.quota.record(identity, characters, result.batch.memory_sentences)
-    response.headers[MODELS_HEADER] = ",".join(result.route.legs)
-    detected = result.route.source.upper()
+    response.headers[MODELS_HEADER] = ",".join(result.plan.route.legs)
+    detected = result.plan.route.source.upper()
     return {
         "translations": [
             {"detected_source_language": detected, "text": text, "billed_characters": len(source)}

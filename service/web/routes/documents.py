@@ -14,21 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
-from starlette.datastructures import UploadFile
 
 from service.text.documents.inline import TAG_RE
-from service.text.files import UnsupportedFile, supported, translate_file
+from service.text.files import UnsupportedFile, translate_file
 from service.translation.document_jobs import DocumentJob, count_sentences
-from service.translation.languages import normalise_language_code
+from service.translation.languages import LanguageCode, LanguagePair
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, upload_body
 from service.web.errors import ERROR_RESPONSES, ApiError
 from service.web.file_store import safe_filename
 from service.web.lifecycle import ServiceState
-from service.web.routes.files import require_files_enabled
+from service.web.routes.files import checked_upload, require_files_enabled
 from service.web.schemas import DocumentJobStatus
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"])
@@ -63,30 +63,25 @@ async def submit(
 ) -> DocumentJob:
     """Check, count, charge and queue an uploaded document (both APIs)."""
     require_files_enabled(service)
-    if not isinstance(upload, UploadFile):
-        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
-    if not upload.filename:
-        raise ApiError(400, "invalid_request", "Invalid request: empty file")
-    if not supported(upload.filename):
-        raise ApiError(400, "invalid_request", "Invalid request: file format not supported")
+    upload, filename = checked_upload(upload)
     dispatcher = service.require_dispatcher()
-    source = normalise_language_code(source) or "auto"
+    languages = LanguagePair.parse(source, target)
     if not target:
-        if source == "auto":
+        if languages.detects:
             raise ApiError(400, "invalid_request", "Invalid request: missing target_lang parameter")
-        target = dispatcher.default_target(source)
-    target = normalise_language_code(target) or ""
-    if source != "auto":
-        route = dispatcher.route(source, target)  # an unserved pair is refused now
-        source, target = route.source, route.target
+        default = dispatcher.default_target(languages.source.code)
+        languages = replace(languages, target=LanguageCode(default))
+    if not languages.detects:
+        dispatcher.route(languages)  # an unserved pair is refused now
+    source, target = languages.source.code, languages.target.code
     content = await upload.read()
-    texts = await read_texts(upload.filename, content, target)
+    texts = await read_texts(filename, content, target)
     # Characters of the text itself: formatting boundaries are the service's markup.
     characters = sum(len(TAG_RE.sub("", text)) for text in texts)
     access.charge_characters(request, body_key, chars=characters)
     job = await asyncio.to_thread(
         service.documents.create,
-        safe_filename(upload.filename),
+        safe_filename(filename),
         content,
         source,
         target,

@@ -17,7 +17,8 @@ from starlette.datastructures import UploadFile
 from service.text.bulk import translate_in_chunks
 from service.text.files import SUPPORTED_EXTENSIONS, UnsupportedFile, supported
 from service.text.files import translate_file as translate_file_content
-from service.translation.languages import normalise_language_code
+from service.translation.dispatch import document_translator
+from service.translation.languages import LanguagePair
 from service.web.deps import Access, Service, run_for_client, upload_body
 from service.web.errors import ApiError
 from service.web.file_store import TranslatedFiles
@@ -32,6 +33,18 @@ def require_files_enabled(service: ServiceState) -> None:
     configuration forbids it, not the request's form)."""
     if not service.settings.storage.files_translation:
         raise ApiError(403, "files_disabled", "Files translation are disabled on this server.")
+
+
+def checked_upload(upload: object) -> tuple[UploadFile, str]:
+    """The uploaded file and its name; a missing file, an empty name or a format no reader
+    serves is refused with LibreTranslate's texts (both file APIs)."""
+    if not isinstance(upload, UploadFile):
+        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
+    if not upload.filename:
+        raise ApiError(400, "invalid_request", "Invalid request: empty file")
+    if not supported(upload.filename):
+        raise ApiError(400, "invalid_request", "Invalid request: file format not supported")
+    return upload, upload.filename
 
 
 def file_store(request: Request) -> TranslatedFiles:
@@ -68,19 +81,14 @@ async def translate_file(
     for name in ("source", "target"):
         if not form.get(name):
             raise ApiError(400, "invalid_request", f"Invalid request: missing {name} parameter")
-    if not isinstance(upload, UploadFile):
-        raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
-    if not upload.filename:
-        raise ApiError(400, "invalid_request", "Invalid request: empty file")
-    if not supported(upload.filename):
-        raise ApiError(400, "invalid_request", "Invalid request: file format not supported")
-    source, target = str(form["source"]), str(form["target"])
+    upload, filename = checked_upload(upload)
+    languages = LanguagePair.parse(str(form["source"]), str(form["target"]))
     dispatcher = service.require_dispatcher()
     content = await upload.read()
     options = service.limits.options(None, None)
     # The pair is chosen once for the whole file: a named source is checked now, before any
     # work; "auto" is detected on the file's first texts.
-    translate_chunk = dispatcher.pair_translator(source, target, options)
+    translate_chunk = document_translator(dispatcher, languages, options)
 
     async def translate_texts(texts: list[str]) -> list[str]:
         # Every format hands over all of its texts in one call: the whole file is counted
@@ -94,9 +102,7 @@ async def translate_file(
         translated = await run_for_client(
             request,
             service,
-            translate_file_content(
-                upload.filename, content, normalise_language_code(target), translate_texts
-            ),
+            translate_file_content(filename, content, languages.target.code, translate_texts),
         )
     except UnsupportedFile as error:
         raise ApiError(400, "invalid_request", f"Invalid request: {error}") from error

@@ -13,14 +13,14 @@ import datetime
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from service.text.glossary import Glossary, GlossaryError, parse_entries
 from service.translation.glossaries import GlossaryInfo, GlossaryStore
-from service.translation.languages import normalise_language_code
+from service.translation.languages import LanguageCode, LanguagePair
 from service.translation.routing import plan_route
 from service.web.deps import Access, Service, json_body, request_body, sends_form
-from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
+from service.web.errors import ERROR_RESPONSES, ApiError, validated
 from service.web.lifecycle import ServiceState
 from service.web.schemas import GlossaryCard, GlossaryCreate, GlossaryList, MemoryPost
 
@@ -50,10 +50,10 @@ def create_glossary(
 ) -> GlossaryInfo:
     """Store a glossary for a pair the service translates (a glossary for a pair no route
     serves could never be used)."""
-    source = normalise_language_code(source_lang) or ""
-    target = normalise_language_code(target_lang) or ""
+    pair = LanguagePair(LanguageCode.parse(source_lang), LanguageCode.parse(target_lang))
+    source, target = pair.source.code, pair.target.code
     if service.registry is not None:
-        plan_route(source, target, service.registry.by_pair, service.settings.model.pivot_lang)
+        plan_route(pair, service.registry.by_pair, service.settings.model.pivot_lang)
     return service.glossaries.create(name, source, target, entries)
 
 
@@ -95,12 +95,7 @@ async def read_entries_body(request: Request, schema: type[Body], what: str) -> 
                 data["entries_format"] = "csv"
     else:
         data = await json_body(request)
-    try:
-        return schema.model_validate(data)
-    except ValidationError as error:
-        raise ApiError(
-            400, "invalid_request", f"invalid {what}: {describe_validation(error.errors())}"
-        ) from error
+    return validated(schema, data, f"invalid {what}")
 
 
 def entries_of(body: GlossaryCreate | MemoryPost) -> list[tuple[str, str]]:

@@ -17,16 +17,12 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from service.config import Settings
-from service.text.bulk import translate_in_chunks
-from service.text.glossary import Glossary
-from service.text.html import translate_html
-from service.text.pipeline import DecodingOptions, TextTranslation, TranslationBatch
-from service.translation.dispatch import Dispatcher, DispatchResult
-from service.translation.languages import language_name
-from service.translation.memories import PAIR_DEFAULT, MemoryChoice
+from service.translation.dispatch import collect
+from service.translation.languages import LanguagePair, language_name
+from service.translation.request import Output, TranslationRequest
 from service.translation.routing import targets_by_source
 from service.web.deps import (
     FORM_TYPES,
@@ -37,7 +33,7 @@ from service.web.deps import (
     run_for_client,
     sends_form,
 )
-from service.web.errors import ERROR_RESPONSES, ApiError, describe_validation
+from service.web.errors import ERROR_RESPONSES, ApiError, validated
 from service.web.routes.v1 import MODELS_HEADER
 from service.web.schemas import (
     DetectedLanguage,
@@ -71,26 +67,25 @@ async def translate(
     dispatcher = service.require_dispatcher()
     alternatives = _alternatives(body.alternatives, service.settings)
     options = service.limits.options(None, None)
-    others: list[list[str]] = [[] for _ in texts]
-    if body.format == "html":
-        work = _translate_html(dispatcher, texts, body.source, body.target, options)
-        result, translated = await run_for_client(request, service, work)
-    else:
-        if alternatives:
-            # The n-best needs a beam of at least alternatives + 1 (LibreTranslate: hypotheses).
-            options = replace(options, beam_size=max(options.beam_size, alternatives + 1))
-            n_best = dispatcher.translate_with_alternatives(
-                texts, body.source, body.target, options, alternatives
-            )
-            result, others = await run_for_client(request, service, n_best)
-        else:
-            plain = dispatcher.translate(texts, body.source, body.target, options)
-            result = await run_for_client(request, service, plain)
-        translated = [t.text for t in result.batch.translations]
-    response.headers[MODELS_HEADER] = ",".join(result.route.legs)
+    n_best = alternatives if body.format == "text" else 0  # html gets [], as LibreTranslate
+    if n_best:
+        # The n-best needs a beam of at least alternatives + 1 (LibreTranslate: hypotheses).
+        options = replace(options, beam_size=max(options.beam_size, n_best + 1))
+    translation = TranslationRequest(
+        texts,
+        LanguagePair.parse(body.source, body.target),
+        options,
+        format=body.format,
+        output=Output.ALTERNATIVES if n_best else Output.WHOLE,
+        alternatives=n_best,
+    )
+    result = await run_for_client(request, service, collect(dispatcher.translate(translation)))
+    translated = [t.text for t in result.batch.translations]
+    others = [list(t.alternatives) for t in result.batch.translations]
+    response.headers[MODELS_HEADER] = ",".join(result.plan.route.legs)
     detected = None
-    if result.detections:
-        top = result.detections[0]
+    if result.plan.detections:
+        top = result.plan.detections[0]
         one = DetectedLanguage(language=top.language, confidence=top.confidence)
         detected = one if isinstance(body.q, str) else [one] * len(texts)
     return LibreTranslateResponse(
@@ -115,48 +110,6 @@ def _alternatives(value: int | str, settings: Settings) -> int:
             400, "invalid_request", f"Invalid request: alternatives parameter must be <= {limit}"
         )
     return count
-
-
-async def _translate_html(
-    dispatcher: Dispatcher,
-    texts: list[str],
-    source: str | None,
-    target: str | None,
-    options: DecodingOptions,
-    glossary: Glossary | None = None,
-    memory: MemoryChoice = PAIR_DEFAULT,
-) -> tuple[DispatchResult, list[str]]:
-    """Each text is an HTML fragment: its units (service/text/html.py) go to the models in
-    request-sized chunks (a fragment's many text nodes do not count as many texts), all with
-    the route chosen once for the request (``auto`` detects on the fragments as sent)."""
-    route, detections = await dispatcher.plan(texts, source, target, glossary, memory)
-    chunk_size = dispatcher.limits.max_texts_per_request
-    batches: list[TranslationBatch] = []
-
-    async def translate_chunk(units: list[str]) -> list[str]:
-        result = await dispatcher.translate(
-            units, route.source, route.target, options, glossary, memory=memory
-        )
-        batches.append(result.batch)
-        return [t.text for t in result.batch.translations]
-
-    async def translate_units(units: list[str]) -> list[str]:
-        return await translate_in_chunks(units, chunk_size, translate_chunk)
-
-    translated = [await translate_html(text, translate_units) for text in texts]
-    return DispatchResult(_merged(batches, translated), route, detections), translated
-
-
-def _merged(batches: list[TranslationBatch], texts: list[str]) -> TranslationBatch:
-    """One batch for the whole request: its texts, the chunks' counts added up."""
-    return TranslationBatch(
-        translations=[TextTranslation(text, 0, 0) for text in texts],
-        input_tokens=sum(b.input_tokens for b in batches),
-        output_tokens=sum(b.output_tokens for b in batches),
-        decoded_sentences=sum(b.decoded_sentences for b in batches),
-        cached_sentences=sum(b.cached_sentences for b in batches),
-        memory_sentences=sum(b.memory_sentences for b in batches),
-    )
 
 
 @router.post(
@@ -191,12 +144,7 @@ async def read_body(request: Request, model: type[Body]) -> Body:
         # LibreTranslate's test (``if not q``: absent, "" and [] alike) and words: its clients
         # show them. An empty text has no language to detect and nothing to translate.
         raise ApiError(400, "invalid_request", "Invalid request: missing q parameter")
-    try:
-        return model.model_validate(data)
-    except ValidationError as error:
-        raise ApiError(
-            400, "invalid_request", f"Invalid request: {describe_validation(error.errors())}"
-        ) from error
+    return validated(model, data, "Invalid request")
 
 
 @router.get("/languages", response_model=list[Language], summary="Languages (LibreTranslate)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service.errors import ApiError
-from service.translation.languages import normalise_language_code
+from service.translation.languages import LanguageCode, LanguagePair
 from service.translation.memories import (
     NO_MEMORY,
     PAIR_DEFAULT,
@@ -49,12 +49,10 @@ def add_entries(
 ) -> MemoryUpdate:
     """Store approved pairs for a pair the service translates with a model (a memory for a
     pair no route serves, or for a language into itself, would never be asked)."""
-    source = normalise_language_code(source_lang) or ""
-    target = normalise_language_code(target_lang) or ""
+    pair = LanguagePair(LanguageCode.parse(source_lang), LanguageCode.parse(target_lang))
+    source, target = pair.source.code, pair.target.code
     if service.registry is not None:
-        route = plan_route(
-            source, target, service.registry.by_pair, service.settings.model.pivot_lang
-        )
+        route = plan_route(pair, service.registry.by_pair, service.settings.model.pivot_lang)
         if not route.legs:
             raise ApiError(
                 400,

@@ -32,6 +32,7 @@ from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
 from service.translation.dispatch import DispatchStream
+from service.translation.request import Output
 from service.translation.translator import SentenceDone
 from service.web.deps import Access, Service, run_for_client
 from service.web.errors import ERROR_RESPONSES
@@ -56,10 +57,9 @@ async def translate_stream(
     body: TranslateRequest, request: Request, service: Service, access: Access
 ) -> EventSourceResponse:
     started = time.perf_counter()
-    texts, dispatcher, options, glossary, memory = admit(body, request, service, access)
-    work = dispatcher.stream(texts, body.source_lang, body.target_lang, options, glossary, memory)
-    stream = await run_for_client(request, service, work)
-    headers = {MODELS_HEADER: ",".join(stream.models)}
+    dispatcher, translation = admit(body, request, service, access, Output.STREAM)
+    stream = await run_for_client(request, service, dispatcher.translate(translation))
+    headers = {MODELS_HEADER: ",".join(stream.plan.models)}
     # The events close the stream when they end; the background task closes it too when the
     # client hung up before the first event (the event generator then never ran).
     return EventSourceResponse(
@@ -80,10 +80,9 @@ async def _events(
                     data = json.dumps(asdict(item), ensure_ascii=False)
                     yield {"event": "sentence", "data": data}
                     continue
-                result = stream.result(item)
                 yield {
                     "event": "done",
-                    "data": translate_response(result, started).model_dump_json(),
+                    "data": translate_response(item, started).model_dump_json(),
                 }
         yield {"data": "[DONE]"}
     except asyncio.CancelledError:

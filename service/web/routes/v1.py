@@ -6,11 +6,11 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from service.text.glossary import Glossary
-from service.text.pipeline import DecodingOptions, TextTranslation
+from service.text.pipeline import TextTranslation
 from service.translation.detection import Detection
-from service.translation.dispatch import Dispatcher, DispatchResult
-from service.translation.memories import MemoryChoice
+from service.translation.dispatch import Dispatcher, DispatchResult, RoutePlan, collect
+from service.translation.languages import LanguagePair
+from service.translation.request import Output, Routing, TranslationRequest
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, run_for_client
 from service.web.errors import ERROR_RESPONSES
@@ -50,19 +50,17 @@ async def translate(
     access: Access,
 ) -> TranslateResponse:
     started = time.perf_counter()
-    texts, dispatcher, options, glossary, memory = admit(body, request, service, access)
-    work = dispatcher.translate(
-        texts, body.source_lang, body.target_lang, options, glossary, each_text=True, memory=memory
-    )
+    dispatcher, translation = admit(body, request, service, access, Output.WHOLE)
+    work = collect(dispatcher.translate(translation))
     result = await run_for_client(request, service, work)
-    response.headers[MODELS_HEADER] = ",".join(result.models)
-    response.headers.update(detection_headers(result, len(texts)))
+    response.headers[MODELS_HEADER] = ",".join(result.plan.models)
+    response.headers.update(detection_headers(result.plan, len(translation.texts)))
     return translate_response(result, started)
 
 
-def detection_headers(result: DispatchResult, count: int) -> dict[str, str]:
+def detection_headers(plan: RoutePlan, count: int) -> dict[str, str]:
     """DETECTED_HEADER and CONFIDENCE_HEADER for a detected source (none otherwise)."""
-    detections = [result.detection_of(index) for index in range(count)]
+    detections = [plan.detection_of(index) for index in range(count)]
     if not detections or any(d is None for d in detections):
         return {}
     return {
@@ -72,26 +70,38 @@ def detection_headers(result: DispatchResult, count: int) -> dict[str, str]:
 
 
 def admit(
-    body: TranslateRequest, request: Request, service: ServiceState, access: AccessPolicy
-) -> tuple[list[str], Dispatcher, DecodingOptions, Glossary | None, MemoryChoice]:
+    body: TranslateRequest,
+    request: Request,
+    service: ServiceState,
+    access: AccessPolicy,
+    output: Output,
+) -> tuple[Dispatcher, TranslationRequest]:
     """What both ``/v1`` translation routes do before any work: charge the client, check the
-    service is ready, fill in and check the decoding options, the glossary and the memory."""
+    service is ready, fill in and check the decoding options, the glossary and the memory.
+    Each text is detected and routed on its own."""
     texts = [body.text] if isinstance(body.text, str) else body.text
     access.admit(request, None, chars=sum(map(len, texts)))
     dispatcher = service.require_dispatcher()
-    options = service.limits.options(body.beam_size, body.max_new_tokens)
-    glossary = request_glossary(service, body.glossary, body.glossary_id)
-    return texts, dispatcher, options, glossary, memory_choice(body.memory_id, body.use_memory)
+    translation = TranslationRequest(
+        texts,
+        LanguagePair.parse(body.source_lang, body.target_lang),
+        service.limits.options(body.beam_size, body.max_new_tokens),
+        output=output,
+        glossary=request_glossary(service, body.glossary, body.glossary_id),
+        memory=memory_choice(body.memory_id, body.use_memory),
+        routing=Routing.EACH_TEXT,
+    )
+    return dispatcher, translation
 
 
 def translate_response(result: DispatchResult, started: float) -> TranslateResponse:
     """The ``/v1/translate`` body for ``result`` (also the streaming API's last event)."""
-    batch, route = result.batch, result.route
-    detected = result.detections[0] if result.detections else None
+    batch, plan = result.batch, result.plan
+    route, detected = plan.route, plan.detections[0] if plan.detections else None
     return TranslateResponse(
-        translations=[_translation(result, index, t) for index, t in enumerate(batch.translations)],
-        model="+".join(result.models),
-        models=result.models,
+        translations=[_translation(plan, index, t) for index, t in enumerate(batch.translations)],
+        model="+".join(plan.models),
+        models=plan.models,
         source_lang=route.shown_source,
         target_lang=route.shown_target,
         detected_language=_detected(detected),
@@ -106,12 +116,12 @@ def translate_response(result: DispatchResult, started: float) -> TranslateRespo
     )
 
 
-def _translation(result: DispatchResult, index: int, text: TextTranslation) -> Translation:
+def _translation(plan: RoutePlan, index: int, text: TextTranslation) -> Translation:
     """One text's translation; with its own source, models and detection when detected."""
     translation = Translation(text=text.text, tokens=text.output_tokens, sentences=text.sentences)
-    detected = result.detection_of(index)
+    detected = plan.detection_of(index)
     if detected is not None:
-        route = result.route_of(index)
+        route = plan.route_of(index)
         translation.source_lang = route.shown_source
         translation.models = list(route.legs)
         translation.detected_language = _detected(detected)
