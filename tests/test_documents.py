@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import io
+import struct
+import subprocess
+import sys
 import zipfile
 
 import docx
@@ -41,6 +44,7 @@ from translate.storage import xliff, xliff2
 
 from service.text.documents.inline import Unit
 from service.text.documents.ooxml import paragraph_units
+from service.text.documents.safety import open_archive
 from service.text.files import UnsupportedFile, translate_file
 from tests.test_html_text import shout
 from tests.test_webapi import client, download, make_settings, model_dir, served  # noqa: F401
@@ -896,6 +900,62 @@ def epub_bomb() -> bytes:
 def test_hostile_or_broken_epub_xliff_markdown_are_refused(name, make, message):
     with pytest.raises(UnsupportedFile, match=message):
         run(name, make())
+
+
+def lying_zip(method: int, declared: int, inflated: int) -> bytes:
+    """A .docx whose one entry declares ``declared`` bytes and inflates to ``inflated``: the
+    central directory's and local header's sizes are rewritten after the entry is written."""
+    out = io.BytesIO()
+    block = b"\0" * (1 << 20)
+    with (
+        zipfile.ZipFile(out, "w", method) as archive,
+        archive.open("word/document.xml", "w", force_zip64=False) as entry,
+    ):
+        for _ in range(inflated >> 20):
+            entry.write(block)
+    content = bytearray(out.getvalue())
+    real = struct.pack("<I", inflated)
+    local = content.index(b"PK\x03\x04")
+    central = content.index(b"PK\x01\x02")
+    assert content[local + 22 : local + 26] == real  # local header: uncompressed size
+    assert content[central + 24 : central + 28] == real  # central directory: the same
+    content[local + 22 : local + 26] = struct.pack("<I", declared)
+    content[central + 24 : central + 28] = struct.pack("<I", declared)
+    return bytes(content)
+
+
+def test_an_entry_that_lies_about_its_size_is_not_inflated_past_it(tmp_path):
+    # 1 GiB of zeros declared as 100 bytes: under the ratio floor and the total, so only
+    # bounded reading keeps the inflated stream out of memory. Measured in a fresh process.
+    bomb = tmp_path / "bomb.docx"
+    bomb.write_bytes(lying_zip(zipfile.ZIP_DEFLATED, 100, 1 << 30))
+    script = (
+        "import resource, sys\n"
+        "from service.text.documents.safety import open_archive\n"
+        "from service.errors import UnsupportedFile\n"
+        "content = open(sys.argv[1], 'rb').read()\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n"
+        "    open_archive(content, 'docx')\n"
+        "    print('accepted')\n"
+        "except UnsupportedFile as error:\n"
+        "    print('refused', error)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(bomb)], capture_output=True, text=True, timeout=120
+    )
+    verdict, growth_mb = result.stdout.strip().splitlines()
+    assert verdict.startswith("refused") and "corrupt" in verdict, result.stderr
+    assert int(growth_mb) < 64
+
+
+def test_entries_compressed_with_other_methods_than_stored_or_deflate_are_refused():
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_BZIP2) as archive:
+        archive.writestr("word/document.xml", b"<w:document/>")
+    with pytest.raises(UnsupportedFile, match="compression method"):
+        open_archive(out.getvalue(), "docx")
 
 
 # --- through the service -----------------------------------------------------------------------
