@@ -10,6 +10,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import io
+import struct
+import subprocess
+import sys
+import time
 import zipfile
 
 import docx
@@ -39,8 +43,9 @@ from openpyxl.cell.rich_text import CellRichText, TextBlock
 from openpyxl.cell.text import InlineFont
 from translate.storage import xliff, xliff2
 
-from service.text.documents.inline import Unit
+from service.text.documents.inline import Slot, Unit
 from service.text.documents.ooxml import paragraph_units
+from service.text.documents.safety import open_archive
 from service.text.files import UnsupportedFile, translate_file
 from tests.text.test_html_text import shout
 from tests.web.test_webapi import client, download, make_settings, model_dir, served  # noqa: F401
@@ -807,6 +812,24 @@ def test_reordered_tags_keep_formatting_on_their_words():
     assert texts == ["la voiture ", "rouge", None]
 
 
+def test_a_paragraph_of_many_alternating_runs_is_read_and_written_in_linear_time():
+    # 40,000 runs alternating plain and bold: a scan per piece of text made writing back
+    # quadratic (tens of seconds here); linear, it takes about a second.
+    paragraph = etree.Element("p")
+    slots = []
+    for index in range(40_000):
+        run = etree.SubElement(paragraph, "r")
+        run.text = f"word{index} "
+        slots.append(Slot(run, "text", ("b",) if index % 2 else (), bare=not index % 2))
+    unit = Unit(slots)
+    before = "".join(run.text for run in paragraph)
+    started = time.perf_counter()
+    _, text, _ = unit.source()
+    unit.write(text)  # its own text back: the paragraph has the same words, in order
+    assert time.perf_counter() - started < 8
+    assert "".join(run.text or "" for run in paragraph).split() == before.split()
+
+
 # --- refusals ----------------------------------------------------------------------------------
 
 
@@ -896,6 +919,62 @@ def epub_bomb() -> bytes:
 def test_hostile_or_broken_epub_xliff_markdown_are_refused(name, make, message):
     with pytest.raises(UnsupportedFile, match=message):
         run(name, make())
+
+
+def lying_zip(method: int, declared: int, inflated: int) -> bytes:
+    """A .docx whose one entry declares ``declared`` bytes and inflates to ``inflated``: the
+    central directory's and local header's sizes are rewritten after the entry is written."""
+    out = io.BytesIO()
+    block = b"\0" * (1 << 20)
+    with (
+        zipfile.ZipFile(out, "w", method) as archive,
+        archive.open("word/document.xml", "w", force_zip64=False) as entry,
+    ):
+        for _ in range(inflated >> 20):
+            entry.write(block)
+    content = bytearray(out.getvalue())
+    real = struct.pack("<I", inflated)
+    local = content.index(b"PK\x03\x04")
+    central = content.index(b"PK\x01\x02")
+    assert content[local + 22 : local + 26] == real  # local header: uncompressed size
+    assert content[central + 24 : central + 28] == real  # central directory: the same
+    content[local + 22 : local + 26] = struct.pack("<I", declared)
+    content[central + 24 : central + 28] = struct.pack("<I", declared)
+    return bytes(content)
+
+
+def test_an_entry_that_lies_about_its_size_is_not_inflated_past_it(tmp_path):
+    # 1 GiB of zeros declared as 100 bytes: under the ratio floor and the total, so only
+    # bounded reading keeps the inflated stream out of memory. Measured in a fresh process.
+    bomb = tmp_path / "bomb.docx"
+    bomb.write_bytes(lying_zip(zipfile.ZIP_DEFLATED, 100, 1 << 30))
+    script = (
+        "import resource, sys\n"
+        "from service.text.documents.safety import open_archive\n"
+        "from service.errors import UnsupportedFile\n"
+        "content = open(sys.argv[1], 'rb').read()\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n"
+        "    open_archive(content, 'docx')\n"
+        "    print('accepted')\n"
+        "except UnsupportedFile as error:\n"
+        "    print('refused', error)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(bomb)], capture_output=True, text=True, timeout=120
+    )
+    verdict, growth_mb = result.stdout.strip().splitlines()
+    assert verdict.startswith("refused") and "corrupt" in verdict, result.stderr
+    assert int(growth_mb) < 64
+
+
+def test_entries_compressed_with_other_methods_than_stored_or_deflate_are_refused():
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_BZIP2) as archive:
+        archive.writestr("word/document.xml", b"<w:document/>")
+    with pytest.raises(UnsupportedFile, match="compression method"):
+        open_archive(out.getvalue(), "docx")
 
 
 # --- through the service -----------------------------------------------------------------------

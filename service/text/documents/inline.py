@@ -24,6 +24,7 @@ words in the wrong formatting. So:
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from collections.abc import Callable, Hashable
@@ -138,8 +139,10 @@ class Unit:
             if inside is not None:
                 tagged_text.setdefault(inside, []).append(text)
                 return
-            following = [index for index in plain if index > after]
-            target = following[0] if following else plain[-1] if plain else None
+            # the first plain group after ``after`` (a bisection: a paragraph may have
+            # tens of thousands of runs, so a scan per piece would be quadratic)
+            following = bisect.bisect_right(plain, after)
+            target = plain[following] if following < len(plain) else plain[-1] if plain else None
             if target is None:  # no plain group: the text joins the first tagged one
                 target_group = min(by_tag) if by_tag else None
                 if target_group is not None:

@@ -6,8 +6,13 @@ file that inflates to gigabytes, or millions of entries) or XML that declares en
 
 * **Limits before inflating.** The central directory declares every entry's size; the
   archive is refused when it has too many entries, too many bytes in all, or an entry that
-  inflates more than :data:`MAX_RATIO` times (past a small floor). ``zipfile`` never reads
-  past an entry's declared size, so the declared sizes bound the real work.
+  inflates more than :data:`MAX_RATIO` times (past a small floor).
+* **Limits while inflating.** Declared sizes are the attacker's word: ``zipfile`` inflates
+  a whole bzip2 or LZMA stream, and as much of a deflate stream as one ``read()`` asks for,
+  before it cuts the result to the declared size. So only stored and deflate entries are
+  read (OOXML, ODF and EPUB use no other method), in chunks of :data:`READ_CHUNK` bytes, and
+  ``zipfile`` stops each entry at its declared size and checks its CRC there. Memory per
+  archive stays within its declared total plus one chunk.
 * **No DTD at all.** OOXML, ODF and EPUB's XHTML need no document type declaration with
   entities, so any ``<!DOCTYPE …[`` or ``<!ENTITY`` is refused before parsing, and lxml
   parses with entity resolution, DTD loading and network access off as a second wall.
@@ -30,6 +35,9 @@ MAX_ENTRIES = 10_000
 MAX_UNCOMPRESSED_BYTES = 200 * 1024 * 1024
 MAX_RATIO = 200
 RATIO_FLOOR_BYTES = 1024 * 1024  # small entries may compress well (a blank sheet, a style)
+READ_CHUNK = 64 * 1024
+# The compression methods the supported formats use; others (bzip2, LZMA) inflate whole.
+ALLOWED_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 _DTD_RE = re.compile(rb"<!DOCTYPE[^>\[]*\[|<!ENTITY", re.IGNORECASE)
 _DECLARATION_RE = re.compile(rb"^\s*<\?xml[^>]*\?>[ \t\r\n]*")
@@ -72,6 +80,11 @@ def open_archive(content: bytes, kind: str) -> Archive:
     for info in infos:
         if info.flag_bits & 0x1:
             raise UnsupportedFile(f"the {kind} file is encrypted (password-protected)")
+        if info.compress_type not in ALLOWED_METHODS:
+            raise UnsupportedFile(
+                f"the {kind} file uses an unsupported compression method "
+                f"({info.compress_type}) in {info.filename}"
+            )
         if info.file_size > RATIO_FLOOR_BYTES and info.file_size > MAX_RATIO * max(
             info.compress_size, 1
         ):
@@ -79,10 +92,20 @@ def open_archive(content: bytes, kind: str) -> Archive:
     data: dict[str, bytes] = {}
     try:
         for info in infos:
-            data[info.filename] = archive.read(info)
+            data[info.filename] = _read_entry(archive, info)
     except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError, RuntimeError) as error:
         raise UnsupportedFile(f"the {kind} file is corrupt ({error})") from error
     return Archive(infos, data)
+
+
+def _read_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """One entry's bytes, inflated a chunk at a time: ``zipfile`` stops at the declared size
+    (and checks the CRC there), so the declared sizes checked above bound the memory."""
+    chunks: list[bytes] = []
+    with archive.open(info) as entry:
+        while chunk := entry.read(READ_CHUNK):
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def parse_xml(data: bytes, name: str) -> etree._ElementTree:
