@@ -110,8 +110,8 @@ RUN --mount=type=bind,source=docker/verify_runtime.py,target=/tmp/verify_runtime
 COPY --chmod=0755 docker/healthcheck.py /usr/local/bin/mt-healthcheck
 # The exported shipped models (en→de, de→en), both served (MT_MODEL_DIRS). Serve another one
 # by mounting its export directory (read-only) and pointing MT_MODEL_DIR at it with
-# MT_MODEL_DIRS set empty (or add it to MT_MODEL_DIRS); there is deliberately no VOLUME here, because a VOLUME would create a
-# stray anonymous volume on every `docker run`.
+# MT_MODEL_DIRS set empty (or add it to MT_MODEL_DIRS); the models are no VOLUME, because a
+# VOLUME would copy them into a stray anonymous volume on every `docker run`.
 # The GPU image serves the fp32 exports: on an H100 the fp16 variant was at most 1.2x faster per
 # step (the step's time is the host's, not the kernels') and changed 0.4 % of translations
 # (BENCHMARKS.md § GPU). ORT_VERSION 1.31.1 over CUDA 13.0 + cuDNN 9 is the pairing that ran
@@ -124,7 +124,14 @@ COPY --from=build /export/de-en /models/de-en
 ENV MT_MODEL_DIRS=/models/default,/models/de-en \
     MT_PROVIDER=cuda \
     MT_HOST=0.0.0.0 \
-    MT_PORT=8000
+    MT_PORT=8000 \
+    MT_DATA_DIR=/var/lib/mtserve
+
+# Stored glossaries, memories and document jobs: the one place the server writes. It belongs
+# to the server's user and is a declared volume, so it survives the container and stays
+# writable under a read-only root filesystem (compose and Kubernetes mount one there).
+RUN install -d -o 10001 -g 10001 -m 0750 /var/lib/mtserve
+VOLUME ["/var/lib/mtserve"]
 
 WORKDIR /srv/mtserve
 # Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
@@ -172,7 +179,11 @@ COPY --from=build /export/de-en /models/de-en
 ENV MT_MODEL_DIRS=/models/default,/models/de-en \
     MT_PROVIDER=cpu \
     MT_HOST=0.0.0.0 \
-    MT_PORT=8000
+    MT_PORT=8000 \
+    MT_DATA_DIR=/var/lib/mtserve
+
+RUN install -d -o 10001 -g 10001 -m 0750 /var/lib/mtserve
+VOLUME ["/var/lib/mtserve"]
 
 WORKDIR /srv/mtserve
 USER 10001:10001

@@ -413,3 +413,41 @@ def test_dockerignore_keeps_local_state_out_of_the_build_context():
         assert needed in patterns, f"{needed} missing: the Dockerfile copies it"
     for local in (".git", ".venv", "build", "**/*.onnx", "**/corpus"):
         assert local in patterns
+
+
+# --- the data directory and ports ------------------------------------------------------------
+
+
+def test_every_runtime_stage_declares_a_data_volume_owned_by_the_server_user():
+    for stage in RUNTIME_STAGES:
+        instructions = dockerfile_stages()[stage]
+        [data_dir] = [
+            match.group(1)
+            for op, args in instructions
+            if op == "ENV"
+            for match in [re.search(r"MT_DATA_DIR=(\S+)", args)]
+            if match
+        ]
+        assert data_dir.startswith("/"), stage  # never relative to a root-owned workdir
+        assert ("VOLUME", f'["{data_dir}"]') in instructions, stage
+        owned = [args for op, args in instructions if op == "RUN" and data_dir in args]
+        assert owned and "-o 10001 -g 10001" in owned[0], stage
+
+
+def test_every_mtserve_service_mounts_a_volume_at_its_data_directory():
+    services = compose_config()["services"]
+    for name in MT_SERVICES:
+        data_dir = services[name]["environment"]["MT_DATA_DIR"]
+        targets = {v["target"]: v["type"] for v in services[name].get("volumes", [])}
+        assert targets.get(data_dir) == "volume", name
+        assert services[name]["read_only"] is True, name
+
+
+def test_no_two_services_publish_the_same_host_port():
+    published = [
+        (name, str(port["published"]))
+        for name, service in compose_config()["services"].items()
+        for port in service.get("ports", [])
+    ]
+    ports = [port for _, port in published]
+    assert len(ports) == len(set(ports)), published

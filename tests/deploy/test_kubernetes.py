@@ -245,3 +245,15 @@ def test_service_and_pdb_select_the_deployments_pods(overlay):
     assert objects["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
     target_port = objects["Service"]["spec"]["ports"][0]["targetPort"]
     assert target_port in {port["name"] for port in container(overlay)["ports"]}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_data_directory_is_a_writable_volume_under_the_read_only_root(overlay):
+    data_dir = env(overlay)["MT_DATA_DIR"]
+    assert data_dir.startswith("/")
+    assert container(overlay)["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m["name"] for m in container(overlay)["volumeMounts"]}
+    pod = rendered(overlay)["Deployment"]["spec"]["template"]["spec"]
+    volumes = {v["name"] for v in pod["volumes"]}
+    assert data_dir in mounts and mounts[data_dir] in volumes
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]
