@@ -22,6 +22,17 @@ accuracy on held-out interface strings and long texts is in BENCHMARKS.md (bench
 Confidences are the combined probabilities normalised over the served languages, 0–100 as
 LibreTranslate reports them.
 
+Restricting the classes has a cost: a French sentence sent to an en/de service would come out
+"English, 99.9 %" and be translated as the nearest served language. So the text is first read
+by py3langid over every language it knows; when the languages the service does not translate
+from hold at least ``UNSERVED_CONFIDENCE`` of the probability, the likeliest of them is the
+answer (and the request is refused naming it). Short interface strings of served languages
+stay below that share (py3langid is unsure of them, not sure of another language), while a
+sentence of another language passes it easily; the test over the held-out strings holds that.
+
+Detection reads at most ``SAMPLE_CHARS`` characters of the text, as detectors do: a sample
+says which language a text is in, and the cost of a request then does not grow with it.
+
 A batch of texts passed together gets one detection (LibreTranslate detects once per request,
 since one model translates the whole request): the texts are scored together. ``/v1`` calls
 :meth:`LanguageDetector.detect` once per text instead (service/translation/dispatch.py).
@@ -62,6 +73,22 @@ _WORD_RE = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
 # joins its compounds' parts with these linking letters; other languages with none.
 COMPOUND_MIN_PART = 5
 COMPOUND_LINKS: Mapping[str, tuple[str, ...]] = {"de": ("", "s", "es", "n", "en", "e")}
+
+
+# The share of the probability, over every language py3langid knows, at which the languages the
+# service does not translate from win over the restricted detection (the module's docstring).
+UNSERVED_CONFIDENCE = 0.999
+# The characters detection reads: the start of the text, cut at a space where there is one.
+SAMPLE_CHARS = 2048
+
+
+def sample(text: str, limit: int = SAMPLE_CHARS) -> str:
+    """The first ``limit`` characters of ``text``, without a word cut in two."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    cut = head.rfind(" ", limit // 2)
+    return head[:cut] if cut > 0 else head
 
 
 @dataclass(frozen=True)
@@ -166,14 +193,26 @@ class LanguageDetector:
             else:  # one language's words counted and another's not would tip every text
                 logger.warning("no word list for every served language: n-grams alone")
 
+    def _unserved(self, bare: str) -> Detection | None:
+        """The likeliest language the service does not translate from, when the text is
+        almost surely in one of those; else None."""
+        ranked = _base_identifier().rank(bare)
+        served = sum(probability for code, probability in ranked if code in self.languages)
+        if 1.0 - served < UNSERVED_CONFIDENCE:
+            return None
+        code, probability = next(pair for pair in ranked if pair[0] not in self.languages)
+        return Detection(code, round(100.0 * probability, 1))
+
     def detect(self, texts: str | Sequence[str]) -> list[Detection]:
         """Candidates, best first (at most TOP_CANDIDATES). Text with nothing to go on (no
         letters outside placeholders, or no recognisable language served) gives the first
         served language with confidence 0."""
         joined = texts if isinstance(texts, str) else "\n".join(texts)
-        bare = PLACEHOLDER_RE.sub(" ", joined)
+        bare = PLACEHOLDER_RE.sub(" ", sample(joined))
         if self._identifier is None or not any(char.isalpha() for char in bare):
             return [Detection(self.languages[0] if self.languages else "en", 0.0)]
+        if (unserved := self._unserved(bare)) is not None:
+            return [unserved]
         if len(self.languages) == 1:  # one class: its normalised probability is 1, unscored
             return [Detection(self.languages[0], 100.0)]
         if self._words is None:

@@ -168,6 +168,19 @@ def test_libretranslate_list_and_auto_source(client):
     assert body["detectedLanguage"] == [{"language": "en", "confidence": 100.0}] * 2
 
 
+def test_a_text_in_a_language_no_model_serves_is_refused_naming_it(client):
+    french = "Bonjour tout le monde, comment allez-vous?"
+    for path, body in (
+        ("/translate", {"q": french, "source": "auto", "target": "de"}),
+        ("/v1/translate", {"text": french}),
+    ):
+        response = post(client, path, json=body)
+        assert response.status_code == 400, path
+        assert "fr is not supported" in response.json()["error"], path
+    detected = post(client, "/detect", json={"q": french}).json()
+    assert detected[0]["language"] == "fr"
+
+
 def test_libretranslate_form_body_with_api_key(client):
     form = {"q": "Save changes", "source": "en", "target": "de", "api_key": "ignored"}
     response = post(client, "/translate", data=form)
