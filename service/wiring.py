@@ -3,8 +3,8 @@
 ``Settings`` (service/config.py) is read here and in the web layer only. Everything below the
 web layer takes its own group of it as it is: the model settings for the registry and each
 engine, the batching settings for each batcher, the text limits for the translator and the
-dispatcher; the ``GlossaryStore`` and ``MemoryStore`` live in the SQLite file under
-``MT_DATA_DIR``.
+dispatcher; the ``GlossaryStore`` and ``MemoryStore`` live in the service's database (SQLite
+under ``MT_DATA_DIR``, or the PostgreSQL database of ``MT_DATABASE_URL``).
 
 ``create_app`` builds, in order: the metrics, the model registry (with a ``ModelLoader`` that
 turns a model's spec into an engine, a batcher and a translator), the dispatcher factory (the
@@ -27,7 +27,6 @@ from service.runtime.engine import Engine, open_engine
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
 from service.text.tokenizer import Tokenizer
-from service.translation.database import Database
 from service.translation.detection import LanguageDetector
 from service.translation.dispatch import Dispatcher
 from service.translation.glossaries import GlossaryStore
@@ -41,6 +40,7 @@ from service.translation.registry import (
     discover_models,
 )
 from service.translation.routing import source_languages
+from service.translation.storage import Databases, open_databases
 from service.translation.translator import Translator
 from service.web.app import build_app
 from service.web.lifecycle import ServiceState
@@ -73,12 +73,18 @@ def spare_core() -> bool:
     return cpu_budget().cpus >= 2
 
 
-def stores(settings: Settings) -> tuple[GlossaryStore, MemoryStore]:
-    """The stored glossaries and translation memories, sharing one SQLite file."""
-    database = Database(settings.storage.data_dir)
+def databases(settings: Settings) -> Databases:
+    """SQLite under ``MT_DATA_DIR``, or the PostgreSQL database of ``MT_DATABASE_URL``
+    (opened in the background: a database that is down makes /ready say 503)."""
+    storage = settings.storage
+    return open_databases(storage.data_dir, storage.database_url)
+
+
+def stores(settings: Settings, opened: Databases) -> tuple[GlossaryStore, MemoryStore]:
+    """The stored glossaries and translation memories, in one database."""
     return (
-        GlossaryStore(database, settings.access.max_glossary_entries),
-        MemoryStore(database, settings.limits.max_chars_per_text),
+        GlossaryStore(opened.main, settings.access.max_glossary_entries),
+        MemoryStore(opened.main, settings.limits.max_chars_per_text),
     )
 
 
@@ -170,7 +176,8 @@ def create_app(
         logger.warning("%s", warning)
     if load_engine is None:
         load_engine = engine_loader(settings) if engine is None else (lambda _spec: engine)
-    glossaries, memories = stores(settings)
+    opened = databases(settings)
+    glossaries, memories = stores(settings, opened)
     try:
         registry = build_registry(settings, metrics, load_engine)
     except RegistryError as error:
@@ -182,6 +189,7 @@ def create_app(
                 None,
                 None,
                 failure=str(error),
+                databases=opened,
                 glossaries=glossaries,
                 memories=memories,
             )
@@ -192,6 +200,7 @@ def create_app(
         metrics,
         registry,
         factory,
+        databases=opened,
         glossaries=glossaries,
         memories=memories,
     )

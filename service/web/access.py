@@ -30,7 +30,7 @@ from fastapi import Request
 
 from service.config import Settings
 from service.web.errors import ApiError
-from service.web.rate_limits import Clock, RateLimiter
+from service.web.rate_limits import Clock, Limiter, RateLimiter
 
 INVALID_KEY = "Invalid API key"
 MISSING_KEY = "Please contact the server operator to get an API key"
@@ -72,13 +72,17 @@ def bearer_token(request: Request) -> str | None:
 class AccessPolicy:
     """The service's keys and limits; ``admit`` is called by the translation routes."""
 
-    def __init__(self, settings: Settings, clock: Clock = time.time) -> None:
+    def __init__(
+        self, settings: Settings, clock: Clock = time.time, limiter: Limiter | None = None
+    ) -> None:
+        """``limiter``: where the limits are counted (this process's memory unless given:
+        replicas sharing a database pass one that counts there)."""
         self.keys = load_api_keys(settings)
         self.anonymous_limits = ClientLimits(
             settings.access.rate_limit_requests_per_minute,
             settings.access.rate_limit_chars_per_minute,
         )
-        self.limiter = RateLimiter(clock)
+        self.limiter: Limiter = limiter or RateLimiter(clock)
         self.retry_after_s = settings.access.retry_after_s
 
     @property
