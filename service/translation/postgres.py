@@ -5,7 +5,9 @@ database that every replica shares, through psycopg 3 and its connection pool.
 * **Opened without waiting.** The pool connects in the background; a replica that starts
   while the database is down starts anyway, answers ``/ready`` with 503 and each request that
   needs the store with 503 and ``Retry-After`` (:class:`StoreUnavailable`), never with 500,
-  and recovers by itself once the database is back.
+  and recovers by itself once the database is back. After a failed attempt the requests of
+  the next :data:`_REFUSE_AFTER_FAILURE_S` are refused at once instead of each waiting the
+  connect timeout.
 * **Migrations** run on the first connection, each store's under one advisory lock, so
   replicas that start together migrate once (service/translation/database.py).
 * **One truth.** Every read is a fresh query: no replica caches a row another may change.
@@ -30,6 +32,9 @@ CONNECT_TIMEOUT_S = 5.0
 _MIGRATION_LOCK = 5959_0001  # pg_advisory_xact_lock key: the service's schema changes
 # /ready asks the database at most this often (an orchestrator probes every few seconds).
 _PROBE_EVERY_S = 1.0
+# After a failed attempt, requests are refused at once for this long rather than each
+# waiting the connect timeout: a replica without its database answers 503 fast.
+_REFUSE_AFTER_FAILURE_S = 2.0
 _UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 
 
@@ -65,6 +70,7 @@ class PostgresDatabase(Database):
         self._opened = False
         self._migrated: set[str] = set()
         self._probe: tuple[float, str | None] = (0.0, None)
+        self._failure: tuple[float, str] | None = None  # (when, why) of the last failed attempt
 
     def _on_migrations_added(self, component: str) -> None:
         self._migrated.discard(component)
@@ -75,16 +81,19 @@ class PostgresDatabase(Database):
             if not self._opened:
                 self._pool.open(wait=False)
                 self._opened = True
+        if (failure := self._failure) and time.monotonic() - failure[0] < _REFUSE_AFTER_FAILURE_S:
+            raise StoreUnavailable(failure[1])
         try:
             with self._pool.connection() as connection:
+                self._failure = None
                 session = Session(connection, "%s")
                 if pending := [c for c in self._migrations if c not in self._migrated]:
                     self._apply(session, pending)
                 yield session
         except _UNAVAILABLE as error:
-            raise StoreUnavailable(
-                f"the database at {self.where} cannot be reached ({type(error).__name__})"
-            ) from error
+            message = f"the database at {self.where} cannot be reached ({type(error).__name__})"
+            self._failure = (time.monotonic(), message)
+            raise StoreUnavailable(message) from error
 
     def _apply(self, session: Session, components: list[str]) -> None:
         with session.connection.transaction():

@@ -236,3 +236,23 @@ def test_an_unreachable_database_is_a_503_and_a_reason_not_a_crash():
         assert reason is not None and "127.0.0.1" in reason and "secret" not in reason
     finally:
         database.close()
+
+
+def test_requests_after_a_failed_attempt_are_refused_at_once():
+    from service.translation import postgres
+    from tests.live_server import free_port
+
+    database = postgres.PostgresDatabase(
+        f"postgresql://nobody@127.0.0.1:{free_port()}/none", connect_timeout_s=3.0
+    )
+    store = GlossaryStore(database, 10)
+    try:
+        with pytest.raises(StoreUnavailable):
+            store.list()  # waits for the pool's attempts
+        started = time.monotonic()
+        for _ in range(5):
+            with pytest.raises(StoreUnavailable):
+                store.list()
+        assert time.monotonic() - started < 1.0  # not 5 x the connect timeout
+    finally:
+        database.close()
