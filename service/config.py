@@ -136,11 +136,11 @@ class StorageSettings(BaseModel):
     )
     database_url: str | None = Field(
         None,
-        pattern=r"^postgres(ql)?://",
+        pattern=r"^(postgres(ql)?://.*)?$",
         description="A PostgreSQL database (postgresql://user:password@host:5432/name) that "
         "holds glossaries, memories, document jobs, usage counts and rate limits instead of "
         "the SQLite files under data_dir: every replica given the same URL serves one state "
-        "(docs/deployment.md). Unset: SQLite, for one process.",
+        "(docs/deployment.md). Unset or empty: SQLite, for one process.",
     )
     document_lease_s: float = Field(
         30.0,
