@@ -39,7 +39,7 @@ def request(**fields) -> TranslationRequest:
     return TranslationRequest(
         texts=["Open"],
         languages=LanguagePair.parse("en", "de"),
-        options=DecodingOptions(),
+        options=DecodingOptions(1, 32, 1.0),
         **fields,
     )
 
