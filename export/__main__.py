@@ -18,6 +18,18 @@ from export.onnx_export import DEFAULT_OPSET, export_model
 from export.variants import DEFAULT_INT8_MODE, INT8_MODES, make_fp16, make_int8
 
 
+def unreadable_model(model: Path) -> str | None:
+    """Why ``--model`` is not a checkpoint directory, in a sentence; None when it is one."""
+    if (model / "config.json").is_file():
+        return None
+    if model.is_dir():
+        return f"{model} has no config.json: not a checkpoint directory"
+    hint = ""
+    if len(model.parts) == 2:  # ORG/NAME: a Hugging Face Hub id
+        hint = f"; to download it from the Hugging Face Hub: python -m service models pull {model}"
+    return f"no model directory at {model}{hint}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, type=Path, help="our model dir or a Marian dir")
@@ -44,10 +56,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     warnings.filterwarnings("ignore")  # the dynamo exporter's axis-renaming chatter
 
+    if (problem := unreadable_model(args.model)) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     from models.checkpoint import load_pretrained
 
     started = time.perf_counter()
-    model = load_pretrained(args.model)
+    try:
+        model = load_pretrained(args.model)
+    except (OSError, ValueError, KeyError) as error:  # a missing weights file, a foreign model
+        print(f"error: {args.model} cannot be imported: {error}", file=sys.stderr)
+        return 2
     export_model(
         model,
         args.output,
