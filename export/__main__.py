@@ -61,12 +61,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from models.checkpoint import load_pretrained
 
+    stages = 2 + args.int8 + args.fp16 + args.verify
+    progress = iter(range(1, stages + 1))
+    print(f"[{next(progress)}/{stages}] importing {args.model}", flush=True)
     started = time.perf_counter()
     try:
         model = load_pretrained(args.model)
     except (OSError, ValueError, KeyError) as error:  # a missing weights file, a foreign model
         print(f"error: {args.model} cannot be imported: {error}", file=sys.stderr)
         return 2
+    print(
+        f"[{next(progress)}/{stages}] exporting to {args.output} (opset {args.opset})", flush=True
+    )
     export_model(
         model,
         args.output,
@@ -78,12 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wrote {args.output} (opset {args.opset}) in {time.perf_counter() - started:.1f} s")
     if args.int8:
+        print(f"[{next(progress)}/{stages}] writing the int8 variant", flush=True)
         path = make_int8(args.output, Path(f"{args.output}-int8"), args.int8_mode)
         print(f"wrote {path}")
     if args.fp16:
+        print(f"[{next(progress)}/{stages}] writing the fp16 variant", flush=True)
         path = make_fp16(args.output, Path(f"{args.output}-fp16"))
         print(f"wrote {path}")
     if args.verify:
+        print(f"[{next(progress)}/{stages}] verifying against PyTorch", flush=True)
         from export.verify import verify
 
         report = verify(model, args.output)
