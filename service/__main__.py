@@ -1,5 +1,7 @@
 """``python -m service [--host HOST] [--port PORT] [--model-dir DIR]``: serve the app with uvicorn.
 
+``python -m service models ...`` manages the installed models instead (service/models_cli).
+
 Settings come from ``MT_*`` environment variables (service/config.py); the flags override
 the matching ones. On SIGTERM (or Ctrl-C) new translation requests get 503 at once, requests
 in flight finish for up to ``MT_SHUTDOWN_GRACE_S`` seconds, then the process exits.
@@ -49,6 +51,11 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["models"]:  # python -m service models pull|list|update|remove
+        from service.models_cli import main as models_main
+
+        return models_main(argv[1:])
     settings = get_settings()
     parser = argparse.ArgumentParser(prog="python -m service", description=__doc__.splitlines()[0])
     parser.add_argument(

@@ -141,7 +141,9 @@ def build_registry(
     settings: Settings, metrics: ServiceMetrics, load_engine: EngineLoader
 ) -> ModelRegistry:
     model = settings.model
-    specs = discover_models(model.model_dirs, model.models_dir, model.model_dir, model.model_name)
+    specs = discover_models(
+        model.model_dirs, model.models_dir, model.model_dir, model.model_name, model.load_only
+    )
     fair = len(specs) > 1 and model.model_fairness == "round_robin"
     turns = RoundRobinTurns() if fair else None
     loader = model_loader(settings, metrics, load_engine, turns)

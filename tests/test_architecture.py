@@ -13,7 +13,7 @@ Layers, lowest first (docs/architecture.md draws them)::
     config                Settings (read by the web layer and the composition root only)
     web                   FastAPI app, routes, middleware
     wiring                the composition root
-    __main__              the process
+    __main__, models_cli  the process, and its commands that manage the installed models
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ LAYERS = {
     "web": 6,
     "wiring": 7,
     "__main__": 8,
+    "models_cli": 8,
 }
 # What the runtime may import besides the standard library and itself.
 RUNTIME_THIRD_PARTY = {"numpy", "onnxruntime"}

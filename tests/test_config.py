@@ -20,6 +20,7 @@ VARIABLES = {
     "MT_MODEL_DIR": ("model.model_dir", "/exports/one", Path("/exports/one")),
     "MT_MODEL_DIRS": ("model.model_dirs", "/a, /b", [Path("/a"), Path("/b")]),
     "MT_MODELS_DIR": ("model.models_dir", "/exports", Path("/exports")),
+    "MT_LOAD_ONLY": ("model.load_only", "en, de,fr", ["en", "de", "fr"]),
     "MT_MODEL_NAME": ("model.model_name", "opus", "opus"),
     "MT_PROVIDER": ("model.provider", "cpu", "cpu"),
     "MT_INTRA_OP_THREADS": ("model.intra_op_threads", "3", 3),
