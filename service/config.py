@@ -357,6 +357,24 @@ class Settings(BaseSettings):
         "errors and /metrics stay), which frees a share of the event loop under load.",
     )
 
+    # --- processes (service/processes/supervisor.py) ----------------------------------------
+    process_mode: Literal["multi", "single"] = Field(
+        "multi",
+        description="`python -m service`: `multi` runs the HTTP front-ends and each model's "
+        "engine cores as separate processes behind one port, under a supervisor that "
+        "restarts any that dies; `single` serves everything from one process.",
+    )
+    frontends: int = Field(
+        0, ge=0, description="`multi`: HTTP front-end processes. 0: one per 4 CPUs (at least 1)."
+    )
+    engine_replicas: int = Field(
+        0,
+        ge=0,
+        description="`multi`: engine-core processes per model, each with its own batch and "
+        "intra_op_threads threads. 0: one per 4 CPUs left to the engines (at least 1; one on "
+        "a GPU).",
+    )
+
     def engine_threads(self) -> int:
         """ONNX Runtime intra-op threads for each engine (``intra_op_threads``, 0: auto)."""
         if self.intra_op_threads:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from service.errors import InputTooLarge
 from service.runtime.engine import DecodeRequest
-from service.scheduling.batcher import ContinuousBatcher, RowStream
+from service.scheduling.row_batcher import RowBatcher
+from service.scheduling.stream import RowStream
 from service.text.glossary import Glossary
 from service.text.pipeline import (
     DecodingOptions,
@@ -81,7 +82,7 @@ class Translator:
     def __init__(
         self,
         tokenizer: Tokenizer,
-        batcher: ContinuousBatcher,
+        batcher: RowBatcher,
         config: TranslatorConfig,
         source_lang: str = "en",
         model_positions: int | None = None,
