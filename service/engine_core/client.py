@@ -214,6 +214,7 @@ class EngineCoreClient:
         self._closed = True
         for request in list(self._requests.values()):
             self._fail(request, NotAccepting("shutting_down"))
+            self._post(request.replica, Abort(request.request_id))  # the core drops them too
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()

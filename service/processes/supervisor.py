@@ -178,13 +178,14 @@ class Supervisor:
 
     def _drain(self) -> None:
         logger.info("draining: front-ends first, then engine cores (grace %.0f s)", self.grace_s)
+        # one grace for both: the front-ends' requests in flight are the engine cores' rows
+        deadline = time.monotonic() + self.grace_s + EXIT_SLACK_S
         for group in (self.frontends, self.engines):
             running = [
                 c.process for c in group if c.process is not None and c.process.poll() is None
             ]
             for process in running:
                 process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + self.grace_s + EXIT_SLACK_S
             for process in running:
                 try:
                     process.wait(max(0.0, deadline - time.monotonic()))
