@@ -61,6 +61,9 @@ logger = logging.getLogger(__name__)
 
 PING_S = 0.1  # how often each replica is pinged
 SILENCE_S = 0.5  # a live replica silent this long is taken for hung
+# Just after start the first pongs are on their way (the loader's probe found a core up):
+# a request waits this long for them rather than being refused.
+FIRST_PONG_WAIT_S = 1.0
 
 
 @dataclass(eq=False)
@@ -122,6 +125,7 @@ class EngineCoreClient:
         self._requests: dict[int, PendingRequest] = {}
         self._accepting = True
         self._closed = False
+        self._started_at = 0.0
         self._context: zmq.asyncio.Context | None = None
         self._monitors: list[zmq.asyncio.Socket] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -133,6 +137,7 @@ class EngineCoreClient:
         if self._context is not None:
             return
         self._context = zmq.asyncio.Context()
+        self._started_at = self._clock()
         for replica in self.replicas:
             self._connect(replica)
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="engine-core-heartbeat"))
@@ -165,6 +170,8 @@ class EngineCoreClient:
         ``EngineUnavailable``."""
         if not rows:
             return []
+        while not self.live_replicas and self._clock() - self._started_at < FIRST_PONG_WAIT_S:
+            await asyncio.sleep(0.01)
         sentences = self._send(rows, timeout_s, background)
         try:
             async with asyncio.timeout(timeout_s):
