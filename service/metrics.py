@@ -154,6 +154,13 @@ class ServiceMetrics:
             ["model"],
             registry=r,
         )
+        self.process_plan = Gauge(
+            "mt_process_plan",
+            "The process plan (issue 53): HTTP front-ends, engine cores per model and intra-op "
+            "threads per engine core (count); one of each in the one-process mode.",
+            ["count"],
+            registry=r,
+        )
         self.cpus = Gauge(
             "mt_cpus",
             "CPUs this process may use: the affinity mask capped by the cgroup CPU quota "
