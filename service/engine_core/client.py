@@ -262,7 +262,7 @@ class EngineCoreClient:
                 self.info.model_id,
                 pong.load.pid,
             )
-        self.metrics.queue_depth.set(self.queue_depth)
+        self._show_queue_depth()
 
     def _row_done(self, replica: Replica, message: RowDone) -> None:
         request = replica.requests.get(message.request_id)
@@ -292,7 +292,13 @@ class EngineCoreClient:
         for request in in_flight:
             self._fail(request, EngineUnavailable(self._unavailable()))
             self._links.post(replica, Abort(request.request_id))  # where it is only hung
-        self.metrics.queue_depth.set(self.queue_depth)
+        self._show_queue_depth()
+
+    def _show_queue_depth(self) -> None:
+        # With shared metrics the engine cores' own gauges are summed: this one would count
+        # their queues again.
+        if self.metrics.shared_dir is None:
+            self.metrics.queue_depth.set(self.queue_depth)
 
     def _fail(self, request: PendingRequest, error: BaseException) -> None:
         self._forget(request)

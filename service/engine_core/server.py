@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 
 import msgspec
 import zmq
@@ -41,6 +42,10 @@ from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.stream import RowStream
 
 logger = logging.getLogger(__name__)
+
+# How often the engine threads' CPU seconds are published to the shared metrics (a scrape of a
+# front-end reads them from there).
+PUBLISH_S = 1.0
 
 # The engine core's own deadline for a request: the client's plus this. The client enforces
 # its timeout itself and aborts; this only frees rows whose front-end died meanwhile.
@@ -80,6 +85,8 @@ class EngineCoreServer:
             asyncio.create_task(self._read(router), name="engine-core-read"),
             asyncio.create_task(self._write(router), name="engine-core-write"),
         ]
+        if (publisher := self.batcher.metrics.thread_publisher) is not None:
+            tasks.append(asyncio.create_task(self._publish(publisher.publish)))
         logger.info("engine core of %s serving on %s", self.info.model_id, self.address)
         try:
             await self._stop.wait()
@@ -99,6 +106,11 @@ class EngineCoreServer:
             await asyncio.gather(*tasks, return_exceptions=True)
             router.close(linger=0)
             context.term()
+
+    async def _publish(self, publish: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(PUBLISH_S)
+            publish()
 
     # --- receiving ------------------------------------------------------------------------
 

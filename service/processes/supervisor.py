@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from prometheus_client.multiprocess import mark_process_dead
+
 from service.config import Settings
 from service.cpus import cpu_budget
 from service.engine_core.plan import ProcessPlan, plan_processes
@@ -82,6 +84,7 @@ class Supervisor:
     run_dir: Path
     env: dict[str, str]
     grace_s: float
+    metrics_dir: Path | None = None  # PROMETHEUS_MULTIPROC_DIR of the children
     engines: list[Child] = field(default_factory=list)
     frontends: list[Child] = field(default_factory=list)
     _stopping: bool = False
@@ -171,6 +174,8 @@ class Supervisor:
                 ran_s,
                 pause_s,
             )
+            if self.metrics_dir is not None:  # its gauges stop counting; counters stay
+                mark_process_dead(process.pid, str(self.metrics_dir))
             child.process = None
             child.start_after = now + pause_s
             if not pause_s:
@@ -257,6 +262,11 @@ def build_supervisor(settings: Settings) -> Supervisor | None:
         "process plan: %s (%s); %d model(s)", plan.describe(), budget.describe(), len(specs)
     )
     listener = listen(settings.process.host, settings.process.port)
+    env = child_env(settings)
+    # every child writes its metrics here; /metrics on any front-end reads them all
+    metrics_dir = run_dir / "metrics"
+    metrics_dir.mkdir()
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     return Supervisor(
-        plan, specs, listener, run_dir, child_env(settings), settings.process.shutdown_grace_s
+        plan, specs, listener, run_dir, env, settings.process.shutdown_grace_s, metrics_dir
     )

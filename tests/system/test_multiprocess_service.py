@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live_server import free_port
 from tests.service_fixtures import tiny_model
@@ -208,6 +209,39 @@ def test_the_plan_is_on_metrics_and_each_process_kind_runs(server):
     assert 'mt_process_plan{count="engine_replicas"} 1.0' in metrics
     assert len(server.pids("service.processes.frontend")) == 2
     assert len(server.pids("service.processes.engine_process")) == 1
+
+
+def sample(metrics: str, name: str, **labels: str) -> float:
+    """The value of one sample of a /metrics exposition (0 where it is absent)."""
+    for family in text_string_to_metric_families(metrics):
+        for found in family.samples:
+            if found.name == name and all(found.labels.get(k) == v for k, v in labels.items()):
+                return found.value
+    return 0.0
+
+
+def test_metrics_of_any_frontend_show_the_engine_cores_work(server):
+    def scrape() -> str:
+        return httpx.get(f"{server.base}/metrics", timeout=5).text
+
+    before = scrape()
+    with httpx.Client(base_url=server.base, timeout=30) as client:
+        assert translate(client, "Open the file in a new window").status == 200
+    # the front-ends run no batcher: these come from the engine core's process
+    names = ("mt_decode_steps_total", "mt_queue_wait_seconds_count", "mt_batch_rows_count")
+
+    def grew() -> bool:
+        now = scrape()
+        return all(sample(now, name) > sample(before, name) for name in names)
+
+    wait_until(grew, "the engine core's counters grow on /metrics", 5, server)
+    wait_until(
+        lambda: sample(scrape(), "mt_thread_cpu_seconds_total", thread="engine") > 0,
+        "the engine thread's CPU seconds show",
+        5,
+        server,
+    )
+    assert sample(scrape(), "mt_requests_total", route="/v1/translate", status="200") >= 1
 
 
 def test_a_killed_engine_core_answers_503_at_once_and_is_restarted(server, alone):
