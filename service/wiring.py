@@ -44,8 +44,10 @@ from service.translation.registry import (
 )
 from service.translation.routing import source_languages
 from service.translation.translator import Translator
+from service.web.access import AccessPolicy
 from service.web.app import build_app
 from service.web.lifecycle import ServiceState
+from service.web.shared_limits import SharedRateLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -237,4 +239,8 @@ def create_app(
         glossaries=glossaries,
         memories=memories,
     )
-    return build_app(state)
+    app = build_app(state)
+    if engine_cores is not None:  # several front-ends: one rate-limit window for all
+        limiter = SharedRateLimiter(settings.storage.data_dir)
+        app.state.access = AccessPolicy(settings, limiter=limiter)
+    return app
