@@ -79,6 +79,9 @@ VARIABLES = {
     "MT_LOG_LEVEL": ("process.log_level", "debug", "debug"),
     "MT_ACCESS_LOG": ("process.access_log", "false", False),
     "MT_FRONTEND_TIMEOUT_MS": ("process.frontend_timeout_ms", "100", 100),
+    "MT_PROCESS_MODE": ("process.process_mode", "single", "single"),
+    "MT_FRONTENDS": ("process.frontends", "3", 3),
+    "MT_ENGINE_REPLICAS": ("process.engine_replicas", "2", 2),
 }
 
 

@@ -45,6 +45,9 @@ class Database:
                 earlier.replace(self.path)
             connection = sqlite3.connect(self.path, check_same_thread=False)
             connection.execute("PRAGMA foreign_keys = ON")
+            # every front-end of the multi-process service opens this file: readers do not
+            # wait for a writer
+            connection.execute("PRAGMA journal_mode = WAL")
             for schema in self._schemas:
                 connection.executescript(schema)
             self._connection = connection

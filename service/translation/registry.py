@@ -35,10 +35,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from service.engine_core.protocol import EngineCoreInfo
 from service.errors import ModelNotReady
 from service.metrics import ServiceMetrics
 from service.runtime.engine import Engine
-from service.scheduling.batcher import ContinuousBatcher
+from service.scheduling.row_batcher import RowBatcher
 from service.scheduling.turns import RoundRobinTurns
 from service.translation.languages import normalise_language_code
 from service.translation.model_settings import ModelSettings
@@ -230,8 +231,8 @@ def resident_bytes() -> int | None:
 class LoadedModel:
     """A loaded model's parts, built together (service/wiring.py) and dropped together."""
 
-    engine: Engine
-    batcher: ContinuousBatcher
+    engine: Engine | EngineCoreInfo  # the info alone where engine cores run it (issue 53)
+    batcher: RowBatcher
     translator: Translator
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import subprocess
+import sys
 import time
 
 import docx
@@ -25,6 +27,7 @@ from translate.storage import xliff, xliff2
 from service.errors import InputTooLarge, QueueFull
 from service.translation import document_jobs
 from service.translation.document_jobs import DocumentRunner, DocumentStore
+from service.translation.document_store import process_owner
 from service.wiring import create_app
 from tests.text import test_documents as documents
 from tests.text.test_documents import (
@@ -189,9 +192,98 @@ def test_stopped_jobs_are_taken_up_again_by_the_next_runner(tmp_path):
     assert store.result_path(store.get(job.job_id)).read_text() == TEXT.upper()
 
 
+def test_two_runners_on_one_store_run_each_job_exactly_once(tmp_path, monkeypatch):
+    # Two front-ends, each its own connection to the one SQLite file; the second starts (or
+    # restarts) while the first translates: it takes queued jobs, never the first's.
+    monkeypatch.setattr(document_jobs, "ADOPT_S", 0.01)
+    stores = [DocumentStore(tmp_path / "data", ttl_s=3600) for _ in range(2)]
+    jobs = [
+        stores[0].create(f"{n}.txt", f"text {n}.\n".encode(), "en", "de", 1, 8) for n in range(6)
+    ]
+    runs: list[str] = []
+
+    def counting(job):
+        runs.append(job.job_id)  # once per run of a job
+
+        async def translate(texts: list[str]) -> list[str]:
+            await asyncio.sleep(0.05)
+            return [text.upper() for text in texts]
+
+        return translate
+
+    async def run() -> None:
+        first = DocumentRunner(stores[0], counting, concurrency=2)
+        first.start()
+        for job in jobs:
+            first.submit(job)
+        while not any(stores[1].get(job.job_id).status == "translating" for job in jobs):
+            await asyncio.sleep(0.005)
+        second = DocumentRunner(stores[1], counting, concurrency=2)
+        second.start()
+        for job in jobs:
+            assert await finish(first, job.job_id) == "done"
+        await first.stop()
+        await second.stop()
+
+    asyncio.run(run())
+    assert sorted(runs) == sorted(job.job_id for job in jobs)
+
+
+def test_a_job_of_a_dead_process_is_taken_up_and_a_live_ones_is_left(tmp_path):
+    store, orphaned = store_with_job(tmp_path)
+    held = store.create("held.txt", b"one.\n", "en", "de", sentences=1, characters=5)
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    dead = process_owner().split("/")[0] + f"/{child.stdout.strip()}/0"
+    assert store.claim(orphaned.job_id, dead)  # translating when its process was killed
+    assert store.claim(held.job_id, process_owner())  # translating here, in another runner
+
+    async def run() -> None:
+        runner = DocumentRunner(store, lambda _job: shout, concurrency=1)
+        runner.start()
+        assert await finish(runner, orphaned.job_id) == "done"
+        await asyncio.sleep(0.1)
+        await runner.stop()
+
+    asyncio.run(run())
+    assert store.result_path(store.get(orphaned.job_id)).read_text() == TEXT.upper()
+    assert store.get(held.job_id).status == "translating"
+
+
+def test_a_job_cancelled_through_another_front_end_stops_and_writes_nothing(tmp_path):
+    store, job = store_with_job(tmp_path)
+    elsewhere = DocumentStore(tmp_path / "data", ttl_s=3600)
+
+    def slow(_job):
+        async def translate(texts: list[str]) -> list[str]:
+            await asyncio.sleep(0.05)
+            return texts
+
+        return translate
+
+    async def run() -> None:
+        runner = DocumentRunner(store, slow, concurrency=1)
+        runner.start()
+        while store.get(job.job_id).sentences_done == 0:
+            await asyncio.sleep(0.01)
+        elsewhere.cancel(job.job_id)
+        while runner._running:
+            await asyncio.sleep(0.01)
+        await runner.stop()
+
+    asyncio.run(run())
+    assert store.get(job.job_id).status == "cancelled"
+    assert not (tmp_path / "data" / "documents" / job.job_id / "result").exists()
+
+
 def test_finished_jobs_past_their_ttl_are_swept_with_their_files(tmp_path):
     store, job = store_with_job(tmp_path)
-    store.fail(job.job_id, "boom")
+    assert store.claim(job.job_id, "a runner")
+    store.fail(job.job_id, "a runner", "boom")
     store.ttl_s = 0.0
     assert store.sweep() == 1
     assert not (tmp_path / "data" / "documents" / job.job_id).exists()
@@ -264,8 +356,8 @@ def test_a_restart_takes_up_jobs_left_unfinished(app_settings):
     store = DocumentStore(app_settings.storage.data_dir, ttl_s=3600)
     queued = store.create("a.txt", b"Save the file\n", "en", "de", 1, 13)
     halfway = store.create("b.txt", b"Close the window\nOpen it\n", "en", "de", 2, 23)
-    store.start(halfway.job_id)
-    store.progress(halfway.job_id, 1)
+    assert store.claim(halfway.job_id, "a process gone")
+    store.progress(halfway.job_id, "a process gone", 1)
     store.close()
     with TestClient(create_app(app_settings)) as client:
         wait_ready(client)
