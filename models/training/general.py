@@ -43,6 +43,9 @@ PROSE = "prose"
 
 PROSE_VALID_SIZE = 1000
 PROSE_TEST_MIN_PAIRS = 1500
+PROSE_HELD_OUT_MAX_PAIRS = 1000
+"""Only packages with at most this many pairs are held out whole, so that no single large
+document (the Debian Reference) leaves training."""
 PROSE_SPLIT_SEED = 20261128
 DEFAULT_DICT_RATIO = 0.25
 """Dictionary entries per sentence pair in ``train`` (catalog and prose pairs together). The
@@ -467,17 +470,19 @@ def split_prose(
     valid_size: int = PROSE_VALID_SIZE,
     test_min_pairs: int = PROSE_TEST_MIN_PAIRS,
     seed: int = PROSE_SPLIT_SEED,
+    max_package_pairs: int = PROSE_HELD_OUT_MAX_PAIRS,
 ) -> tuple[dict[str, list[Pair]], list[str]]:
-    """``test-prose``: whole source packages drawn by ``seed`` until it holds
-    ``test_min_pairs`` (documentation a model has never seen a page of); ``valid-prose``:
+    """``test-prose``: whole packages of at most ``max_package_pairs`` pairs, drawn by ``seed``
+    until it holds ``test_min_pairs`` (documentation a model has never seen a page of);
+    ``valid-prose``:
     random pairs of the remaining packages; ``train-prose``: the rest. Returns the splits and
     the held-out packages."""
     rng = random.Random(seed)
-    packages = sorted({pair.package for pair in pairs})
+    sizes = Counter(pair.package for pair in pairs)
+    packages = sorted(package for package, size in sizes.items() if size <= max_package_pairs)
     rng.shuffle(packages)
     held_out: list[str] = []
     held_pairs = 0
-    sizes = Counter(pair.package for pair in pairs)
     for package in packages:
         if held_pairs >= test_min_pairs or len(held_out) == len(packages) - 1:
             break

@@ -1,7 +1,7 @@
 """Train a v3 default model from carried token arrays, across several short GPU runs.
 
     python -m models.training.train_v3 --arrays build/arrays-v3 --out OUT/en-de \\
-        --direction en-de --arch 6x2-256 [--resume PREVIOUS/en-de] [--max-minutes 9]
+        --direction en-de --arch 6x2-288 [--resume PREVIOUS/en-de] [--max-minutes 9]
 
 A GPU session lasts minutes, so one run may not reach convergence. The run therefore:
 
@@ -56,6 +56,11 @@ log = logging.getLogger("train_v3")
 CHECKPOINT = "checkpoint"
 BEST = "best"
 DEFAULT_PART_MB = 15.0
+CANDIDATES: dict[str, Architecture] = {
+    **ARCHITECTURES,
+    "smoke": Architecture(d_model=32, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=64),
+}
+"""v2's candidates, and a tiny shape for the seconds-long dry run of the GPU script."""
 Validator = Callable[[Transformer], dict[str, float]]
 
 
@@ -357,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--resume", type=Path, help="folder of an earlier run's checkpoint")
     parser.add_argument("--direction", default="en-de")
-    parser.add_argument("--arch", choices=sorted(ARCHITECTURES), default="6x2-256")
+    parser.add_argument("--arch", choices=sorted(CANDIDATES), default="6x2-288")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--kinds", default=",".join(KINDS), help="pair kinds to train on")
     parser.add_argument("--max-minutes", type=float, default=RunOptions.max_minutes)
@@ -388,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     options.max_tokens = args.max_tokens or options.max_tokens
     reverse = args.direction.split("-")[0] != "en"
     trainer = build_trainer(
-        args.arrays, args.out, ARCHITECTURES[args.arch], options, reverse, device,
+        args.arrays, args.out, CANDIDATES[args.arch], options, reverse, device,
         tuple(args.kinds.split(",")),
     )  # fmt: skip
     (args.out / "run.json").write_text(

@@ -83,13 +83,16 @@ def _pair(source: str, package: str) -> Pair:
 
 def test_prose_test_split_holds_out_whole_packages() -> None:
     pairs = [_pair(f"{package} sentence {i}", package) for package in "abcdef" for i in range(50)]
-    splits, held_out = split_prose(pairs, valid_size=20, test_min_pairs=100, seed=3)
-    assert len(held_out) == 2
+    pairs += [_pair(f"manual sentence {i}", "g") for i in range(300)]
+    splits, held_out = split_prose(
+        pairs, valid_size=20, test_min_pairs=100, seed=3, max_package_pairs=60
+    )
+    assert len(held_out) == 2 and "g" not in held_out  # too large to leave training whole
     assert {pair.package for pair in splits["test-prose"]} == set(held_out)
     assert not {pair.package for pair in splits["train-prose"]} & set(held_out)
     assert len(splits["valid-prose"]) == 20
     assert sum(map(len, splits.values())) == len(pairs)
-    assert split_prose(pairs, valid_size=20, test_min_pairs=100, seed=3)[1] == held_out
+    assert split_prose(pairs, 20, 100, 3, 60)[1] == held_out
 
 
 def test_training_pairs_that_share_a_side_with_evaluation_are_dropped() -> None:
