@@ -24,13 +24,14 @@ OUT=${OUT:-build/v3-out}
 MINUTES=${MINUTES:-8}
 ARCH=${ARCH:-6x2-288}
 DIRECTIONS=${DIRECTIONS:-"en-de de-en"}
-EXTRA=()
+# Further train_v3 options, word-split on purpose (stages run in child shells: no arrays).
+EXTRA=${EXTRA:-}
 if [ "${SMOKE:-0}" = 1 ]; then
-  ARCH=smoke MINUTES=0.5
-  EXTRA=(--device cpu --max-steps 4 --eval-every 2 --eval-sentences 4 --max-tokens 400
-         --checkpoint-seconds 0)
+  ARCH=smoke MINUTES=3
+  EXTRA="--device cpu --max-steps 4 --eval-every 4 --eval-sentences 2 --max-tokens 400
+         --checkpoint-seconds 0 $EXTRA"
 fi
-export PYTHONUNBUFFERED=1 ARRAYS RESUME WORK OUT MINUTES ARCH DIRECTIONS PY
+export PYTHONUNBUFFERED=1 ARRAYS RESUME WORK OUT MINUTES ARCH DIRECTIONS PY EXTRA
 mkdir -p "$WORK" "$OUT"
 
 if ! $PY -c "import pydantic_settings, polib, sacrebleu" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
@@ -68,7 +69,7 @@ stage_train() {  # both directions at once: a small model leaves most of the GPU
     elif [ -f "$RESUME/$direction/checkpoint.json" ]; then resume=(--resume "$RESUME/$direction"); fi
     $PY -m models.training.train_v3 --arrays "$ARRAYS" --out "$WORK/$direction" \
       --direction "$direction" --arch "$ARCH" --max-minutes "$MINUTES" --threads 2 \
-      "${resume[@]}" "${EXTRA[@]}" > "$WORK/$direction.stdout.log" 2>&1 &
+      "${resume[@]}" $EXTRA > "$WORK/$direction.stdout.log" 2>&1 &
   done
   rc=0
   for job in $(jobs -p); do wait "$job" || rc=1; done

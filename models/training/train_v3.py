@@ -354,6 +354,32 @@ def build_trainer(
     return Trainer(examples, config, options, out, reverse, device, validator)
 
 
+def finalize(run: Path, arrays: Path, destination: Path) -> None:
+    """Ship a run's best weights (fp16, as they were kept) in our format with the tokenizer;
+    the curve travels as ``training.json``."""
+    from models.checkpoint import save_pretrained
+
+    weights, record = read_in_parts(run, BEST)
+    config = TransformerConfig.load(run / "model_config.json")
+    model = Transformer(config)
+    model.load_state_dict({name: tensor.float() for name, tensor in weights.items()})  # type: ignore[attr-defined]
+    model.half()
+    save_pretrained(model, destination, tokenizer_dir=arrays / "tokenizer")
+    run_record = json.loads((run / "run.json").read_text())
+    if run_record["direction"].split("-")[0] != "en":  # the joint tokenizer was written en→X
+        tokenizer_config_path = destination / "tokenizer_config.json"
+        tokenizer_config = json.loads(tokenizer_config_path.read_text())
+        tokenizer_config["source_lang"], tokenizer_config["target_lang"] = (
+            tokenizer_config["target_lang"],
+            tokenizer_config["source_lang"],
+        )
+        tokenizer_config_path.write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    history = json.loads((run / "history.json").read_text())
+    training = {**run_record, "best": {k: v for k, v in record.items() if k not in ("parts",)}}
+    training["history"] = history
+    (destination / "training.json").write_text(json.dumps(training, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -375,7 +401,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-sentences", type=int, default=0, help="0: the recipe's")
     parser.add_argument("--max-tokens", type=int, default=0, help="0: the device's default")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument(
+        "--finalize", type=Path, help="write the run's best weights to this model directory"
+    )
     args = parser.parse_args(argv)
+    if args.finalize:
+        finalize(args.out, args.arrays, args.finalize)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(message)s",
