@@ -11,6 +11,10 @@ comma  := ,
 space  := $(subst ,, )
 HOST   ?= 0.0.0.0
 PORT   ?= 8000
+# Where `python -m service models pull` installs models (its default: MT_MODELS_DIR, else
+# MT_DATA_DIR/models); `make serve` serves them beside the shipped ones, and a pulled model
+# replaces a shipped model of its pair.
+MT_MODELS_DIR ?= $(or $(MT_DATA_DIR),data)/models
 
 .PHONY: serve test lint typecheck onnx venv clean fuzz
 
@@ -31,7 +35,9 @@ build/onnx/%/decoder.onnx: $(VENV)/.installed models/%/model.safetensors models/
 onnx: $(addsuffix /decoder.onnx,$(EXPORTS))
 
 serve: onnx
-	MT_MODEL_DIRS=$(subst $(space),$(comma),$(EXPORTS)) $(PY) -m service --host $(HOST) --port $(PORT)
+	mkdir -p $(MT_MODELS_DIR)
+	MT_MODEL_DIRS=$(subst $(space),$(comma),$(EXPORTS)) MT_MODELS_DIR=$(MT_MODELS_DIR) \
+		$(PY) -m service --host $(HOST) --port $(PORT)
 
 # The type checker over the service and the exporter (settings in pyproject.toml [tool.mypy]);
 # `lint` and `test` (what CI runs) both run it.

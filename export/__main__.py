@@ -18,6 +18,18 @@ from export.onnx_export import DEFAULT_OPSET, export_model
 from export.variants import DEFAULT_INT8_MODE, INT8_MODES, make_fp16, make_int8
 
 
+def unreadable_model(model: Path) -> str | None:
+    """Why ``--model`` is not a checkpoint directory, in a sentence; None when it is one."""
+    if (model / "config.json").is_file():
+        return None
+    if model.is_dir():
+        return f"{model} has no config.json: not a checkpoint directory"
+    hint = ""
+    if len(model.parts) == 2:  # ORG/NAME: a Hugging Face Hub id
+        hint = f"; to download it from the Hugging Face Hub: python -m service models pull {model}"
+    return f"no model directory at {model}{hint}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, type=Path, help="our model dir or a Marian dir")
@@ -44,10 +56,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     warnings.filterwarnings("ignore")  # the dynamo exporter's axis-renaming chatter
 
+    if (problem := unreadable_model(args.model)) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     from models.checkpoint import load_pretrained
 
+    stages = 2 + args.int8 + args.fp16 + args.verify
+    progress = iter(range(1, stages + 1))
+    print(f"[{next(progress)}/{stages}] importing {args.model}", flush=True)
     started = time.perf_counter()
-    model = load_pretrained(args.model)
+    try:
+        model = load_pretrained(args.model)
+    except (OSError, ValueError, KeyError) as error:  # a missing weights file, a foreign model
+        print(f"error: {args.model} cannot be imported: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"[{next(progress)}/{stages}] exporting to {args.output} (opset {args.opset})", flush=True
+    )
     export_model(
         model,
         args.output,
@@ -59,12 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wrote {args.output} (opset {args.opset}) in {time.perf_counter() - started:.1f} s")
     if args.int8:
+        print(f"[{next(progress)}/{stages}] writing the int8 variant", flush=True)
         path = make_int8(args.output, Path(f"{args.output}-int8"), args.int8_mode)
         print(f"wrote {path}")
     if args.fp16:
+        print(f"[{next(progress)}/{stages}] writing the fp16 variant", flush=True)
         path = make_fp16(args.output, Path(f"{args.output}-fp16"))
         print(f"wrote {path}")
     if args.verify:
+        print(f"[{next(progress)}/{stages}] verifying against PyTorch", flush=True)
         from export.verify import verify
 
         report = verify(model, args.output)

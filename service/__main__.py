@@ -1,8 +1,14 @@
 """``python -m service [--host HOST] [--port PORT] [--model-dir DIR]``: serve the app with uvicorn.
 
+``python -m service models ...`` manages the installed models instead (service/models_cli).
+
 Settings come from ``MT_*`` environment variables (service/config.py); the flags override
 the matching ones. On SIGTERM (or Ctrl-C) new translation requests get 503 at once, requests
 in flight finish for up to ``MT_SHUTDOWN_GRACE_S`` seconds, then the process exits.
+
+``MT_PROCESS_MODE=multi`` (the default) hands the work to the supervisor
+(service/processes/supervisor.py): HTTP front-ends and engine-core processes behind the one
+port. ``single`` serves everything from this process.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["models"]:  # python -m service models pull|list|update|remove
+        from service.models_cli import main as models_main
+
+        return models_main(argv[1:])
     settings = get_settings()
     parser = argparse.ArgumentParser(prog="python -m service", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -74,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
     install_request_id_logging()  # the app logs while it is assembled
+    if settings.process.process_mode == "multi":  # front-ends and engine cores (issue 53)
+        from service.processes.supervisor import build_supervisor
+
+        supervisor = build_supervisor(settings)
+        if supervisor is not None:
+            return supervisor.run()
     app = create_app(settings)
     config = uvicorn_config(app, settings)
     install_request_id_logging()  # after uvicorn.Config, which configures its loggers

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.fields import FieldInfo
@@ -131,8 +131,9 @@ class StorageSettings(BaseModel):
     data_dir: Path = Field(
         Path("data"),
         description="Where stored glossaries, translation memories, usage counts "
-        "(SQLite, mtserve.sqlite3) and document jobs with their files (documents.sqlite3) live, "
-        "kept across restarts; created on first use. Unused when database_url is set.",
+        "(SQLite, mtserve.sqlite3), document jobs with their files (documents.sqlite3) and the "
+        "front-ends' rate-limit windows (limits.sqlite3) live, kept across restarts; created on "
+        "first use. Unused when database_url is set.",
     )
     database_url: str | None = Field(
         None,
@@ -196,6 +197,23 @@ class ProcessSettings(BaseModel):
         ge=0,
         description="The web page waits this long after the last keystroke before it translates "
         "(LibreTranslate's frontendTimeout).",
+    )
+
+    process_mode: Literal["multi", "single"] = Field(
+        "multi",
+        description="`python -m service`: `multi` runs the HTTP front-ends and each model's "
+        "engine cores as separate processes behind one port, under a supervisor that "
+        "restarts any that dies; `single` serves everything from one process.",
+    )
+    frontends: int = Field(
+        0, ge=0, description="`multi`: HTTP front-end processes. 0: one per 4 CPUs (at least 1)."
+    )
+    engine_replicas: int = Field(
+        0,
+        ge=0,
+        description="`multi`: engine-core processes per model, each with its own batch and "
+        "intra_op_threads threads. 0: one per 4 CPUs left to the engines (at least 1; one on "
+        "a GPU).",
     )
 
 

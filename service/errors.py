@@ -107,6 +107,15 @@ class EngineFailure(ServiceError):
     default_code = "engine_failure"
 
 
+class EngineUnavailable(ServiceError):
+    """No engine core of the model answers (none started yet, or the one holding this row
+    died): the supervisor restarts it, so the client should retry."""
+
+    status = 503
+    default_code = "engine_unavailable"
+    retry_after = True
+
+
 class StoreUnavailable(ServiceError):
     """The shared database cannot be reached now (``MT_DATABASE_URL``); the client should
     retry, and ``/ready`` says 503 meanwhile."""

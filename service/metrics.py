@@ -8,11 +8,20 @@ model has its own batcher, and one unlabelled gauge would hold whichever batcher
 A batcher writes through ``for_model``'s view, which has that model's children in their place;
 ``forget_model`` drops them when the model is unloaded. Counters and histograms stay summed
 over models.
+
+In the multi-process service the supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` for every child:
+each process writes its values to files there (prometheus-client's multiprocess mode) and
+``/metrics`` on any front-end reads them all, so the engine cores' steps, queue waits and batch
+rows show beside every front-end's requests. Counters and histograms are summed over the
+processes (dead ones included, so they never go back); each gauge says how its processes'
+values combine (``multiprocess_mode``; ignored in one process). Thread CPU seconds, read from
+schedstat at each scrape in one process, are published as counters there instead.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,10 +35,16 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def multiprocess_dir() -> str | None:
+    """Where the processes of the multi-process service write their metrics, or None."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
 class ServiceMetrics:
@@ -40,6 +55,7 @@ class ServiceMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        self.shared_dir = multiprocess_dir()
         self.requests = Counter(
             "mt_requests",
             "HTTP requests by route and status code.",
@@ -119,7 +135,11 @@ class ServiceMetrics:
             registry=r,
         )
         self.threads = ThreadSched()
-        r.register(self.threads)
+        self.thread_publisher: ThreadPublisher | None = None
+        if self.shared_dir is None:
+            r.register(self.threads)
+        else:
+            self.thread_publisher = ThreadPublisher(self.threads, r)
         self.generated_tokens = Counter(
             "mt_generated_tokens",
             "Tokens generated (best hypothesis of each sentence).",
@@ -135,10 +155,18 @@ class ServiceMetrics:
             registry=r,
         )
         self.queue_depth = Gauge(
-            "mt_queue_depth", "Sentences waiting for admission, by model.", ["model"], registry=r
+            "mt_queue_depth",
+            "Sentences waiting for admission, by model.",
+            ["model"],
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.inflight_rows = Gauge(
-            "mt_inflight_rows", "Rows in the running batch, by model.", ["model"], registry=r
+            "mt_inflight_rows",
+            "Rows in the running batch, by model.",
+            ["model"],
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.row_limit = Gauge(
             "mt_admission_row_limit",
@@ -146,6 +174,7 @@ class ServiceMetrics:
             "admission; 0 before the step-cost model is fitted), by model.",
             ["model"],
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.encoder_cpu_share = Gauge(
             "mt_encoder_cpu_share",
@@ -153,6 +182,15 @@ class ServiceMetrics:
             "encodings (CPU time / wall time; the overlap assumes a whole core), by model.",
             ["model"],
             registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.process_plan = Gauge(
+            "mt_process_plan",
+            "The process plan (issue 53): HTTP front-ends, engine cores per model and intra-op "
+            "threads per engine core (count); one of each in the one-process mode.",
+            ["count"],
+            registry=r,
+            multiprocess_mode="livemax",
         )
         self.cpus = Gauge(
             "mt_cpus",
@@ -160,11 +198,13 @@ class ServiceMetrics:
             "(source: affinity, cgroup v1 or cgroup v2).",
             ["source"],
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.inflight_requests = Gauge(
             "mt_inflight_requests",
             "Translation requests admitted and not yet answered (MT_MAX_INFLIGHT_REQUESTS).",
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.rejections = Counter(
             "mt_rejections",
@@ -173,7 +213,9 @@ class ServiceMetrics:
             registry=r,
         )
         self.engine_errors = Counter("mt_engine_errors", "Engine calls that raised.", registry=r)
-        self.models_loaded = Gauge("mt_models_loaded", "Models loaded now.", registry=r)
+        self.models_loaded = Gauge(
+            "mt_models_loaded", "Models loaded now.", registry=r, multiprocess_mode="livemax"
+        )
         self.model_loads = Counter(
             "mt_model_loads", "Model loads by model and outcome.", ["model", "outcome"], registry=r
         )
@@ -208,7 +250,14 @@ class ServiceMetrics:
             gauge.remove(model_id)  # a label set it does not hold is no error
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition: this registry's, or every process's where they share a directory."""
+        if self.shared_dir is None:
+            return generate_latest(self.registry)
+        if self.thread_publisher is not None:
+            self.thread_publisher.publish()
+        shared = CollectorRegistry()
+        MultiProcessCollector(shared, self.shared_dir)
+        return generate_latest(shared)
 
 
 PROC_TASKS = Path("/proc/self/task")  # one directory per thread of this process
@@ -272,3 +321,36 @@ class ThreadSched(Collector):
             queued.add_metric([role], queued_s)
         yield cpu
         yield queued
+
+
+class ThreadPublisher:
+    """``ThreadSched``'s readings as counters of the multiprocess mode, which keeps no custom
+    collectors: each ``publish`` adds what this process's threads used since the last one
+    (the engine core publishes every second, a front-end at each scrape)."""
+
+    def __init__(self, threads: ThreadSched, registry: CollectorRegistry) -> None:
+        self._threads = threads
+        self._lock = threading.Lock()
+        self._published: dict[str, tuple[float, float]] = {}
+        self.cpu = Counter(
+            "mt_thread_cpu_seconds",
+            "CPU seconds of the serving threads by role (engine, encoder, event loop), from "
+            "/proc/<pid>/task/*/schedstat, summed over the processes.",
+            ["thread"],
+            registry=registry,
+        )
+        self.runqueue = Counter(
+            "mt_thread_runqueue_seconds",
+            "Seconds the serving threads were runnable but waiting for a core (run-queue "
+            "delay), by role, summed over the processes.",
+            ["thread"],
+            registry=registry,
+        )
+
+    def publish(self) -> None:
+        with self._lock:
+            for role, (cpu_s, queued_s) in self._threads.readings().items():
+                cpu_before, queued_before = self._published.get(role, (0.0, 0.0))
+                self.cpu.labels(thread=role).inc(max(0.0, cpu_s - cpu_before))
+                self.runqueue.labels(thread=role).inc(max(0.0, queued_s - queued_before))
+                self._published[role] = (cpu_s, queued_s)

@@ -22,6 +22,8 @@ from fastapi import FastAPI
 
 from service.config import Settings, get_settings
 from service.cpus import CpuBudget, cpu_budget
+from service.engine_core.client import EngineCoreClient, probe
+from service.engine_core.plan import ProcessPlan
 from service.metrics import ServiceMetrics
 from service.runtime.engine import Engine, open_engine
 from service.scheduling.batcher import ContinuousBatcher
@@ -42,8 +44,10 @@ from service.translation.registry import (
 from service.translation.routing import source_languages
 from service.translation.storage import Databases, open_databases
 from service.translation.translator import Translator
+from service.web.access import AccessPolicy
 from service.web.app import build_app
 from service.web.lifecycle import ServiceState
+from service.web.shared_limits import SharedRateLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +132,32 @@ def model_loader(
     return load
 
 
+# How long a front-end waits for the first engine core of a model to answer (it loads meanwhile).
+ENGINE_CORE_WAIT_S = 600.0
+
+
+def engine_core_loader(
+    settings: Settings, metrics: ServiceMetrics, plan: ProcessPlan
+) -> ModelLoader:
+    """Spec -> a client of the model's engine cores (processes the supervisor started) and
+    its translator: the front-end's side of the multi-process mode."""
+
+    def load(spec: ModelSpec) -> LoadedModel:
+        addresses = plan.addresses[spec.model_id]
+        info = probe(addresses, ENGINE_CORE_WAIT_S)
+        client = EngineCoreClient(addresses, info, metrics.for_model(spec.model_id))
+        translator = Translator(
+            Tokenizer.from_dir(spec.model_dir),
+            client,
+            settings.limits,
+            spec.source_lang,
+            model_positions=info.max_positions,
+        )
+        return LoadedModel(info, client, translator)
+
+    return load
+
+
 def dispatcher_factory(
     settings: Settings, registry: ModelRegistry, memories: MemoryStore | None = None
 ) -> Callable[[], Dispatcher]:
@@ -144,13 +174,20 @@ def dispatcher_factory(
 
 
 def build_registry(
-    settings: Settings, metrics: ServiceMetrics, load_engine: EngineLoader
+    settings: Settings,
+    metrics: ServiceMetrics,
+    load_engine: EngineLoader,
+    engine_cores: ProcessPlan | None = None,
 ) -> ModelRegistry:
     model = settings.model
-    specs = discover_models(model.model_dirs, model.models_dir, model.model_dir, model.model_name)
+    specs = discover_models(
+        model.model_dirs, model.models_dir, model.model_dir, model.model_name, model.load_only
+    )
     fair = len(specs) > 1 and model.model_fairness == "round_robin"
     turns = RoundRobinTurns() if fair else None
     loader = model_loader(settings, metrics, load_engine, turns)
+    if engine_cores is not None:  # the engines run in engine-core processes
+        loader = engine_core_loader(settings, metrics, engine_cores)
     grace_s = settings.process.shutdown_grace_s
     return ModelRegistry(specs, model, metrics, loader, turns, shutdown_grace_s=grace_s)
 
@@ -162,15 +199,24 @@ def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
     load_engine: EngineLoader | None = None,
+    engine_cores: ProcessPlan | None = None,
 ) -> FastAPI:
     """The service as an ASGI app. Models are found from the settings and loaded in the
     background after start-up. ``engine``: an already built engine for a single model;
-    ``load_engine``: builds each model's engine from its spec (tests wrap engines this way)."""
+    ``load_engine``: builds each model's engine from its spec (tests wrap engines this way);
+    ``engine_cores``: the supervisor's plan, whose engine-core processes run the engines."""
     settings = settings or get_settings()
     metrics = ServiceMetrics()
     budget = cpu_budget()
     metrics.cpus.labels(source=budget.source).set(budget.cpus)
     threads = settings.model.engine_threads
+    plan = engine_cores or ProcessPlan(1, 1, threads, budget.cpus)
+    for count, value in (
+        ("frontends", plan.frontends),
+        ("engine_replicas", plan.engine_replicas),
+        ("intra_op_threads", plan.intra_op_threads),
+    ):
+        metrics.process_plan.labels(count=count).set(value)
     logger.info("%s; %d engine threads per model", budget.describe(), threads)
     if (warning := oversubscribed(settings.model.intra_op_threads, budget)) is not None:
         logger.warning("%s", warning)
@@ -179,7 +225,7 @@ def create_app(
     opened = databases(settings)
     glossaries, memories = stores(settings, opened)
     try:
-        registry = build_registry(settings, metrics, load_engine)
+        registry = build_registry(settings, metrics, load_engine, engine_cores)
     except RegistryError as error:
         logger.error("%s", error)
         return build_app(
@@ -204,4 +250,8 @@ def create_app(
         glossaries=glossaries,
         memories=memories,
     )
-    return build_app(state)
+    app = build_app(state)
+    if engine_cores is not None or opened.shared_by_replicas:
+        # Several front-ends, or replicas on one database: one rate-limit window for all.
+        app.state.access = AccessPolicy(settings, limiter=SharedRateLimiter(opened.limits))
+    return app

@@ -8,12 +8,14 @@ Layers, lowest first (docs/architecture.md draws them)::
     cpus                  how many CPUs the process may use
     runtime               ONNX sessions, KV caches, search, engine
     scheduling            the continuous batcher
+    engine_core           the batcher behind a socket: protocol, engine-core server, client
     text                  tokenizer, segmenter, protected spans, pipeline, documents
     translation           translator, registry, routing, detection, dispatch
     config                Settings (read by the web layer and the composition root only)
     web                   FastAPI app, routes, middleware
     wiring                the composition root
-    __main__              the process
+    __main__, models_cli  the process, and its commands that manage the installed models
+    processes             the supervisor, the engine-core and front-end processes
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ LAYERS = {
     "cpus": 0,
     "runtime": 1,
     "scheduling": 2,
+    "engine_core": 2,
     "text": 3,
     "translation": 4,
     "config": 5,
     "web": 6,
     "wiring": 7,
     "__main__": 8,
+    "models_cli": 8,
+    "processes": 8,
 }
 # What the runtime may import besides the standard library and itself.
 RUNTIME_THIRD_PARTY = {"numpy", "onnxruntime"}

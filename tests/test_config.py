@@ -20,6 +20,7 @@ VARIABLES = {
     "MT_MODEL_DIR": ("model.model_dir", "/exports/one", Path("/exports/one")),
     "MT_MODEL_DIRS": ("model.model_dirs", "/a, /b", [Path("/a"), Path("/b")]),
     "MT_MODELS_DIR": ("model.models_dir", "/exports", Path("/exports")),
+    "MT_LOAD_ONLY": ("model.load_only", "en, de,fr", ["en", "de", "fr"]),
     "MT_MODEL_NAME": ("model.model_name", "opus", "opus"),
     "MT_PROVIDER": ("model.provider", "cpu", "cpu"),
     "MT_INTRA_OP_THREADS": ("model.intra_op_threads", "3", 3),
@@ -84,6 +85,9 @@ VARIABLES = {
     "MT_LOG_LEVEL": ("process.log_level", "debug", "debug"),
     "MT_ACCESS_LOG": ("process.access_log", "false", False),
     "MT_FRONTEND_TIMEOUT_MS": ("process.frontend_timeout_ms", "100", 100),
+    "MT_PROCESS_MODE": ("process.process_mode", "single", "single"),
+    "MT_FRONTENDS": ("process.frontends", "3", 3),
+    "MT_ENGINE_REPLICAS": ("process.engine_replicas", "2", 2),
 }
 
 

@@ -136,7 +136,10 @@ def write_marian_layout(
 
 
 def tokenizer_statistics(processor: spm.SentencePieceProcessor, pairs: list[Pair]) -> dict:
-    """Tokens per sentence (masked, without eos) and unknown-piece rate on ``pairs``."""
+    """Tokens per sentence (masked, without eos) and unknown-piece rate on ``pairs``
+    (``{}`` when there are none: a corpus built without the catalogs has no ``valid``)."""
+    if not pairs:
+        return {}
     sources, targets = [], []
     for pair in pairs:
         source, target, _ = mask_pair(pair.source, pair.target)
@@ -181,6 +184,10 @@ def main(argv: list[str] | None = None) -> None:
         "train": tokenizer_statistics(processor, train_pairs),
         "valid": tokenizer_statistics(processor, read_tsv(args.corpus / "valid.tsv")),
     }
+    if (args.corpus / "valid-prose.tsv").exists():
+        stats["valid-prose"] = tokenizer_statistics(
+            processor, read_tsv(args.corpus / "valid-prose.tsv")
+        )
     (args.out / "tokenizer_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     json.dump(stats, sys.stdout, indent=2)
     print()

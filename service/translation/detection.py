@@ -29,6 +29,9 @@ from hold at least ``UNSERVED_CONFIDENCE`` of the probability, the likeliest of 
 answer (and the request is refused naming it). Short interface strings of served languages
 stay below that share (py3langid is unsure of them, not sure of another language), while a
 sentence of another language passes it easily; the test over the held-out strings holds that.
+Letters of scripts that no served language writes are left out of that reading: a name in
+another script (``Send the file to Дмитрий Иванов``, ``東京``) comes back verbatim inside a
+translation, so it must not turn the text into a language nobody serves.
 
 Detection reads at most ``SAMPLE_CHARS`` characters of the text, as detectors do: a sample
 says which language a text is in, and the cost of a request then does not grow with it.
@@ -47,6 +50,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -80,6 +84,39 @@ COMPOUND_LINKS: Mapping[str, tuple[str, ...]] = {"de": ("", "s", "es", "n", "en"
 UNSERVED_CONFIDENCE = 0.999
 # The characters detection reads: the start of the text, cut at a space where there is one.
 SAMPLE_CHARS = 2048
+
+
+# The scripts a language writes, as the first word of unicodedata's character names; languages
+# not listed write Latin.
+SCRIPTS: Mapping[str, frozenset[str]] = {
+    **dict.fromkeys(
+        ("ru", "uk", "bg", "sr", "mk", "be", "kk", "ky", "tg", "mn"), frozenset({"CYRILLIC"})
+    ),
+    **dict.fromkeys(("ar", "fa", "ur", "ps"), frozenset({"ARABIC"})),
+    **dict.fromkeys(("hi", "mr", "ne"), frozenset({"DEVANAGARI"})),
+    **dict.fromkeys(("he", "yi"), frozenset({"HEBREW"})),
+    "el": frozenset({"GREEK"}),
+    "zh": frozenset({"CJK"}),
+    "ja": frozenset({"CJK", "HIRAGANA", "KATAKANA"}),
+    "ko": frozenset({"HANGUL"}),
+    "th": frozenset({"THAI"}),
+    "ka": frozenset({"GEORGIAN"}),
+    "hy": frozenset({"ARMENIAN"}),
+    "bn": frozenset({"BENGALI"}),
+    "ta": frozenset({"TAMIL"}),
+}
+_LATIN = frozenset({"LATIN"})
+
+
+def script_of(char: str) -> str:
+    return unicodedata.name(char, "UNKNOWN").split(" ", 1)[0]
+
+
+def in_scripts(text: str, scripts: frozenset[str]) -> str:
+    """``text`` with the letters of other scripts blanked out."""
+    return "".join(
+        char if not char.isalpha() or script_of(char) in scripts else " " for char in text
+    )
 
 
 def sample(text: str, limit: int = SAMPLE_CHARS) -> str:
@@ -194,9 +231,14 @@ class LanguageDetector:
                 logger.warning("no word list for every served language: n-grams alone")
 
     def _unserved(self, bare: str) -> Detection | None:
-        """The likeliest language the service does not translate from, when the text is
-        almost surely in one of those; else None."""
-        ranked = _base_identifier().rank(bare)
+        """The likeliest language the service does not translate from, when the text (its
+        letters in the served languages' scripts) is almost surely in one of those; else
+        None."""
+        served_scripts = frozenset().union(*(SCRIPTS.get(code, _LATIN) for code in self.languages))
+        readable = in_scripts(bare, served_scripts)
+        if not any(char.isalpha() for char in readable):
+            return None
+        ranked = _base_identifier().rank(readable)
         served = sum(probability for code, probability in ranked if code in self.languages)
         if 1.0 - served < UNSERVED_CONFIDENCE:
             return None

@@ -1,335 +1,258 @@
 """Document jobs: a file uploaded now, translated in the background, its progress polled and
-its result downloaded later (``/v1/documents`` and DeepL's ``/v2/document``). This module is
-the jobs' store; service/translation/document_runner.py translates them.
+its result downloaded later (``/v1/documents`` and DeepL's ``/v2/document``). The rows, the
+files and how a job is claimed are service/translation/document_store.py's; this module's
+runner claims queued jobs and translates them.
 
 Decisions:
 
-* **One truth, every replica.** A job's row and its files (the upload, the result) live in
-  the service's database (service/translation/database.py): ``documents.sqlite3`` under
-  ``MT_DATA_DIR``, or the PostgreSQL database every replica shares. Files go into the
-  database rather than onto a shared volume: an upload is already size-limited
-  (``MT_MAX_BODY_BYTES``), a row and its file commit in one transaction (a job never names a
-  missing file, a half-written result is never served), and a replica needs nothing but the
-  database URL (most Kubernetes clusters have no volume that many pods write at once).
-* **Claimed by exactly one replica, under a lease.** :meth:`DocumentStore.claim` takes the
-  oldest queued job, or one whose lease ran out (its replica died), in one transaction
-  (``FOR UPDATE SKIP LOCKED`` on PostgreSQL: claimers skip each other's rows) and writes the
-  claimer's id and a lease until ``now + lease_s``. Every later write by the claimer
-  (progress, the result, a failure) names its id and lands only while the job is still its
-  own, so a replica that lost its lease cannot overwrite the one that took over.
-* **Progress in sentences** (as the segmenter splits the texts), written after every chunk
-  and readable from every replica, with an estimate of the time left.
+* **Claimed, not handed.** Each of ``concurrency`` workers claims the oldest job it may (a
+  job submitted through this process wakes them at once; one submitted elsewhere, or whose
+  holder died, is found by polling every :data:`POLL_S`), so front-ends and replicas sharing
+  a database share the queue and no job belongs to the process that happened to receive it.
+* **Leases.** A claimed job is this runner's for ``lease_s``; the runner extends the lease
+  every third of it and with every progress write. A replica that dies stops extending it and
+  another claims the job once it runs out, starting it again (a half-done translation was
+  never written). A runner that finds a job no longer its own (cancelled, or taken over while
+  this replica could not reach the database) stops translating it. A runner that stops
+  cleanly puts its jobs back in the queue, for the next claimer at once.
+* **Interactive requests first.** At most ``concurrency`` documents at a time, each sent to
+  the translator in small chunks (:data:`CHUNK_TEXTS`), one chunk in flight per job.
+  Interactive requests arriving meanwhile join the batch beside a handful of document
+  sentences instead of queueing behind hundreds. ``translate_for`` is the one seam to the
+  translator.
+* **Busy is not failed.** A chunk refused because the queue is full or the model is not
+  ready (429, 503) is tried again after :data:`RETRY_S`; any other refusal fails the job
+  with its message. The database being unreachable fails nothing: the job stays claimed
+  until its lease runs out and is then taken up again.
 """
 
 from __future__ import annotations
 
-import shutil
-import time
-import uuid
-from dataclasses import astuple, dataclass
-from pathlib import Path
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import replace
 
-from service.errors import NotFound
-from service.text.segmenter import sentence_spans
-from service.translation.database import Database, Migration, Session
-
-UNFINISHED = ("queued", "translating")
-
-MIGRATIONS = [
-    # The schema from before versioned migrations (IF NOT EXISTS: such a file already has it).
-    Migration(
-        1,
-        """
-        CREATE TABLE IF NOT EXISTS document_jobs (
-            id TEXT PRIMARY KEY,
-            key TEXT NOT NULL,
-            filename TEXT NOT NULL,
-            source_lang TEXT NOT NULL,
-            target_lang TEXT NOT NULL,
-            status TEXT NOT NULL,
-            sentences_total INTEGER NOT NULL,
-            sentences_done INTEGER NOT NULL,
-            characters BIGINT NOT NULL,
-            error TEXT,
-            result_name TEXT,
-            created_at DOUBLE PRECISION NOT NULL,
-            started_at DOUBLE PRECISION,
-            finished_at DOUBLE PRECISION
-        )
-        """,
-    ),
-    Migration(
-        2,
-        """
-        ALTER TABLE document_jobs ADD COLUMN owner TEXT;
-        ALTER TABLE document_jobs ADD COLUMN lease_holder TEXT;
-        ALTER TABLE document_jobs ADD COLUMN lease_until DOUBLE PRECISION;
-        CREATE INDEX document_jobs_by_status ON document_jobs (status, created_at);
-        CREATE TABLE document_files (
-            job_id TEXT NOT NULL REFERENCES document_jobs(id) ON DELETE CASCADE,
-            kind TEXT NOT NULL,
-            content {BLOB} NOT NULL,
-            PRIMARY KEY (job_id, kind)
-        )
-        """,
-    ),
-]
-_COLUMNS = (
-    "id, key, filename, source_lang, target_lang, status, sentences_total, sentences_done, "
-    "characters, error, result_name, created_at, started_at, finished_at, owner"
+from service.errors import NotFound, ServiceError, StoreUnavailable
+from service.text.bulk import TranslateTexts
+from service.text.files import TranslatedFile, translate_file
+from service.translation.document_store import (
+    DocumentJob,
+    DocumentStore,
+    count_sentences,
+    process_owner,
 )
-# A job that may be claimed: queued, or translating under a lease that ran out (a lease of
-# NULL: a row from before leases, left translating by a process that stopped).
-_CLAIMABLE = (
-    "(status = 'queued' OR (status = 'translating' AND (lease_until IS NULL OR lease_until < ?)))"
-)
-_HELD = "id = ? AND status = 'translating' AND lease_holder = ?"
+
+__all__ = ["DocumentJob", "DocumentRunner", "DocumentStore", "count_sentences"]
+
+logger = logging.getLogger(__name__)
+
+CHUNK_TEXTS = 4  # texts per chunk: one chunk in flight per job
+RETRY_S = 0.5  # wait before a chunk refused as busy (429/503) is tried again
+POLL_S = 1.0  # how often an idle worker looks for jobs submitted elsewhere or left behind
+
+# A job's texts in, their translations out (the web layer binds the dispatcher and the pair).
+TranslatorFor = Callable[[DocumentJob], TranslateTexts]
 
 
-@dataclass(frozen=True)
-class DocumentJob:
-    job_id: str
-    key: str  # DeepL's document_key: the second half of the credential to a job
-    filename: str
-    source_lang: str  # "auto" when detected
-    target_lang: str
-    status: str  # queued → translating → done | error | cancelled
-    sentences_total: int
-    sentences_done: int
-    characters: int
-    error: str | None
-    result_name: str | None
-    created_at: float
-    started_at: float | None
-    finished_at: float | None
-    owner: str | None = None  # the API key id that submitted it; None: keys are off
-
-    def seconds_left(self, now: float) -> float | None:
-        """The time left at the rate so far (None until a sentence is done)."""
-        if self.status != "translating" or not self.started_at or self.sentences_done <= 0:
-            return None
-        rate = self.sentences_done / max(now - self.started_at, 1e-3)
-        return max(self.sentences_total - self.sentences_done, 0) / rate
+class LeaseLost(Exception):
+    """The job is no longer this runner's: cancelled, or claimed by another replica."""
 
 
-def count_sentences(texts: list[str], language: str) -> int:
-    """How many sentences the segmenter makes of ``texts`` (a text without one counts one)."""
-    return sum(max(len(sentence_spans(text, language)), 1) for text in texts)
+class DocumentRunner:
+    """Claims jobs and translates up to ``concurrency`` at a time."""
 
-
-class DocumentStore:
-    """Job rows and their files in ``database``."""
-
-    def __init__(self, database: Database, ttl_s: float, legacy_dir: Path | None = None) -> None:
-        """``ttl_s``: finished jobs (and their files) older than this are deleted.
-        ``legacy_dir``: ``MT_DATA_DIR``, where jobs from before files lived in the database
-        kept them (``documents/<id>/``); read while such a job is still there."""
-        self.database = database
-        database.add_migrations("document_jobs", MIGRATIONS)
-        self.ttl_s = ttl_s
-        self.legacy_dir = legacy_dir
+    def __init__(
+        self,
+        store: DocumentStore,
+        translate_for: TranslatorFor,
+        concurrency: int,
+        lease_s: float = 30.0,
+        holder: str | None = None,
+    ) -> None:
+        self.store = store
+        self.translate_for = translate_for
+        self.concurrency = concurrency
+        self.lease_s = lease_s
+        self.holder = holder or process_owner()
+        self._wake = asyncio.Event()
+        self._workers: list[asyncio.Task[None]] = []
+        self._running: dict[str, asyncio.Task[None]] = {}
 
     @property
-    def shared(self) -> bool:
-        """Whether other replicas use the same jobs (then only a lease hands one over)."""
-        return self.database.dialect != "sqlite"
+    def started(self) -> bool:
+        return bool(self._workers)
 
-    def create(
-        self,
-        filename: str,
-        content: bytes,
-        source_lang: str,
-        target_lang: str,
-        sentences: int,
-        characters: int,
-        owner: str | None = None,
-    ) -> DocumentJob:
-        """Store the row and its upload in one transaction: a job never names a missing file.
-        The client is told 202 once it is committed (durably)."""
-        self.sweep()
-        job = DocumentJob(
-            uuid.uuid4().hex,
-            uuid.uuid4().hex,
-            filename,
-            source_lang,
-            target_lang,
-            "queued",
-            sentences,
-            0,
-            characters,
-            None,
-            None,
-            time.time(),
-            None,
-            None,
-            owner,
-        )
-        with self.database.transaction() as db:
-            marks = ", ".join("?" * len(astuple(job)))
-            # The dataclass's fields are the columns, in order.
-            db.execute(f"INSERT INTO document_jobs ({_COLUMNS}) VALUES ({marks})", astuple(job))
-            _put_file(db, job.job_id, "upload", content)
-        return job
+    def start(self) -> None:
+        """Start the workers and the lease keeper (what a previous run left translating is
+        claimed again: at once on SQLite, once its lease runs out on PostgreSQL)."""
+        self._wake = asyncio.Event()  # bound to this event loop
+        self._workers = [
+            asyncio.create_task(self._work(), name=f"document-worker-{n}")
+            for n in range(self.concurrency)
+        ]
+        self._workers.append(asyncio.create_task(self._keep_leases(), name="document-leases"))
 
-    def get(self, job_id: str) -> DocumentJob:
-        if not self.database.exists():  # asking about a job creates no database
-            raise NotFound(f"no document job with id {job_id!r}", "document_not_found")
-        with self.database.read() as db:
-            job = _job(db, job_id)
-        if job is None:
-            raise NotFound(f"no document job with id {job_id!r}", "document_not_found")
-        return job
-
-    def claim(self, holder: str, lease_s: float) -> DocumentJob | None:
-        """The oldest claimable job, now ``holder``'s until ``now + lease_s`` (None: none)."""
-        if not self.database.exists():  # a server never sent a document creates nothing
-            return None
-        now = time.time()
-        with self.database.transaction() as db:
-            row = db.execute(
-                f"SELECT id FROM document_jobs WHERE {_CLAIMABLE} "
-                f"ORDER BY created_at, id LIMIT 1{self.database.skip_locked}",
-                (now,),
-            ).fetchone()
-            if row is None:
-                return None
-            claimed = db.execute(
-                "UPDATE document_jobs SET status = 'translating', sentences_done = 0, "
-                f"started_at = ?, lease_holder = ?, lease_until = ? WHERE id = ? AND {_CLAIMABLE}",
-                (now, holder, now + lease_s, row[0], now),
-            ).rowcount
-            return _job(db, row[0]) if claimed else None
-
-    def _update_held(self, job_id: str, holder: str, durable: bool, **fields: object) -> bool:
-        """Write ``fields`` if ``holder`` still holds the job; whether it did."""
-        assignments = ", ".join(f"{name} = ?" for name in fields)
-        with self.database.transaction(durable) as db:
-            return bool(
-                db.execute(
-                    f"UPDATE document_jobs SET {assignments} WHERE {_HELD}",
-                    (*fields.values(), job_id, holder),
-                ).rowcount
-            )
-
-    def renew(self, job_id: str, holder: str, lease_s: float) -> bool:
-        """Extend ``holder``'s lease; False once the job is no longer its own (cancelled, or
-        taken over after its lease ran out)."""
-        return self._update_held(job_id, holder, False, lease_until=time.time() + lease_s)
-
-    def progress(self, job_id: str, holder: str, sentences_done: int, lease_s: float) -> bool:
-        """Progress, which also says the holder is alive: the lease is extended."""
-        return self._update_held(
-            job_id, holder, False, sentences_done=sentences_done, lease_until=time.time() + lease_s
-        )
-
-    def release(self, job_id: str, holder: str) -> bool:
-        """Back to the queue (the holder stops): the next claim, here or elsewhere, starts
-        it again at once."""
-        return self._update_held(
-            job_id, holder, True, status="queued", sentences_done=0, lease_holder=None
-        )
-
-    def release_all(self) -> int:
-        """Every translating job back to the queue: a process that owns its database alone
-        (SQLite) restarts, so whatever was translating was its own."""
-        if not self.database.exists():
-            return 0
-        with self.database.transaction() as db:
-            return db.execute(
-                "UPDATE document_jobs SET status = 'queued', sentences_done = 0, "
-                "lease_holder = NULL, lease_until = NULL WHERE status = 'translating'"
-            ).rowcount
-
-    def finish(self, job: DocumentJob, holder: str, result_name: str, content: bytes) -> bool:
-        """The result and the row that says done, in one transaction, if ``holder`` still
-        holds the job (not cancelled, not taken over); whether it did."""
-        with self.database.transaction() as db:
-            done = db.execute(
-                "UPDATE document_jobs SET status = 'done', sentences_done = sentences_total, "
-                f"result_name = ?, finished_at = ?, lease_until = NULL WHERE {_HELD}",
-                (result_name, time.time(), job.job_id, holder),
-            ).rowcount
-            if done:
-                _put_file(db, job.job_id, "result", content)
-        return bool(done)
-
-    def fail(self, job_id: str, holder: str, message: str) -> bool:
-        return self._update_held(
-            job_id, holder, True, status="error", error=message, finished_at=time.time()
-        )
-
-    def upload(self, job: DocumentJob) -> bytes:
-        content = self._file(job.job_id, "upload")
-        if content is None:
-            raise NotFound(f"the upload of document job {job.job_id!r} is gone")
-        return content
-
-    def result(self, job: DocumentJob) -> bytes | None:
-        """The finished document, only for a job whose row says done."""
-        return self._file(job.job_id, "result") if job.status == "done" else None
-
-    def _file(self, job_id: str, kind: str) -> bytes | None:
-        with self.database.read() as db:
-            row = db.execute(
-                "SELECT content FROM document_files WHERE job_id = ? AND kind = ?", (job_id, kind)
-            ).fetchone()
-        if row is not None:
-            return bytes(row[0])
-        legacy = self._legacy_files(job_id)
-        if legacy is not None and (legacy / kind).is_file():
-            return (legacy / kind).read_bytes()
-        return None
-
-    def _legacy_files(self, job_id: str) -> Path | None:
-        return self.legacy_dir / "documents" / job_id if self.legacy_dir is not None else None
+    def submit(self, job: DocumentJob) -> None:
+        """A job was stored: wake an idle worker (any replica's claims it; this one's first)."""
+        self._wake.set()
 
     def cancel(self, job_id: str) -> DocumentJob:
-        """Cancel an unfinished job and delete its files; a finished one's files go too (the
-        client says it is done with them). The row stays so that status still answers; the
-        replica translating it finds the job no longer its own and stops."""
-        self.get(job_id)  # 404 first
-        with self.database.transaction() as db:
-            db.execute(
-                "UPDATE document_jobs SET status = 'cancelled', finished_at = ?, "
-                "lease_until = NULL WHERE id = ? AND status IN (?, ?)",
-                (time.time(), job_id, *UNFINISHED),
+        job = self.store.cancel(job_id)
+        if (task := self._running.get(job_id)) is not None:
+            task.cancel()
+        return job
+
+    async def stop(self) -> None:
+        """Stop translating: jobs in progress go back to the queue for the next claimer."""
+        running = list(self._running)
+        for task in [*self._workers, *self._running.values()]:
+            task.cancel()
+        for task in [*self._workers, *self._running.values()]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for job_id in running:
+            with contextlib.suppress(StoreUnavailable):  # then the lease runs out instead
+                self.store.release(job_id, self.holder)
+        self._workers = []
+        self._running = {}
+
+    async def _work(self) -> None:
+        while True:
+            self._wake.clear()
+            job = await self._claim()
+            if job is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), POLL_S)
+                continue
+            task = asyncio.create_task(self._run(job), name=f"document-{job.job_id}")
+            self._running[job.job_id] = task
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if not task.done():  # the worker itself is stopping
+                    raise
+            finally:
+                if task.done():
+                    self._running.pop(job.job_id, None)
+
+    async def _claim(self) -> DocumentJob | None:
+        try:
+            return await asyncio.to_thread(self.store.claim, self.holder, self.lease_s)
+        except StoreUnavailable as error:
+            logger.warning("document jobs: %s", error.message)
+        except Exception:  # a worker must outlive a bad moment of the database
+            logger.exception("claiming a document job failed")
+        return None
+
+    async def _keep_leases(self) -> None:
+        """Extend the lease of every running job; stop the ones that are no longer ours."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            for job_id, task in list(self._running.items()):
+                try:
+                    held = await asyncio.to_thread(
+                        self.store.renew, job_id, self.holder, self.lease_s
+                    )
+                except StoreUnavailable:
+                    continue  # try again next time; the lease may run out meanwhile
+                if not held:
+                    logger.info("document job %s is no longer this replica's; stopping it", job_id)
+                    task.cancel()
+
+    async def _run(self, job: DocumentJob) -> None:
+        job = replace(job, status="translating")
+        store, holder = self.store, self.holder
+        try:
+            content = await asyncio.to_thread(store.upload, job)
+            translated = await self._translate_off_loop(job, content)
+            await asyncio.to_thread(
+                store.finish, job, holder, translated.filename, translated.content
             )
-            db.execute("DELETE FROM document_files WHERE job_id = ?", (job_id,))
-        if (legacy := self._legacy_files(job_id)) is not None:
-            shutil.rmtree(legacy, ignore_errors=True)
-        return self.get(job_id)
+        except asyncio.CancelledError:
+            raise
+        except (LeaseLost, StoreUnavailable) as error:
+            # Not this job's failure: its next holder (maybe this replica) starts it again.
+            logger.warning("document job %s stopped here: %s", job.job_id, error)
+        except NotFound as error:  # deleted meanwhile
+            logger.info("document job %s: %s", job.job_id, error.message)
+        except ServiceError as error:
+            await asyncio.to_thread(store.fail, job.job_id, holder, error.message)
+        except Exception as error:  # a job's failure must not stop the runner
+            logger.exception("document job %s failed", job.job_id)
+            message = f"internal error ({type(error).__name__})"
+            await asyncio.to_thread(store.fail, job.job_id, holder, message)
 
-    def sweep(self) -> int:
-        """Delete finished jobs older than the TTL, rows and files; returns how many."""
-        if not self.database.exists():
-            return 0
-        cutoff = time.time() - self.ttl_s
-        with self.database.transaction() as db:
-            expired = [
-                job_id
-                for (job_id,) in db.execute(
-                    "DELETE FROM document_jobs WHERE status NOT IN (?, ?) AND finished_at < ? "
-                    "RETURNING id",
-                    (*UNFINISHED, cutoff),
-                ).fetchall()
-            ]
-        for job_id in expired:
-            if (legacy := self._legacy_files(job_id)) is not None:
-                shutil.rmtree(legacy, ignore_errors=True)
-        return len(expired)
+    async def _translate_off_loop(self, job: DocumentJob, content: bytes) -> TranslatedFile:
+        """Parse and write the document in a worker thread (a long document takes the CPU
+        for a while, which must not delay interactive requests on the event loop); its texts
+        come back to this loop, chunk by chunk, for the translator."""
+        loop = asyncio.get_running_loop()
+        translate = self._chunked(job)
+        stopped = threading.Event()
+        in_flight: list[concurrent.futures.Future[list[str]]] = []
 
-    def close(self) -> None:
-        self.database.close()
+        async def from_thread(texts: list[str]) -> list[str]:
+            if stopped.is_set():
+                raise asyncio.CancelledError
 
+            async def call() -> list[str]:
+                return await translate(texts)
 
-def _job(db: Session, job_id: str) -> DocumentJob | None:
-    row = db.execute(f"SELECT {_COLUMNS} FROM document_jobs WHERE id = ?", (job_id,)).fetchone()
-    return DocumentJob(*row) if row is not None else None
+            future = asyncio.run_coroutine_threadsafe(call(), loop)
+            in_flight.append(future)
+            try:
+                return await asyncio.wrap_future(future)
+            finally:
+                in_flight.remove(future)
 
+        def work() -> TranslatedFile:
+            return asyncio.run(translate_file(job.filename, content, job.target_lang, from_thread))
 
-def _put_file(db: Session, job_id: str, kind: str, content: bytes) -> None:
-    db.execute(
-        "INSERT INTO document_files (job_id, kind, content) VALUES (?, ?, ?) "
-        "ON CONFLICT (job_id, kind) DO UPDATE SET content = excluded.content",
-        (job_id, kind, content),
-    )
+        try:
+            return await asyncio.to_thread(work)
+        except asyncio.CancelledError:
+            stopped.set()
+            for future in list(in_flight):
+                future.cancel()  # cancels the chunk's task on this loop
+            raise
+
+    def _chunked(self, job: DocumentJob) -> TranslateTexts:
+        translate = self.translate_for(job)
+        language = job.source_lang if job.source_lang != "auto" else "en"
+        done = 0
+
+        async def translate_texts(texts: list[str]) -> list[str]:
+            nonlocal done
+            out: list[str] = []
+            for start in range(0, len(texts), CHUNK_TEXTS):
+                chunk = texts[start : start + CHUNK_TEXTS]
+                out += await self._busy_retried(translate, chunk)
+                done += count_sentences(chunk, language)
+                await self._progress(job, min(done, job.sentences_total))
+            return out
+
+        return translate_texts
+
+    async def _progress(self, job: DocumentJob, sentences_done: int) -> None:
+        try:
+            held = await asyncio.to_thread(
+                self.store.progress, job.job_id, self.holder, sentences_done, self.lease_s
+            )
+        except StoreUnavailable:
+            return  # progress is for the client's eyes; the lease keeper retries the lease
+        if not held:
+            raise LeaseLost(f"document job {job.job_id} is no longer this replica's")
+
+    @staticmethod
+    async def _busy_retried(translate: TranslateTexts, chunk: list[str]) -> list[str]:
+        while True:
+            try:
+                return await translate(chunk)
+            except ServiceError as error:
+                if error.status not in (429, 503):
+                    raise
+            await asyncio.sleep(RETRY_S)

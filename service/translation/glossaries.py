@@ -8,8 +8,8 @@ transaction, so a refused glossary leaves the store as it was. A glossary is nev
 once stored, so its compiled form is kept per id: a request that names one asks the store
 only whether it still exists (another replica may have deleted it), not for its terms.
 
-``owner``: the API key id that created a glossary (None: shared, as every glossary is while
-keys are off); a caller that names an owner sees its own glossaries and the shared ones.
+``owner_key``: the API key id that created a glossary (None: shared, as every glossary is while
+keys are off); a caller that names its key id sees its own glossaries and the shared ones.
 """
 
 from __future__ import annotations
@@ -45,17 +45,17 @@ MIGRATIONS = [
         )
         """,
     ),
-    Migration(2, "ALTER TABLE glossaries ADD COLUMN owner TEXT"),
+    Migration(2, "ALTER TABLE glossaries ADD COLUMN owner_key TEXT"),
 ]
-_COLUMNS = "id, name, source_lang, target_lang, created_at, entry_count, owner"
+_COLUMNS = "id, name, source_lang, target_lang, created_at, entry_count, owner_key"
 
 
-def visible_to(owner: str | None) -> tuple[str, tuple[str, ...]]:
-    """The condition (and its parameter) for the rows ``owner`` may see: all of them for
+def visible_to(owner_key: str | None) -> tuple[str, tuple[str, ...]]:
+    """The condition (and its parameter) for the rows ``owner_key`` may see: all of them for
     None, else its own and the shared ones."""
-    if owner is None:
+    if owner_key is None:
         return "1 = 1", ()
-    return "(owner IS NULL OR owner = ?)", (owner,)
+    return "(owner_key IS NULL OR owner_key = ?)", (owner_key,)
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class GlossaryInfo:
     target_lang: str
     created_at: float  # seconds since the epoch
     entry_count: int
-    owner: str | None = None  # the API key id that created it; None: shared
+    owner_key: str | None = None  # the API key id that created it; None: shared
 
 
 class GlossaryStore:
@@ -83,7 +83,7 @@ class GlossaryStore:
         source_lang: str,
         target_lang: str,
         entries: list[tuple[str, str]],
-        owner: str | None = None,
+        owner_key: str | None = None,
     ) -> GlossaryInfo:
         """Validate and store; ``GlossaryError``/``InputTooLarge`` before anything is written."""
         glossary = Glossary.from_entries(entries, self.max_entries, source_lang, target_lang)
@@ -94,7 +94,7 @@ class GlossaryStore:
             target_lang,
             time.time(),
             len(glossary.entries),
-            owner,
+            owner_key,
         )
         with self.database.transaction() as db:  # all of it or nothing
             db.execute(
@@ -106,7 +106,7 @@ class GlossaryStore:
                     target_lang,
                     info.created_at,
                     info.entry_count,
-                    owner,
+                    owner_key,
                 ),
             )
             db.executemany(
@@ -117,8 +117,8 @@ class GlossaryStore:
         self._compiled[info.glossary_id] = glossary
         return info
 
-    def list(self, owner: str | None = None) -> list[GlossaryInfo]:
-        condition, params = visible_to(owner)
+    def list(self, owner_key: str | None = None) -> list[GlossaryInfo]:
+        condition, params = visible_to(owner_key)
         with self.database.read() as db:
             rows = db.execute(
                 f"SELECT {_COLUMNS} FROM glossaries WHERE {condition} ORDER BY created_at, id",
@@ -126,16 +126,16 @@ class GlossaryStore:
             )
             return [GlossaryInfo(*row) for row in rows]
 
-    def info(self, glossary_id: str, owner: str | None = None) -> GlossaryInfo:
+    def info(self, glossary_id: str, owner_key: str | None = None) -> GlossaryInfo:
         with self.database.read() as db:
-            row = self._info(db, glossary_id, owner)
+            row = self._info(db, glossary_id, owner_key)
         if row is None:
             raise NotFound(f"no glossary with id {glossary_id!r}", "glossary_not_found")
         return row
 
     @staticmethod
-    def _info(db: Session, glossary_id: str, owner: str | None) -> GlossaryInfo | None:
-        condition, params = visible_to(owner)
+    def _info(db: Session, glossary_id: str, owner_key: str | None) -> GlossaryInfo | None:
+        condition, params = visible_to(owner_key)
         row = db.execute(
             f"SELECT {_COLUMNS} FROM glossaries WHERE id = ? AND {condition}",
             (glossary_id, *params),
@@ -143,8 +143,10 @@ class GlossaryStore:
         return GlossaryInfo(*row) if row is not None else None
 
     # ``builtins.list``: the class's own ``list`` method shadows the type here.
-    def entries(self, glossary_id: str, owner: str | None = None) -> builtins.list[tuple[str, str]]:
-        self.info(glossary_id, owner)  # 404 for an unknown id rather than an empty list
+    def entries(
+        self, glossary_id: str, owner_key: str | None = None
+    ) -> builtins.list[tuple[str, str]]:
+        self.info(glossary_id, owner_key)  # 404 for an unknown id rather than an empty list
         with self.database.read() as db:
             rows = db.execute(
                 "SELECT source, target FROM glossary_entries WHERE glossary_id = ? "
@@ -153,10 +155,10 @@ class GlossaryStore:
             )
             return [(source, target) for source, target in rows]
 
-    def glossary(self, glossary_id: str, owner: str | None = None) -> Glossary:
+    def glossary(self, glossary_id: str, owner_key: str | None = None) -> Glossary:
         """The compiled glossary (404 for an unknown id, or one deleted meanwhile through
         another replica)."""
-        info = self.info(glossary_id, owner)
+        info = self.info(glossary_id, owner_key)
         if (compiled := self._compiled.get(glossary_id)) is not None:
             return compiled
         # Stored entries passed validation when written; the limit may since have been
@@ -166,8 +168,8 @@ class GlossaryStore:
         self._compiled[glossary_id] = glossary
         return glossary
 
-    def delete(self, glossary_id: str, owner: str | None = None) -> None:
-        condition, params = visible_to(owner)
+    def delete(self, glossary_id: str, owner_key: str | None = None) -> None:
+        condition, params = visible_to(owner_key)
         with self.database.transaction() as db:
             deleted = db.execute(
                 f"DELETE FROM glossaries WHERE id = ? AND {condition}", (glossary_id, *params)

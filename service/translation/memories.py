@@ -19,7 +19,7 @@ segment found is written exactly as approved, is not sent to the model, and is c
   transaction per post, so a refused post changes nothing. A lookup is one indexed query: a
   memory of any size costs the process no memory, and a pair posted holds for the very next
   request, on every replica.
-* **Owners.** ``owner`` is the API key id that created a memory (None: shared, as every
+* **Owners.** ``owner_key`` is the API key id that created a memory (None: shared, as every
   memory is while keys are off); the store keeps it for the access rules of the web layer.
 """
 
@@ -58,7 +58,7 @@ MIGRATIONS = [
         )
         """,
     ),
-    Migration(2, "ALTER TABLE memories ADD COLUMN owner TEXT"),
+    Migration(2, "ALTER TABLE memories ADD COLUMN owner_key TEXT"),
 ]
 
 # Ids clients choose; the defaults' ``default:en-de`` cannot collide with one (the colon).
@@ -101,7 +101,7 @@ class MemoryInfo:
     created_at: float  # seconds since the epoch
     updated_at: float
     entry_count: int
-    owner: str | None = None  # the API key id that created it; None: shared
+    owner_key: str | None = None  # the API key id that created it; None: shared
 
     @property
     def is_default(self) -> bool:
@@ -166,7 +166,7 @@ class MemoryStore:
         source_lang: str,
         target_lang: str,
         entries: Iterable[tuple[object, object]],
-        owner: str | None = None,
+        owner_key: str | None = None,
     ) -> MemoryUpdate:
         """Store ``entries`` in ``memory_id`` (created if new) or, for None, in the pair's
         default memory. Refusals (bad entries, a bad id, a memory of another pair) raise
@@ -185,8 +185,8 @@ class MemoryStore:
             # Insert-if-absent first: two replicas creating one memory at once both succeed.
             created = db.execute(
                 "INSERT INTO memories (id, source_lang, target_lang, created_at, updated_at, "
-                "owner) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                (memory_id, source_lang, target_lang, now, now, owner),
+                "owner_key) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (memory_id, source_lang, target_lang, now, now, owner_key),
             ).rowcount
             existing = db.execute(
                 "SELECT source_lang, target_lang FROM memories WHERE id = ?", (memory_id,)
@@ -274,7 +274,7 @@ class MemoryStore:
 
 _INFO = (
     "SELECT m.id, m.source_lang, m.target_lang, m.created_at, m.updated_at, COUNT(e.source_key), "
-    "m.owner "
+    "m.owner_key "
     "FROM memories m LEFT JOIN memory_entries e ON e.memory_id = m.id"
 )
 

@@ -37,7 +37,15 @@ class ModelSettings(BaseModel):
     models_dir: Path | None = Field(
         None,
         description="A directory of exports: every sub-directory with a config.json is a "
-        "model (added to model_dirs).",
+        "model (added to model_dirs; one of them replaces a model_dirs model of its pair). "
+        "`python -m service models pull` installs here (unset: into MT_DATA_DIR/models); "
+        "`make serve` sets it to that directory.",
+    )
+    load_only: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated languages (`en,de,fr`; LibreTranslate's --load-only): "
+        "only the models whose languages are all in the list are served, and a multilingual "
+        "model serves only the listed ones. Empty: every configured model.",
     )
     model_name: str = Field(
         "",
@@ -116,9 +124,9 @@ class ModelSettings(BaseModel):
     def kv_pool_bytes(self) -> int:
         return self.kv_pool_mb << 20
 
-    @field_validator("model_dirs", mode="before")
+    @field_validator("model_dirs", "load_only", mode="before")
     @classmethod
-    def _split_model_dirs(cls, value: object) -> object:
+    def _split_lists(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value

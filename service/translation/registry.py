@@ -31,14 +31,15 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from service.engine_core.protocol import EngineCoreInfo
 from service.errors import ModelNotReady
 from service.metrics import ServiceMetrics
 from service.runtime.engine import Engine
-from service.scheduling.batcher import ContinuousBatcher
+from service.scheduling.row_batcher import RowBatcher
 from service.scheduling.turns import RoundRobinTurns
 from service.translation.languages import normalise_language_code
 from service.translation.model_settings import ModelSettings
@@ -120,31 +121,33 @@ def discover_models(
     models_dir: Path | None,
     model_dir: Path,
     model_name: str = "",
+    load_only: Sequence[str] = (),
 ) -> list[ModelSpec]:
     """The models the settings name: ``model_dirs`` and the sub-directories of ``models_dir``
-    that hold a ``config.json``; ``model_dir`` alone (named ``model_name`` if given) when
-    both are empty."""
-    dirs = [Path(path) for path in model_dirs]
+    that hold a ``config.json`` (an installed model replaces a ``model_dirs`` model of its
+    pair, as a pulled model replaces a shipped one); ``model_dir`` alone (named ``model_name``
+    if given) when both are empty. ``load_only``: only the models of those languages."""
+    installed: list[Path] = []
     if models_dir is not None:
         root = Path(models_dir)
         if not root.is_dir():
             raise RegistryError(f"MT_MODELS_DIR={root} is not a directory")
-        dirs += sorted(sub for sub in root.iterdir() if (sub / "config.json").is_file())
-    alone = not dirs
+        # Hidden entries are pulls in progress (service/models_cli/store.py).
+        installed = sorted(
+            sub
+            for sub in root.iterdir()
+            if not sub.name.startswith(".") and (sub / "config.json").is_file()
+        )
+    alone = not model_dirs and not installed
+    given = [model_spec(Path(path), "") for path in model_dirs]
     if alone:
-        dirs = [Path(model_dir)]
-    specs: list[ModelSpec] = []
-    for directory in dirs:
-        name, pair = read_export_config(directory)
-        model_id = (model_name if alone else "") or name or directory.name
-        languages = read_export_languages(directory)
-        if len(languages) >= 2:
-            specs.append(ModelSpec(model_id, directory, languages[0], languages[1], languages))
-            continue
-        if pair is None:
-            logger.warning("%s declares no source_lang/target_lang; assuming en→de", directory)
-            pair = DEFAULT_PAIR
-        specs.append(ModelSpec(model_id, directory, *pair))
+        given = [model_spec(Path(model_dir), model_name)]
+    pulled = [model_spec(directory, "") for directory in installed]
+    replaced = {spec.pair for spec in pulled if not spec.multilingual}
+    for spec in given:
+        if not spec.multilingual and spec.pair in replaced:
+            logger.info("%s→%s: serving the installed model, not %s", *spec.pair, spec.model_dir)
+    specs = [s for s in given if s.multilingual or s.pair not in replaced] + pulled
     for kind, key in (("name", lambda s: s.model_id), ("language pair", lambda s: s.pair)):
         seen: dict[object, ModelSpec] = {}
         for spec in specs:
@@ -157,7 +160,43 @@ def discover_models(
                 )
     if not specs:
         raise RegistryError("no models configured")
-    return specs
+    return only_languages(specs, load_only) if load_only else specs
+
+
+def model_spec(directory: Path, model_name: str) -> ModelSpec:
+    """The spec an export's config declares (``model_name``, if given, names it)."""
+    name, pair = read_export_config(directory)
+    model_id = model_name or name or directory.name
+    languages = read_export_languages(directory)
+    if len(languages) >= 2:
+        return ModelSpec(model_id, directory, languages[0], languages[1], languages)
+    if pair is None:
+        logger.warning("%s declares no source_lang/target_lang; assuming en→de", directory)
+        pair = DEFAULT_PAIR
+    return ModelSpec(model_id, directory, *pair)
+
+
+def only_languages(specs: Sequence[ModelSpec], languages: Sequence[str]) -> list[ModelSpec]:
+    """The models that serve only ``languages`` (MT_LOAD_ONLY): a model of one pair when
+    both of its languages are listed, a multilingual model cut down to the listed ones."""
+    wanted = {normalise_language_code(code) for code in languages}
+    kept = []
+    for spec in specs:
+        if spec.multilingual:
+            codes = tuple(code for code in spec.languages if code in wanted)
+            if len(codes) >= 2:
+                kept.append(
+                    replace(spec, source_lang=codes[0], target_lang=codes[1], languages=codes)
+                )
+        elif {normalise_language_code(code) for code in spec.pair} <= wanted:
+            kept.append(spec)
+    if not kept:
+        served = sorted({code for spec in specs for pair in spec.pairs() for code in pair})
+        raise RegistryError(
+            f"MT_LOAD_ONLY={','.join(languages)} leaves no model to serve; the configured "
+            f"models serve {', '.join(served)}"
+        )
+    return kept
 
 
 def serving_pairs(specs: Sequence[ModelSpec]) -> dict[tuple[str, str], str]:
@@ -192,8 +231,8 @@ def resident_bytes() -> int | None:
 class LoadedModel:
     """A loaded model's parts, built together (service/wiring.py) and dropped together."""
 
-    engine: Engine
-    batcher: ContinuousBatcher
+    engine: Engine | EngineCoreInfo  # the info alone where engine cores run it (issue 53)
+    batcher: RowBatcher
     translator: Translator
 
 

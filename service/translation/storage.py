@@ -12,15 +12,24 @@ from service.translation.database import FILE_NAME, Database, SqliteDatabase
 
 @dataclass(frozen=True)
 class Databases:
-    """What the stores open: ``main`` for glossaries, memories and counters, ``documents``
-    for document jobs and files (one SQLite file each; one PostgreSQL database for both)."""
+    """What the stores open: ``main`` for glossaries, memories and usage counts,
+    ``documents`` for document jobs and their files, ``limits`` for rate-limit windows (one
+    SQLite file each, the last written without waiting for the disk; one PostgreSQL database
+    for all three)."""
 
     main: Database
     documents: Database
+    limits: Database
+
+    @property
+    def shared_by_replicas(self) -> bool:
+        """Whether processes on other machines may use the same state (PostgreSQL)."""
+        return self.main.dialect != "sqlite"
 
     def close(self) -> None:
         self.main.close()
         self.documents.close()
+        self.limits.close()
 
     def unreachable(self) -> str | None:
         return self.main.unreachable()
@@ -32,8 +41,11 @@ def open_databases(data_dir: Path, database_url: str | None, pool_size: int = 8)
         from service.translation.postgres import PostgresDatabase
 
         shared = PostgresDatabase(database_url, pool_size)
-        return Databases(shared, shared)
+        return Databases(shared, shared, shared)
+    # WAL: every front-end of the multi-process service opens these files, and readers then
+    # do not wait for a writer.
     return Databases(
-        SqliteDatabase(data_dir / FILE_NAME),
+        SqliteDatabase(data_dir / FILE_NAME, write_ahead_log=True),
         SqliteDatabase(data_dir / "documents.sqlite3", write_ahead_log=True),
+        SqliteDatabase(data_dir / "limits.sqlite3", write_ahead_log=True),
     )

@@ -24,7 +24,9 @@ from typing import Protocol
 
 from service.errors import InputTooLarge
 from service.runtime.types import DecodeRequest
-from service.scheduling.batcher import ContinuousBatcher, RowResult, RowStream
+from service.scheduling.row_batcher import RowBatcher
+from service.scheduling.sentences import RowResult
+from service.scheduling.stream import RowStream
 from service.text.glossary import Glossary
 from service.text.pipeline import (
     DecodingOptions,
@@ -77,7 +79,7 @@ class Translator:
     def __init__(
         self,
         tokenizer: Tokenizer,
-        batcher: ContinuousBatcher,
+        batcher: RowBatcher,
         limits: TextLimits,
         source_lang: str = "en",
         model_positions: int | None = None,

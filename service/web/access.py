@@ -25,16 +25,23 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from fastapi import Request
 
 from service.config import Settings
 from service.web.errors import ApiError
-from service.web.rate_limits import Clock, Limiter, RateLimiter
+from service.web.rate_limits import Clock, RateLimiter, Refusal
 
 INVALID_KEY = "Invalid API key"
 MISSING_KEY = "Please contact the server operator to get an API key"
 UNAUTHORIZED = "Unauthorized"
+
+
+class Limiter(Protocol):
+    def charge(
+        self, identity: str, *, chars: int, requests_per_minute: int, chars_per_minute: int
+    ) -> Refusal | None: ...
 
 
 @dataclass(frozen=True)
@@ -75,14 +82,14 @@ class AccessPolicy:
     def __init__(
         self, settings: Settings, clock: Clock = time.time, limiter: Limiter | None = None
     ) -> None:
-        """``limiter``: where the limits are counted (this process's memory unless given:
-        replicas sharing a database pass one that counts there)."""
+        """``limiter``: where the windows live (in this process unless given: the
+        multi-process service shares them between its front-ends)."""
         self.keys = load_api_keys(settings)
         self.anonymous_limits = ClientLimits(
             settings.access.rate_limit_requests_per_minute,
             settings.access.rate_limit_chars_per_minute,
         )
-        self.limiter: Limiter = limiter or RateLimiter(clock)
+        self.limiter = limiter if limiter is not None else RateLimiter(clock)
         self.retry_after_s = settings.access.retry_after_s
 
     @property

@@ -55,7 +55,7 @@ def build_app(service: ServiceState) -> FastAPI:
         static_url="/static-docs",
     )
     app.state.service = service
-    app.state.access = AccessPolicy(settings, limiter=service.rate_limiter)
+    app.state.access = AccessPolicy(settings)
     # Where replicas share a database, a download may reach another replica than the upload.
     shared = service.databases.main if service.documents.shared else None
     app.state.translated_files = TranslatedFiles(

@@ -23,8 +23,7 @@ from service.config import Settings
 from service.metrics import ServiceMetrics
 from service.text.bulk import TranslateTexts
 from service.translation.dispatch import Dispatcher, document_translator
-from service.translation.document_jobs import DocumentJob, DocumentStore
-from service.translation.document_runner import DocumentRunner
+from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
 from service.translation.glossaries import GlossaryStore
 from service.translation.languages import LanguagePair
 from service.translation.memories import MemoryStore
@@ -32,8 +31,6 @@ from service.translation.registry import ModelRegistry
 from service.translation.storage import Databases, open_databases
 from service.web.errors import ApiError, ErrorInfo, describe_error
 from service.web.quota import CharacterQuota
-from service.web.rate_limits import Limiter
-from service.web.shared_rate_limits import SharedRateLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +76,6 @@ class ServiceState:
         self._build_dispatcher = build_dispatcher
         # DeepL's /v2/usage and MT_DEEPL_CHARACTER_LIMIT, in the same database.
         self.quota = CharacterQuota(main, settings.access.deepl_character_limit)
-        # Replicas sharing a database count rate limits there; one process in its memory.
-        self.rate_limiter: Limiter | None = (
-            SharedRateLimiter(main) if self.documents.shared else None
-        )
         self.dispatcher: Dispatcher | None = None
         # Set by the first begin_shutdown: the grace counts from SIGTERM, not from when the
         # server gets round to the lifespan shutdown.

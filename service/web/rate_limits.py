@@ -20,7 +20,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from limits import RateLimitItemPerMinute
 from limits.storage import MemoryStorage
@@ -80,15 +79,6 @@ class Refusal:
 
     message: str
     retry_after_s: int | None  # None: never (the cost is above the whole limit)
-
-
-class Limiter(Protocol):
-    """What counts a client's requests and characters: :class:`RateLimiter` in this process,
-    or ``SharedRateLimiter`` (service/web/shared_rate_limits.py) in the shared database."""
-
-    def charge(
-        self, identity: str, *, chars: int, requests_per_minute: int, chars_per_minute: int
-    ) -> Refusal | None: ...
 
 
 class RateLimiter:

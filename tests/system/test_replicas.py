@@ -70,6 +70,9 @@ def replica(model_dir: Path, database_url: str, workdir: Path) -> Iterator[Repli
         "MT_FILES_DIR": str(workdir / "files"),
         "MT_ACCESS_LOG": "false",
         "MT_LANGUAGE_DETECTION": "false",
+        # One process per replica, so that killing it kills the replica and its process id is
+        # the one a job's lease names (its front-ends share the store as replicas do).
+        "MT_PROCESS_MODE": "single",
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(port)],
@@ -194,7 +197,7 @@ def holder_pid(database_url: str, job_id: str) -> int:
         (holder,) = connection.execute(
             "SELECT lease_holder FROM document_jobs WHERE id = %s", (job_id,)
         ).fetchone()
-    return int(holder.split("/")[1])  # host/pid/random (service/translation/document_runner.py)
+    return int(holder.split("/")[1])  # host/pid/random (service/translation/document_store.py)
 
 
 def test_killing_the_replica_that_runs_a_job_lets_the_other_finish_it(two_replicas):

@@ -5,8 +5,14 @@ import random
 from pathlib import Path
 
 import pytest
+import sentencepiece as spm
 
-from models.training.tokenizer import train_sentencepiece, write_marian_layout
+from models.training.corpus import Pair
+from models.training.tokenizer import (
+    tokenizer_statistics,
+    train_sentencepiece,
+    write_marian_layout,
+)
 from service.text.placeholders import PLACEHOLDER_SYMBOLS, protect, restore
 from service.text.tokenizer import Tokenizer
 
@@ -170,3 +176,11 @@ def test_placeholder_symbols_are_single_tokens_and_survive_decoding(tokenizer_di
     for symbol in PLACEHOLDER_SYMBOLS[: len(originals)]:
         assert vocab[symbol] in ids
     assert restore(tokenizer.decode(ids), originals) == "Delete %(count)d files in <b>{folder}</b>?"
+
+
+def test_statistics_of_an_empty_split_are_empty(tokenizer_dir: Path) -> None:
+    """A corpus built without the catalogs (``--parts general``) has an empty ``valid``."""
+    processor = spm.SentencePieceProcessor(model_file=str(tokenizer_dir / "source.spm"))
+    assert tokenizer_statistics(processor, []) == {}
+    pair = Pair("Open the file.", "Datei öffnen.", "debian:x", "GPL")
+    assert tokenizer_statistics(processor, [pair])["sentences"] == 1

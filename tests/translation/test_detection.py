@@ -156,3 +156,15 @@ def test_detection_reads_a_bounded_sample_of_a_long_text(detector):
     text = "Open the file and save your changes. " * 30_000
     assert len(text) > 1_000_000
     assert detector.detect(text + "Bonjour tout le monde. " * 1000)[0].language == "en"
+
+
+@pytest.mark.parametrize("text", ["Send the file to Дмитрий Иванов", "東京", "Open Ελληνικά"])
+def test_a_name_in_a_script_no_served_language_writes_does_not_make_the_text_unserved(
+    detector, text
+):
+    assert detector.detect(text)[0].language in ("en", "de")
+
+
+def test_a_language_of_a_served_script_is_still_read_in_a_mixed_text():
+    detector = LanguageDetector(["en", "ru"])
+    assert detector.detect("Bonjour tout le monde, comment allez-vous?")[0].language == "fr"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import subprocess
+import sys
 import time
 
 import docx
@@ -23,10 +25,10 @@ from odf.opendocument import load as odf_load
 from translate.storage import xliff, xliff2
 
 from service.errors import InputTooLarge, QueueFull
-from service.translation import document_runner
+from service.translation import document_jobs
 from service.translation.database import SqliteDatabase
-from service.translation.document_jobs import DocumentStore
-from service.translation.document_runner import DocumentRunner
+from service.translation.document_jobs import DocumentRunner, DocumentStore
+from service.translation.document_store import process_owner
 from service.wiring import create_app
 from tests.text import test_documents as documents
 from tests.text.test_documents import (
@@ -102,7 +104,7 @@ def test_runner_translates_in_small_chunks_one_at_a_time_and_reports_progress(tm
 
 
 def test_a_busy_translator_is_retried_and_a_refusal_fails_the_job(tmp_path, monkeypatch):
-    monkeypatch.setattr(document_runner, "RETRY_S", 0.01)
+    monkeypatch.setattr(document_jobs, "RETRY_S", 0.01)
     store, busy_job = store_with_job(tmp_path)
     refused_job = store.create("b.txt", b"too long\n", "en", "de", 1, 8)
     calls = {"busy": 0}
@@ -197,6 +199,100 @@ def test_stopped_jobs_are_taken_up_again_by_the_next_runner(tmp_path):
     assert store.result(store.get(job.job_id)).decode() == TEXT.upper()
 
 
+def test_two_runners_on_one_store_run_each_job_exactly_once(tmp_path, monkeypatch):
+    # Two front-ends, each its own connection to the one SQLite file; the second starts (or
+    # restarts) while the first translates: it takes queued jobs, never the first's.
+    monkeypatch.setattr(document_jobs, "POLL_S", 0.01)
+    stores = [sqlite_store(tmp_path / "data") for _ in range(2)]
+    jobs = [
+        stores[0].create(f"{n}.txt", f"text {n}.\n".encode(), "en", "de", 1, 8) for n in range(6)
+    ]
+    runs: list[str] = []
+
+    def counting(job):
+        runs.append(job.job_id)  # once per run of a job
+
+        async def translate(texts: list[str]) -> list[str]:
+            await asyncio.sleep(0.05)
+            return [text.upper() for text in texts]
+
+        return translate
+
+    async def run() -> None:
+        first = DocumentRunner(stores[0], counting, concurrency=2)
+        first.start()
+        for job in jobs:
+            first.submit(job)
+        while not any(stores[1].get(job.job_id).status == "translating" for job in jobs):
+            await asyncio.sleep(0.005)
+        second = DocumentRunner(stores[1], counting, concurrency=2)
+        second.start()
+        for job in jobs:
+            assert await finish(first, job.job_id) == "done"
+        await first.stop()
+        await second.stop()
+
+    asyncio.run(run())
+    assert sorted(runs) == sorted(job.job_id for job in jobs)
+
+
+def dead_process_holder() -> str:
+    """The holder id of a process of this machine that has exited."""
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    return process_owner().split("/")[0] + f"/{child.stdout.strip()}/0"
+
+
+def test_a_job_of_a_dead_process_is_taken_up_and_a_live_ones_is_left(tmp_path):
+    store, held = store_with_job(tmp_path)
+    orphaned = store.create("orphan.txt", TEXT.encode(), "en", "de", sentences=10, characters=5)
+    # Both under a long lease: one translating here, in another runner of this process...
+    assert store.claim(process_owner(), lease_s=3600).job_id == held.job_id
+    # ...and one translating when its process was killed.
+    assert store.claim(dead_process_holder(), lease_s=3600).job_id == orphaned.job_id
+
+    async def run() -> None:
+        runner = DocumentRunner(store, lambda _job: shout, concurrency=1)
+        runner.start()
+        assert await finish(runner, orphaned.job_id) == "done"
+        await asyncio.sleep(0.1)
+        await runner.stop()
+
+    asyncio.run(run())
+    assert store.result(store.get(orphaned.job_id)).decode() == TEXT.upper()
+    assert store.get(held.job_id).status == "translating"  # left to its live holder
+
+
+def test_a_job_cancelled_through_another_front_end_stops_and_writes_nothing(tmp_path):
+    store, job = store_with_job(tmp_path)
+    elsewhere = sqlite_store(tmp_path / "data")
+
+    def slow(_job):
+        async def translate(texts: list[str]) -> list[str]:
+            await asyncio.sleep(0.05)
+            return texts
+
+        return translate
+
+    async def run() -> None:
+        runner = DocumentRunner(store, slow, concurrency=1)
+        runner.start()
+        while store.get(job.job_id).sentences_done == 0:
+            await asyncio.sleep(0.01)
+        elsewhere.cancel(job.job_id)
+        while runner._running:
+            await asyncio.sleep(0.01)
+        await runner.stop()
+
+    asyncio.run(run())
+    final = store.get(job.job_id)
+    assert final.status == "cancelled" and store.result(final) is None
+
+
 def test_finished_jobs_past_their_ttl_are_swept_with_their_files(tmp_path):
     store, job = store_with_job(tmp_path)
     assert store.claim("replica-a", lease_s=30).job_id == job.job_id
@@ -274,10 +370,11 @@ def test_a_restart_takes_up_jobs_left_unfinished(app_settings):
     store = sqlite_store(app_settings.storage.data_dir)
     halfway = store.create("b.txt", b"Close the window\nOpen it\n", "en", "de", 2, 23)
     queued = store.create("a.txt", b"Save the file\n", "en", "de", 1, 13)
-    # Claimed under a long lease by a process that died: one process's store is its own, so
-    # the next start takes it up at once rather than after the lease.
-    assert store.claim("the-dead-process", lease_s=3600).job_id == halfway.job_id
-    store.progress(halfway.job_id, "the-dead-process", 1, lease_s=3600)
+    # Claimed under a long lease by a process of this machine that died: on SQLite the next
+    # start takes it up at once rather than after the lease.
+    dead = dead_process_holder()
+    assert store.claim(dead, lease_s=3600).job_id == halfway.job_id
+    store.progress(halfway.job_id, dead, 1, lease_s=3600)
     store.close()
     with TestClient(create_app(app_settings)) as client:
         wait_ready(client)

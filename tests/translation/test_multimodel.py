@@ -267,19 +267,25 @@ def test_libretranslate_keeps_one_detection_per_request(client):
     assert response.headers["x-translation-models"] in ("tiny-en-fr", "tiny-de-en,tiny-en-fr")
 
 
-@pytest.mark.parametrize("text", [ENGLISH, GERMAN, "Bonjour à tous", "42 !"])
-def test_one_served_language_is_answered_as_the_scored_ranking_would(text):
-    """With one served source language the detector answers without scoring: the same as the
-    restricted model's normalised ranking (probability 1), or confidence 0 without letters."""
-    from service.translation.detection import Detection, LanguageDetector, _restricted_identifier
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (GERMAN, "de"),
+        ("42 !", "de"),
+        (ENGLISH, "en"),
+        ("Bonjour à tous, comment allez-vous?", "fr"),
+    ],
+)
+def test_one_served_language_answers_its_texts_and_names_the_language_of_others(text, expected):
+    """With one served source language, its texts (and texts without letters) are that
+    language unscored; a text that is surely in another language is that language, so that the
+    request is refused naming it rather than translated as the served one."""
+    from service.translation.detection import LanguageDetector
 
-    scored = [
-        Detection(code, round(100.0 * score, 1))
-        for code, score in _restricted_identifier(("de",)).rank(text)
-    ]
-    if not any(char.isalpha() for char in text):
-        scored = [Detection("de", 0.0)]
-    assert LanguageDetector(["de"]).detect(text) == scored
+    [best, *_] = LanguageDetector(["de"]).detect(text)
+    assert best.language == expected
+    if expected == "de":
+        assert best.confidence == (100.0 if any(char.isalpha() for char in text) else 0.0)
 
 
 def test_detect_ranks_the_served_source_languages(client):

@@ -14,7 +14,7 @@ import pytest
 
 from service.errors import NotFound, StoreUnavailable
 from service.translation.database import FILE_NAME, SqliteDatabase
-from service.translation.document_jobs import DocumentStore
+from service.translation.document_store import DocumentStore
 from service.translation.glossaries import GlossaryStore
 from service.translation.memories import PAIR_DEFAULT, MemoryChoice, MemoryEntriesError, MemoryStore
 from service.translation.storage import Databases, open_databases
@@ -22,7 +22,7 @@ from service.web.errors import ApiError
 from service.web.file_store import TranslatedFiles
 from service.web.quota import CharacterQuota
 from service.web.rate_limits import RateLimiter
-from service.web.shared_rate_limits import SharedRateLimiter
+from service.web.shared_limits import SharedRateLimiter
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -59,26 +59,26 @@ def test_a_glossary_stored_through_one_replica_is_used_and_deleted_through_anoth
 
 def test_glossaries_carry_their_owner(replicas):
     store = GlossaryStore(replicas().main, 10)
-    mine = store.create("mine", "en", "de", [("a", "b")], owner="key-a")
+    mine = store.create("mine", "en", "de", [("a", "b")], owner_key="key-a")
     shared = store.create("shared", "en", "de", [("c", "d")])
-    assert [g.name for g in store.list(owner="key-b")] == ["shared"]
-    assert [g.name for g in store.list(owner="key-a")] == ["mine", "shared"]
-    assert store.info(mine.glossary_id).owner == "key-a" and shared.owner is None
+    assert [g.name for g in store.list(owner_key="key-b")] == ["shared"]
+    assert [g.name for g in store.list(owner_key="key-a")] == ["mine", "shared"]
+    assert store.info(mine.glossary_id).owner_key == "key-a" and shared.owner_key is None
     with pytest.raises(NotFound):
-        store.delete(mine.glossary_id, owner="key-b")
-    store.delete(mine.glossary_id, owner="key-a")
+        store.delete(mine.glossary_id, owner_key="key-b")
+    store.delete(mine.glossary_id, owner_key="key-a")
 
 
 def test_a_memory_posted_through_one_replica_answers_through_another(replicas):
     a, b = MemoryStore(replicas().main, 100), MemoryStore(replicas().main, 100)
     first = a.add(None, "en", "de", [("Save  changes", "Speichern"), ("Quit", "Beenden")])
     assert first.created and (first.added, first.replaced) == (2, 0)
-    again = b.add(None, "en", "de", [("Save changes", "Änderungen speichern")], owner="k")
+    again = b.add(None, "en", "de", [("Save changes", "Änderungen speichern")], owner_key="k")
     assert not again.created and (again.added, again.replaced) == (0, 1)
     lookup = a.lookup(PAIR_DEFAULT, "en", "de")
     assert lookup is not None and lookup(" Save changes ") == "Änderungen speichern"
-    b.add("docs", "en", "fr", [("a", "b")], owner="k")
-    assert a.info("docs").owner == "k"
+    b.add("docs", "en", "fr", [("a", "b")], owner_key="k")
+    assert a.info("docs").owner_key == "k"
     with pytest.raises(MemoryEntriesError):  # another pair: refused, nothing written
         a.add("docs", "en", "de", [("x", "y")])
     with pytest.raises(MemoryEntriesError):
@@ -103,8 +103,8 @@ def test_usage_is_counted_once_across_replicas(replicas):
 def test_a_job_is_claimed_by_one_replica_and_taken_over_when_its_lease_runs_out(replicas):
     a = DocumentStore(replicas().documents, ttl_s=3600)
     b = DocumentStore(replicas().documents, ttl_s=3600)
-    job = a.create("a.txt", b"one.\ntwo.\n", "en", "de", 2, 8, owner="key-a")
-    assert b.get(job.job_id).owner == "key-a"
+    job = a.create("a.txt", b"one.\ntwo.\n", "en", "de", 2, 8, owner_key="key-a")
+    assert b.get(job.job_id).owner_key == "key-a"
     assert a.claim("replica-a", lease_s=0.3).job_id == job.job_id
     assert b.claim("replica-b", lease_s=0.3) is None  # held
     assert a.progress(job.job_id, "replica-a", 1, lease_s=0.3)
@@ -216,7 +216,7 @@ def test_an_sqlite_file_from_before_migrations_is_upgraded_in_place(tmp_path):
             "INSERT INTO glossary_entries VALUES ('g1', 0, 'save', 'sichern');"
         )
     store = GlossaryStore(SqliteDatabase(tmp_path / FILE_NAME), 10)
-    assert store.info("g1").owner is None and store.entries("g1") == [("save", "sichern")]
+    assert store.info("g1").owner_key is None and store.entries("g1") == [("save", "sichern")]
     assert store.database.applied_versions("glossaries") == [1, 2]
 
 

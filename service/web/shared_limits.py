@@ -1,13 +1,16 @@
-"""Rate limits counted in the shared database, so N replicas enforce one limit
-(``MT_DATABASE_URL``; one process keeps them in memory, service/web/rate_limits.py).
+"""Rate limits that hold across processes: the front-ends of the multi-process service
+(``limits.sqlite3`` under ``MT_DATA_DIR``, which each opens) and replicas sharing PostgreSQL
+(``MT_DATABASE_URL``), so N processes enforce one limit (one process alone keeps them in
+memory, service/web/rate_limits.py).
 
 The same moving window of 60 s as the in-memory limiter, with the same answers: a request is
 allowed when the costs charged to its identity in the last 60 s leave room for its own, and a
 refusal says when enough of them will have left the window (``Retry-After``). Each charge is
 one row per unit (requests, characters) with its cost, written in one transaction that first
 takes the identity's lock (an advisory lock on PostgreSQL; SQLite has one writer at a time),
-so two replicas charging one key at once are counted one after the other. Rows that left the
-window are deleted by the identity's next charge, and everyone's now and then.
+so two processes charging one key at once are counted one after the other. Rows that left
+the window are deleted by the identity's next charge, and everyone's now and then; the hits
+are worth nothing after a minute, so SQLite writes them without waiting for the disk.
 
 Times come from the replica's clock (injected, for tests); replicas' clocks are assumed to
 agree to well under a second (NTP), as the window is a minute.
@@ -41,7 +44,7 @@ MIGRATIONS = [
 
 
 class SharedRateLimiter:
-    """Requests and characters per minute per identity, in ``database``."""
+    """``RateLimiter``'s ``charge``, with the windows in ``database``."""
 
     def __init__(self, database: Database, clock: Clock = time.time) -> None:
         self.database = database
@@ -62,7 +65,7 @@ class SharedRateLimiter:
         if not checks:
             return None
         now = self.clock()
-        with self.database.transaction() as db:
+        with self.database.transaction(durable=False) as db:
             self.database.serialize(db, f"rate:{identity}")
             for unit, limit, cost in checks:
                 if (refusal := _refusal(db, identity, unit, limit, cost, now)) is not None:

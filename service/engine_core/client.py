@@ -1,0 +1,345 @@
+"""The front-end's side: ``EngineCoreClient`` has the batcher's interface (``RowBatcher``), so
+the translator does not know whether its rows decode in this process or in engine cores.
+
+The client holds a DEALER socket to each replica of its model and sends each request's rows
+to the live replica with the fewest rows outstanding from this front-end (the replica's
+reported queue breaks ties). Every front-end talks to the same replicas, so a replica's batch
+holds every front-end's rows.
+
+A replica is live from its first ``Pong`` until its socket disconnects (the process died: the
+kernel closes its end at once) or it stays silent for ``silence_s`` (hung). When it stops
+being live, the rows in flight on it fail at once with ``EngineUnavailable`` (503 +
+Retry-After): never lost, never answered by another process that does not hold them. New rows
+go to the replicas still live; none live is ``EngineUnavailable`` at once. The supervisor
+restarts the process, the DEALER reconnects on its own, and the first pong makes the replica
+live again.
+
+Each row of a request is a ``ScheduledSentence`` here as in the in-process batcher (its ``unit`` is the
+request id), so ``RowStream`` serves both, and a timeout or a hang-up abandons the unfinished
+rows the same way: the client sends ``Abort`` and the engine core drops them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+import zmq
+import zmq.asyncio
+
+from service.engine_core.links import PendingRequest, Replica, ReplicaLinks
+from service.engine_core.protocol import (
+    Abort,
+    EngineCoreInfo,
+    Failed,
+    FromCore,
+    Ping,
+    Pong,
+    RowDone,
+    decode_from_core,
+    encode,
+    error_of,
+    submit,
+)
+from service.engine_core.server import tuned
+from service.errors import EngineUnavailable, NotAccepting, QueueFull
+from service.metrics import ServiceMetrics
+from service.runtime.types import DecodeRequest
+from service.scheduling.sentences import RowResult, ScheduledSentence
+from service.scheduling.stream import RowStream
+
+logger = logging.getLogger(__name__)
+
+PING_S = 0.1  # how often each replica is pinged
+SILENCE_S = 0.5  # a live replica silent this long is taken for hung
+# Just after start the first pongs are on their way (the loader's probe found a core up):
+# a request waits this long for them rather than being refused.
+FIRST_PONG_WAIT_S = 1.0
+
+
+class EngineCoreClient:
+    """A model's batcher whose engine runs in engine-core processes at ``addresses``."""
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        info: EngineCoreInfo,
+        metrics: ServiceMetrics | None = None,
+        *,
+        ping_s: float = PING_S,
+        silence_s: float = SILENCE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.info = info
+        self.metrics = metrics if metrics is not None else ServiceMetrics().for_model(info.model_id)
+        self.max_queue = info.max_queue
+        self.replicas = [Replica(index, address) for index, address in enumerate(addresses)]
+        self._silence_s = silence_s
+        self._clock = clock
+        identity = f"frontend-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode()
+        self._links = ReplicaLinks(self.replicas, identity, self, ping_s, clock)
+        self._request_ids = itertools.count()
+        self._sentence_ids = itertools.count()
+        self._requests: dict[int, PendingRequest] = {}
+        self._accepting = True
+        self._closed = False
+        self._started_at = 0.0
+
+    # --- the batcher's interface -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect to every replica (on the event loop that will submit)."""
+        if self._links.started:
+            return
+        self._started_at = self._clock()
+        self._links.start()
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    @property
+    def queue_depth(self) -> int:
+        return sum(replica.queue_depth for replica in self.replicas)
+
+    @property
+    def alive(self) -> bool:
+        """True until closed: a replica that dies is restarted by the supervisor, and this
+        front-end serves again once it is back (its health must not say otherwise)."""
+        return not self._closed
+
+    @property
+    def live_replicas(self) -> int:
+        return sum(replica.usable for replica in self.replicas)
+
+    async def submit(
+        self,
+        rows: Sequence[DecodeRequest],
+        timeout_s: float | None = None,
+        background: bool = False,
+    ) -> list[RowResult]:
+        """As ``ContinuousBatcher.submit``; a replica that dies meanwhile fails the rows with
+        ``EngineUnavailable``."""
+        if not rows:
+            return []
+        while not self.live_replicas and self._clock() - self._started_at < FIRST_PONG_WAIT_S:
+            await asyncio.sleep(0.01)
+        sentences = self._send(rows, timeout_s, background)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return list(await asyncio.gather(*(s.future for s in sentences)))
+        except BaseException:
+            self.abandon(sentences)
+            raise
+
+    def submit_as_completed(
+        self,
+        rows: Sequence[DecodeRequest],
+        timeout_s: float | None = None,
+        background: bool = False,
+    ) -> RowStream:
+        """As ``ContinuousBatcher.submit_as_completed``. A refusal known here (shutting down,
+        no replica, a queue the replica reported full) raises at once; the engine core's own
+        refusal arrives as the stream's first error."""
+        return RowStream(self, self._send(rows, timeout_s, background) if rows else [], timeout_s)
+
+    def abandon(self, sentences: Sequence[ScheduledSentence]) -> None:
+        """Sentences nobody waits for any more: the engine core drops them."""
+        for sentence in sentences:
+            sentence.future.cancel()
+        if not sentences:
+            return
+        request = self._requests.get(sentences[0].unit)
+        if request is not None:
+            self._forget(request)
+            self._links.post(request.replica, Abort(request.request_id))
+
+    def begin_shutdown(self) -> None:
+        self._accepting = False
+
+    async def shutdown(self, grace_s: float) -> bool:
+        """Refuse new work, wait up to ``grace_s`` for the rows in flight, then close."""
+        self.begin_shutdown()
+        deadline = self._clock() + grace_s
+        while self._requests and self._clock() < deadline:
+            await asyncio.sleep(0.02)
+        drained = not self._requests
+        self.close()
+        return drained
+
+    def close(self) -> None:
+        """Fail what is in flight (``NotAccepting``) and close the sockets (event loop)."""
+        self._accepting = False
+        self._closed = True
+        for request in list(self._requests.values()):
+            self._fail(request, NotAccepting("shutting_down"))
+            self._links.post(request.replica, Abort(request.request_id))  # the core drops them too
+        self._links.close()
+
+    # --- sending -----------------------------------------------------------------------------
+
+    def _send(
+        self, rows: Sequence[DecodeRequest], timeout_s: float | None, background: bool
+    ) -> list[ScheduledSentence]:
+        if not self._accepting:
+            raise NotAccepting("shutting_down")
+        replica = self._choose(len(rows))
+        loop = asyncio.get_running_loop()
+        request_id = next(self._request_ids)
+        sentences = [
+            ScheduledSentence(
+                next(self._sentence_ids),
+                row,
+                loop.create_future(),
+                loop,
+                unit=request_id,
+                background=background,
+            )
+            for row in rows
+        ]
+        request = PendingRequest(request_id, replica, sentences)
+        if not self._links.post(replica, submit(request_id, rows, background, timeout_s)):
+            self._lost(replica, "its socket refused a message")
+            raise EngineUnavailable(self._unavailable())
+        self._requests[request_id] = request
+        replica.requests[request_id] = request
+        replica.outstanding_rows += request.rows_left
+        return sentences
+
+    def _choose(self, sentences: int) -> Replica:
+        usable = [replica for replica in self.replicas if replica.usable]
+        if not usable:
+            raise EngineUnavailable(self._unavailable())
+        replica = min(usable, key=lambda r: (r.outstanding_rows, r.queue_depth, r.index))
+        if replica.queue_depth + sentences > self.max_queue:
+            raise QueueFull(
+                f"the queue is full ({replica.queue_depth} of MT_MAX_QUEUE={self.max_queue} "
+                f"sentences waiting; this request has {sentences})"
+            )
+        return replica
+
+    def _unavailable(self) -> str:
+        return f"no engine core of model {self.info.model_id} is up; retry shortly"
+
+    # --- receiving ---------------------------------------------------------------------------
+
+    def received(self, replica: Replica, message: FromCore) -> None:
+        if isinstance(message, RowDone):
+            self._row_done(replica, message)
+        elif isinstance(message, Failed):
+            request = replica.requests.get(message.request_id)
+            if request is not None:
+                self._fail(request, error_of(message))
+        elif isinstance(message, Pong):
+            self._pong(replica, message)
+
+    def disconnected(self, replica: Replica) -> None:
+        if replica.live:
+            self._lost(replica, "its connection closed")
+
+    def heartbeat(self, now: float) -> None:
+        for replica in self.replicas:
+            if replica.live and now - replica.heard_at > self._silence_s:
+                self._lost(replica, f"it was silent for {now - replica.heard_at:.2f} s")
+
+    def _pong(self, replica: Replica, pong: Pong) -> None:
+        previous = replica.load
+        if previous is not None and previous.pid != pong.load.pid and replica.requests:
+            # another process answers at this address: the rows sent to the old one are gone
+            self._lost(replica, f"process {previous.pid} was replaced by {pong.load.pid}")
+        replica.load = pong.load
+        if not replica.live:
+            replica.live = True
+            logger.info(
+                "engine core %d of %s is up (pid %d)",
+                replica.index,
+                self.info.model_id,
+                pong.load.pid,
+            )
+        self._show_queue_depth()
+
+    def _row_done(self, replica: Replica, message: RowDone) -> None:
+        request = replica.requests.get(message.request_id)
+        if request is None or not 0 <= message.index < len(request.sentences):
+            return  # abandoned or failed meanwhile
+        sentence = request.sentences[message.index]
+        if sentence.future.done():
+            return
+        sentence.future.set_result(message.result())
+        request.rows_left -= sentence.rows
+        replica.outstanding_rows -= sentence.rows
+        if all(s.future.done() for s in request.sentences):
+            self._forget(request)
+
+    def _lost(self, replica: Replica, why: str) -> None:
+        """The replica is not live any more: fail its rows in flight at once."""
+        was_live, replica.live = replica.live, False
+        in_flight = list(replica.requests.values())
+        if was_live or in_flight:
+            logger.error(
+                "engine core %d of %s is unavailable (%s); %d requests in flight fail with 503",
+                replica.index,
+                self.info.model_id,
+                why,
+                len(in_flight),
+            )
+        for request in in_flight:
+            self._fail(request, EngineUnavailable(self._unavailable()))
+            self._links.post(replica, Abort(request.request_id))  # where it is only hung
+        self._show_queue_depth()
+
+    def _show_queue_depth(self) -> None:
+        # With shared metrics the engine cores' own gauges are summed: this one would count
+        # their queues again.
+        if self.metrics.shared_dir is None:
+            self.metrics.queue_depth.set(self.queue_depth)
+
+    def _fail(self, request: PendingRequest, error: BaseException) -> None:
+        self._forget(request)
+        for sentence in request.sentences:
+            if not sentence.future.done():
+                sentence.future.set_exception(error)
+
+    def _forget(self, request: PendingRequest) -> None:
+        if self._requests.pop(request.request_id, None) is None:
+            return
+        replica = request.replica
+        replica.requests.pop(request.request_id, None)
+        replica.outstanding_rows -= request.rows_left
+        request.rows_left = 0
+
+
+def probe(addresses: Sequence[str], timeout_s: float, poll_s: float = 0.2) -> EngineCoreInfo:
+    """The model served at ``addresses``, from the first engine core that answers a ping
+    (blocking: a loader thread waits here while the engine cores load)."""
+    context = zmq.Context()
+    sockets = []
+    try:
+        poller = zmq.Poller()
+        for address in addresses:
+            socket = context.socket(zmq.DEALER)
+            tuned(socket)
+            socket.setsockopt(zmq.IMMEDIATE, 1)
+            socket.connect(address)
+            poller.register(socket, zmq.POLLIN)
+            sockets.append(socket)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for socket in sockets:
+                with contextlib.suppress(zmq.Again):  # not up yet
+                    socket.send(encode(Ping(time.monotonic())), zmq.DONTWAIT)
+            for socket, _ in poller.poll(round(poll_s * 1000)):
+                message = decode_from_core(socket.recv())
+                if isinstance(message, Pong):
+                    return message.info
+        raise EngineUnavailable(f"no engine core answered at {', '.join(addresses)}")
+    finally:
+        for socket in sockets:
+            socket.close(linger=0)
+        context.term()

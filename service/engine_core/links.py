@@ -1,0 +1,171 @@
+"""A front-end's sockets to one model's engine-core replicas, and what it knows of each.
+
+``ReplicaLinks`` owns the ZeroMQ side: a DEALER socket per replica (reconnecting on its own
+after the supervisor restarts the process), a reader per socket, a monitor that reports a
+closed connection at once (the kernel closes a dead process's end), and the heartbeat that
+pings every replica. What the messages mean is the client's (``LinkEvents``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import msgspec
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
+
+from service.engine_core.protocol import (
+    CoreLoad,
+    FromCore,
+    Ping,
+    ToCore,
+    decode_from_core,
+    encode,
+)
+from service.engine_core.server import tuned
+from service.scheduling.sentences import ScheduledSentence
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class PendingRequest:
+    request_id: int
+    replica: Replica
+    sentences: list[ScheduledSentence]
+    rows_left: int = field(init=False)  # rows (beams) of the sentences not yet answered
+
+    def __post_init__(self) -> None:
+        self.rows_left = sum(sentence.rows for sentence in self.sentences)
+
+
+@dataclass(eq=False)
+class Replica:
+    """One engine-core process of the model, as this front-end sees it."""
+
+    index: int
+    address: str
+    socket: zmq.asyncio.Socket | None = None
+    live: bool = False
+    heard_at: float = 0.0
+    load: CoreLoad | None = None
+    outstanding_rows: int = 0  # this front-end's rows sent and not answered
+    requests: dict[int, PendingRequest] = field(default_factory=dict)
+
+    @property
+    def usable(self) -> bool:
+        return self.live and self.load is not None and self.load.accepting
+
+    @property
+    def queue_depth(self) -> int:
+        return self.load.queue_depth if self.live and self.load is not None else 0
+
+
+class LinkEvents(Protocol):
+    def received(self, replica: Replica, message: FromCore) -> None: ...
+    def disconnected(self, replica: Replica) -> None: ...
+    def heartbeat(self, now: float) -> None: ...
+
+
+class ReplicaLinks:
+    """The sockets to ``replicas``; events go to ``events`` on the event loop."""
+
+    def __init__(
+        self,
+        replicas: Sequence[Replica],
+        identity: bytes,
+        events: LinkEvents,
+        ping_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.replicas = replicas
+        self._identity = identity
+        self._events = events
+        self._ping_s = ping_s
+        self._clock = clock
+        self._context: zmq.asyncio.Context | None = None
+        self._monitors: list[zmq.asyncio.Socket] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def started(self) -> bool:
+        return self._context is not None
+
+    def start(self) -> None:
+        """Connect to every replica (on the event loop that will use them)."""
+        self._context = zmq.asyncio.Context()
+        for replica in self.replicas:
+            self._connect(replica)
+        self._tasks.append(asyncio.create_task(self._heartbeat(), name="engine-core-heartbeat"))
+
+    def post(self, replica: Replica, message: ToCore) -> bool:
+        """Send without waiting; False where the replica is not connected."""
+        if replica.socket is None:
+            return False
+        sent = replica.socket.send(encode(message), zmq.DONTWAIT)
+        # DONTWAIT with nothing queued before it: the future is settled already
+        assert isinstance(sent, asyncio.Future)
+        return sent.done() and sent.exception() is None
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        for replica in self.replicas:
+            if replica.socket is not None:
+                replica.socket.close(linger=0)
+                replica.socket = None
+        for monitor in self._monitors:
+            monitor.close(linger=0)
+        self._monitors.clear()
+        if self._context is not None:
+            self._context.term()
+            self._context = None
+
+    def _connect(self, replica: Replica) -> None:
+        assert self._context is not None
+        socket = self._context.socket(zmq.DEALER)
+        tuned(socket)
+        socket.setsockopt(zmq.IDENTITY, self._identity)
+        # queue messages only on a connection that is up: a message to a dead replica fails
+        # here rather than waiting for whichever process binds the address next
+        socket.setsockopt(zmq.IMMEDIATE, 1)
+        socket.setsockopt(zmq.RECONNECT_IVL, 50)
+        socket.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        socket.connect(replica.address)
+        replica.socket = socket
+        self._monitors.append(monitor)
+        self._tasks.append(asyncio.create_task(self._read(replica, socket)))
+        self._tasks.append(asyncio.create_task(self._watch(replica, monitor)))
+
+    async def _read(self, replica: Replica, socket: zmq.asyncio.Socket) -> None:
+        while True:
+            payload = await socket.recv()
+            try:
+                message = decode_from_core(payload)
+            except msgspec.DecodeError:
+                logger.warning("an undecodable message from an engine core was ignored")
+                continue
+            replica.heard_at = self._clock()
+            self._events.received(replica, message)
+
+    async def _watch(self, replica: Replica, monitor: zmq.asyncio.Socket) -> None:
+        while True:
+            event = parse_monitor_message(await monitor.recv_multipart())
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                self._events.disconnected(replica)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            now = self._clock()
+            self._events.heartbeat(now)
+            for replica in self.replicas:
+                self.post(replica, Ping(now))
+            await asyncio.sleep(self._ping_s)
