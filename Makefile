@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e '.[export,dev]'
+	$(PIP) install -q -c constraints.txt -e '.[export,dev,postgres]'
 	touch $@
 
 venv: $(VENV)/.installed

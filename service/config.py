@@ -130,9 +130,24 @@ class StorageSettings(BaseModel):
 
     data_dir: Path = Field(
         Path("data"),
-        description="Where stored glossaries, translation memories (SQLite, mtserve.sqlite3) and "
-        "document jobs (documents.sqlite3; uploads and results under documents/) live, kept "
-        "across restarts; created on first use.",
+        description="Where stored glossaries, translation memories, usage counts "
+        "(SQLite, mtserve.sqlite3), document jobs with their files (documents.sqlite3) and the "
+        "front-ends' rate-limit windows (limits.sqlite3) live, kept across restarts; created on "
+        "first use. Unused when database_url is set.",
+    )
+    database_url: str | None = Field(
+        None,
+        pattern=r"^(postgres(ql)?://.*)?$",
+        description="A PostgreSQL database (postgresql://user:password@host:5432/name) that "
+        "holds glossaries, memories, document jobs, usage counts and rate limits instead of "
+        "the SQLite files under data_dir: every replica given the same URL serves one state "
+        "(docs/deployment.md). Unset or empty: SQLite, for one process.",
+    )
+    document_lease_s: float = Field(
+        30.0,
+        ge=1.0,
+        description="How long a document job stays claimed by a replica without word from it; "
+        "a job whose replica died is taken up by another within about this long.",
     )
     files_translation: bool = Field(
         True, description="Serve POST /translate_file and /download_file (LibreTranslate's)."

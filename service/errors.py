@@ -116,6 +116,15 @@ class EngineUnavailable(ServiceError):
     retry_after = True
 
 
+class StoreUnavailable(ServiceError):
+    """The shared database cannot be reached now (``MT_DATABASE_URL``); the client should
+    retry, and ``/ready`` says 503 meanwhile."""
+
+    status = 503
+    default_code = "store_unavailable"
+    retry_after = True
+
+
 # --- models ----------------------------------------------------------------------------------
 
 

@@ -3,8 +3,8 @@
 ``Settings`` (service/config.py) is read here and in the web layer only. Everything below the
 web layer takes its own group of it as it is: the model settings for the registry and each
 engine, the batching settings for each batcher, the text limits for the translator and the
-dispatcher; the ``GlossaryStore`` and ``MemoryStore`` live in the SQLite file under
-``MT_DATA_DIR``.
+dispatcher; the ``GlossaryStore`` and ``MemoryStore`` live in the service's database (SQLite
+under ``MT_DATA_DIR``, or the PostgreSQL database of ``MT_DATABASE_URL``).
 
 ``create_app`` builds, in order: the metrics, the model registry (with a ``ModelLoader`` that
 turns a model's spec into an engine, a batcher and a translator), the dispatcher factory (the
@@ -29,7 +29,6 @@ from service.runtime.engine import Engine, open_engine
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
 from service.text.tokenizer import Tokenizer
-from service.translation.database import Database
 from service.translation.detection import LanguageDetector
 from service.translation.dispatch import Dispatcher
 from service.translation.glossaries import GlossaryStore
@@ -43,6 +42,7 @@ from service.translation.registry import (
     discover_models,
 )
 from service.translation.routing import source_languages
+from service.translation.storage import Databases, open_databases
 from service.translation.translator import Translator
 from service.web.access import AccessPolicy
 from service.web.app import build_app
@@ -77,12 +77,18 @@ def spare_core() -> bool:
     return cpu_budget().cpus >= 2
 
 
-def stores(settings: Settings) -> tuple[GlossaryStore, MemoryStore]:
-    """The stored glossaries and translation memories, sharing one SQLite file."""
-    database = Database(settings.storage.data_dir)
+def databases(settings: Settings) -> Databases:
+    """SQLite under ``MT_DATA_DIR``, or the PostgreSQL database of ``MT_DATABASE_URL``
+    (opened in the background: a database that is down makes /ready say 503)."""
+    storage = settings.storage
+    return open_databases(storage.data_dir, storage.database_url)
+
+
+def stores(settings: Settings, opened: Databases) -> tuple[GlossaryStore, MemoryStore]:
+    """The stored glossaries and translation memories, in one database."""
     return (
-        GlossaryStore(database, settings.access.max_glossary_entries),
-        MemoryStore(database, settings.limits.max_chars_per_text),
+        GlossaryStore(opened.main, settings.access.max_glossary_entries),
+        MemoryStore(opened.main, settings.limits.max_chars_per_text),
     )
 
 
@@ -216,7 +222,8 @@ def create_app(
         logger.warning("%s", warning)
     if load_engine is None:
         load_engine = engine_loader(settings) if engine is None else (lambda _spec: engine)
-    glossaries, memories = stores(settings)
+    opened = databases(settings)
+    glossaries, memories = stores(settings, opened)
     try:
         registry = build_registry(settings, metrics, load_engine, engine_cores)
     except RegistryError as error:
@@ -228,6 +235,7 @@ def create_app(
                 None,
                 None,
                 failure=str(error),
+                databases=opened,
                 glossaries=glossaries,
                 memories=memories,
             )
@@ -238,11 +246,12 @@ def create_app(
         metrics,
         registry,
         factory,
+        databases=opened,
         glossaries=glossaries,
         memories=memories,
     )
     app = build_app(state)
-    if engine_cores is not None:  # several front-ends: one rate-limit window for all
-        limiter = SharedRateLimiter(settings.storage.data_dir)
-        app.state.access = AccessPolicy(settings, limiter=limiter)
+    if engine_cores is not None or opened.shared_by_replicas:
+        # Several front-ends, or replicas on one database: one rate-limit window for all.
+        app.state.access = AccessPolicy(settings, limiter=SharedRateLimiter(opened.limits))
     return app

@@ -167,3 +167,25 @@ def build_random_nllb(output_dir, seed: int = 2, codes=NLLB_TEST_CODES):
     }
     (output_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     return build_random_m2m100(output_dir, seed=seed, vocab_size=NLLB_PIECES + len(codes) + 2)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """The URL of a PostgreSQL server for this session (tests/postgres_server.py), or a skip
+    that says why none could be started."""
+    from tests.postgres_server import server
+
+    try:
+        with server() as url:
+            yield url
+    except RuntimeError as error:
+        pytest.skip(f"no PostgreSQL server: {error}")
+
+
+@pytest.fixture()
+def postgres_url(postgres_server):
+    """A fresh, empty PostgreSQL database for one test (dropped after it)."""
+    from tests.postgres_server import fresh_database
+
+    with fresh_database(postgres_server) as url:
+        yield url

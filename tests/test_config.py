@@ -73,6 +73,12 @@ VARIABLES = {
     "MT_FILES_TTL_S": ("storage.files_ttl_s", "60", 60.0),
     "MT_DOCUMENT_JOBS": ("storage.document_jobs", "3", 3),
     "MT_DOCUMENT_TTL_S": ("storage.document_ttl_s", "3600", 3600.0),
+    "MT_DATABASE_URL": (
+        "storage.database_url",
+        "postgresql://mt:pw@db:5432/mt",
+        "postgresql://mt:pw@db:5432/mt",
+    ),
+    "MT_DOCUMENT_LEASE_S": ("storage.document_lease_s", "12", 12.0),
     "MT_HOST": ("process.host", "127.0.0.1", "127.0.0.1"),
     "MT_PORT": ("process.port", "9000", 9000),
     "MT_SHUTDOWN_GRACE_S": ("process.shutdown_grace_s", "5", 5.0),
@@ -115,6 +121,14 @@ def test_every_field_has_a_variable_here_and_the_names_are_case_insensitive(clea
     assert paths == {path for path, _, _ in VARIABLES.values()}
     clean_env.setenv("mt_max_batch_rows", "5")
     assert Settings().scheduling.max_batch_rows == 5
+
+
+def test_the_database_url_must_name_postgresql(clean_env):
+    clean_env.setenv("MT_DATABASE_URL", "mysql://mt@db/mt")
+    with pytest.raises(ValueError, match="database_url"):
+        Settings()
+    clean_env.setenv("MT_DATABASE_URL", "")  # empty: SQLite, as unset
+    assert not Settings().storage.database_url
 
 
 def test_flat_keywords_set_the_same_fields_and_win_over_the_environment(clean_env):

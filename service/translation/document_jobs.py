@@ -1,25 +1,29 @@
 """Document jobs: a file uploaded now, translated in the background, its progress polled and
-its result downloaded later (``/v1/documents`` and DeepL's ``/v2/document``).
-
-The rows and files, and how a job is claimed so that it runs once whichever front-end took
-it, are service/translation/document_store.py's. This module translates them.
+its result downloaded later (``/v1/documents`` and DeepL's ``/v2/document``). The rows, the
+files and how a job is claimed are service/translation/document_store.py's; this module's
+runner claims queued jobs and translates them.
 
 Decisions:
 
-* **Interactive requests first.** The runner translates at most ``concurrency`` documents
-  at a time, and each document's texts go to the translator in small chunks
-  (:data:`CHUNK_TEXTS`), one chunk in flight per job. Interactive requests arriving
-  meanwhile join the batch beside a handful of document sentences instead of queueing
-  behind hundreds. ``translate_for`` is the one seam to the translator: a batcher with a
-  background priority class is reached there without changing this module.
-* **Any runner takes any job.** A runner queues the jobs it is given and looks every
-  :data:`ADOPT_S` for jobs queued by another front-end or left by a process that died; a
-  worker runs a job only once its claim in the store wins.
+* **Claimed, not handed.** Each of ``concurrency`` workers claims the oldest job it may (a
+  job submitted through this process wakes them at once; one submitted elsewhere, or whose
+  holder died, is found by polling every :data:`POLL_S`), so front-ends and replicas sharing
+  a database share the queue and no job belongs to the process that happened to receive it.
+* **Leases.** A claimed job is this runner's for ``lease_s``; the runner extends the lease
+  every third of it and with every progress write. A replica that dies stops extending it and
+  another claims the job once it runs out, starting it again (a half-done translation was
+  never written). A runner that finds a job no longer its own (cancelled, or taken over while
+  this replica could not reach the database) stops translating it. A runner that stops
+  cleanly puts its jobs back in the queue, for the next claimer at once.
+* **Interactive requests first.** At most ``concurrency`` documents at a time, each sent to
+  the translator in small chunks (:data:`CHUNK_TEXTS`), one chunk in flight per job.
+  Interactive requests arriving meanwhile join the batch beside a handful of document
+  sentences instead of queueing behind hundreds. ``translate_for`` is the one seam to the
+  translator.
 * **Busy is not failed.** A chunk refused because the queue is full or the model is not
   ready (429, 503) is tried again after :data:`RETRY_S`; any other refusal fails the job
-  with its message.
-* **Progress in sentences** (as the segmenter splits the texts), with an estimate of the
-  time left from the rate so far.
+  with its message. The database being unreachable fails nothing: the job stays claimed
+  until its lease runs out and is then taken up again.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from service.errors import NotFound, ServiceError
+from service.errors import NotFound, ServiceError, StoreUnavailable
 from service.text.bulk import TranslateTexts
 from service.text.files import TranslatedFile, translate_file
 from service.translation.document_store import (
@@ -48,30 +52,33 @@ logger = logging.getLogger(__name__)
 
 CHUNK_TEXTS = 4  # texts per chunk: one chunk in flight per job
 RETRY_S = 0.5  # wait before a chunk refused as busy (429/503) is tried again
-ADOPT_S = 2.0  # how often a runner looks for jobs it was not given
-
-
-class JobLost(Exception):
-    """The job's row is no longer this runner's to translate (cancelled, through any
-    front-end): it stops without writing anything."""
-
+POLL_S = 1.0  # how often an idle worker looks for jobs submitted elsewhere or left behind
 
 # A job's texts in, their translations out (the web layer binds the dispatcher and the pair).
 TranslatorFor = Callable[[DocumentJob], TranslateTexts]
 
 
+class LeaseLost(Exception):
+    """The job is no longer this runner's: cancelled, or claimed by another replica."""
+
+
 class DocumentRunner:
-    """Takes queued jobs one by one and translates up to ``concurrency`` at a time."""
+    """Claims jobs and translates up to ``concurrency`` at a time."""
 
     def __init__(
-        self, store: DocumentStore, translate_for: TranslatorFor, concurrency: int
+        self,
+        store: DocumentStore,
+        translate_for: TranslatorFor,
+        concurrency: int,
+        lease_s: float = 30.0,
+        holder: str | None = None,
     ) -> None:
         self.store = store
         self.translate_for = translate_for
         self.concurrency = concurrency
-        self.owner = process_owner()
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()  # ids in the queue, each once
+        self.lease_s = lease_s
+        self.holder = holder or process_owner()
+        self._wake = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
         self._running: dict[str, asyncio.Task[None]] = {}
 
@@ -80,26 +87,18 @@ class DocumentRunner:
         return bool(self._workers)
 
     def start(self) -> None:
-        """Start the workers, and a look every :data:`ADOPT_S` for jobs any runner may take:
-        those another front-end queued, or left when its process died (or a previous run)."""
-        self._queue = asyncio.Queue()  # bound to this event loop
-        self._queued.clear()
+        """Start the workers and the lease keeper (what a previous run left translating is
+        claimed again: at once on SQLite, once its lease runs out on PostgreSQL)."""
+        self._wake = asyncio.Event()  # bound to this event loop
         self._workers = [
             asyncio.create_task(self._work(), name=f"document-worker-{n}")
             for n in range(self.concurrency)
         ]
-        self._workers.append(asyncio.create_task(self._adopt(), name="document-adopter"))
+        self._workers.append(asyncio.create_task(self._keep_leases(), name="document-leases"))
 
     def submit(self, job: DocumentJob) -> None:
-        if job.job_id not in self._queued:
-            self._queued.add(job.job_id)
-            self._queue.put_nowait(job.job_id)
-
-    async def _adopt(self) -> None:
-        while True:
-            for job in await asyncio.to_thread(self.store.claimable):
-                self.submit(job)
-            await asyncio.sleep(ADOPT_S)
+        """A job was stored: wake an idle worker (any replica's claims it; this one's first)."""
+        self._wake.set()
 
     def cancel(self, job_id: str) -> DocumentJob:
         job = self.store.cancel(job_id)
@@ -108,7 +107,7 @@ class DocumentRunner:
         return job
 
     async def stop(self) -> None:
-        """Stop translating: jobs in progress go back to the queue for the next start."""
+        """Stop translating: jobs in progress go back to the queue for the next claimer."""
         running = list(self._running)
         for task in [*self._workers, *self._running.values()]:
             task.cancel()
@@ -116,21 +115,21 @@ class DocumentRunner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for job_id in running:
-            self.store.release(job_id, self.owner)
+            with contextlib.suppress(StoreUnavailable):  # then the lease runs out instead
+                self.store.release(job_id, self.holder)
         self._workers = []
+        self._running = {}
 
     async def _work(self) -> None:
         while True:
-            job_id = await self._queue.get()
-            self._queued.discard(job_id)
-            if job_id in self._running or not self.store.claim(job_id, self.owner):
-                continue  # cancelled or swept while it waited, or another runner took it
-            try:
-                job = self.store.get(job_id)
-            except NotFound:
-                continue  # swept meanwhile
-            task = asyncio.create_task(self._run(job), name=f"document-{job_id}")
-            self._running[job_id] = task
+            self._wake.clear()
+            job = await self._claim()
+            if job is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), POLL_S)
+                continue
+            task = asyncio.create_task(self._run(job), name=f"document-{job.job_id}")
+            self._running[job.job_id] = task
             try:
                 await asyncio.shield(task)
             except asyncio.CancelledError:
@@ -138,25 +137,54 @@ class DocumentRunner:
                     raise
             finally:
                 if task.done():
-                    self._running.pop(job_id, None)
+                    self._running.pop(job.job_id, None)
+
+    async def _claim(self) -> DocumentJob | None:
+        try:
+            return await asyncio.to_thread(self.store.claim, self.holder, self.lease_s)
+        except StoreUnavailable as error:
+            logger.warning("document jobs: %s", error.message)
+        except Exception:  # a worker must outlive a bad moment of the database
+            logger.exception("claiming a document job failed")
+        return None
+
+    async def _keep_leases(self) -> None:
+        """Extend the lease of every running job; stop the ones that are no longer ours."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            for job_id, task in list(self._running.items()):
+                try:
+                    held = await asyncio.to_thread(
+                        self.store.renew, job_id, self.holder, self.lease_s
+                    )
+                except StoreUnavailable:
+                    continue  # try again next time; the lease may run out meanwhile
+                if not held:
+                    logger.info("document job %s is no longer this replica's; stopping it", job_id)
+                    task.cancel()
 
     async def _run(self, job: DocumentJob) -> None:
         job = replace(job, status="translating")
+        store, holder = self.store, self.holder
         try:
-            content = await asyncio.to_thread(self.store.upload, job)
+            content = await asyncio.to_thread(store.upload, job)
             translated = await self._translate_off_loop(job, content)
             await asyncio.to_thread(
-                self.store.finish, job, self.owner, translated.filename, translated.content
+                store.finish, job, holder, translated.filename, translated.content
             )
         except asyncio.CancelledError:
             raise
-        except JobLost:
-            logger.info("document job %s was cancelled elsewhere; stopped", job.job_id)
+        except (LeaseLost, StoreUnavailable) as error:
+            # Not this job's failure: its next holder (maybe this replica) starts it again.
+            logger.warning("document job %s stopped here: %s", job.job_id, error)
+        except NotFound as error:  # deleted meanwhile
+            logger.info("document job %s: %s", job.job_id, error.message)
         except ServiceError as error:
-            self.store.fail(job.job_id, self.owner, error.message)
+            await asyncio.to_thread(store.fail, job.job_id, holder, error.message)
         except Exception as error:  # a job's failure must not stop the runner
             logger.exception("document job %s failed", job.job_id)
-            self.store.fail(job.job_id, self.owner, f"internal error ({type(error).__name__})")
+            message = f"internal error ({type(error).__name__})"
+            await asyncio.to_thread(store.fail, job.job_id, holder, message)
 
     async def _translate_off_loop(self, job: DocumentJob, content: bytes) -> TranslatedFile:
         """Parse and write the document in a worker thread (a long document takes the CPU
@@ -204,11 +232,20 @@ class DocumentRunner:
                 chunk = texts[start : start + CHUNK_TEXTS]
                 out += await self._busy_retried(translate, chunk)
                 done += count_sentences(chunk, language)
-                if not self.store.progress(job.job_id, self.owner, min(done, job.sentences_total)):
-                    raise JobLost(job.job_id)
+                await self._progress(job, min(done, job.sentences_total))
             return out
 
         return translate_texts
+
+    async def _progress(self, job: DocumentJob, sentences_done: int) -> None:
+        try:
+            held = await asyncio.to_thread(
+                self.store.progress, job.job_id, self.holder, sentences_done, self.lease_s
+            )
+        except StoreUnavailable:
+            return  # progress is for the client's eyes; the lease keeper retries the lease
+        if not held:
+            raise LeaseLost(f"document job {job.job_id} is no longer this replica's")
 
     @staticmethod
     async def _busy_retried(translate: TranslateTexts, chunk: list[str]) -> list[str]:

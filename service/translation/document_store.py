@@ -1,28 +1,36 @@
-"""Document jobs' rows in SQLite and their files beside it (``MT_DATA_DIR``): what
-service/translation/document_jobs.py's runner takes, translates and finishes.
+"""Document jobs: a file uploaded now, translated in the background, its progress polled and
+its result downloaded later (``/v1/documents`` and DeepL's ``/v2/document``). This module is
+the jobs' store; service/translation/document_jobs.py's runner translates them.
 
-* **Kept across restarts.** A job's row lives in SQLite (``documents.sqlite3``) and its upload
-  in a file beside it (``documents/<id>/upload``), written to a temporary name, flushed and
-  renamed before the row that names it is committed.
-* **Nothing half-written is served.** The result is written to a temporary name, flushed and
-  renamed into place; only then does the row say ``done``, and only a ``done`` row's result
-  is served.
-* **A job runs once, whichever process took it.** Every front-end of the multi-process service
-  opens the same file (WAL). A runner claims a queued job with one ``UPDATE ... WHERE status =
-  'queued'`` that names it the owner (its process: boot, pid and start time, so a pid used
-  again is another owner); SQLite serialises the writers, so one claim wins. Progress and the
-  result are written only while the row is still the owner's. A job translating for an owner
-  whose process is gone (killed, or a previous run) goes back to the queue, and from the start:
-  the upload is there, and a half-done translation was never written.
+Decisions:
+
+* **One truth, every replica.** A job's row and its files (the upload, the result) live in
+  the service's database (service/translation/database.py): ``documents.sqlite3`` under
+  ``MT_DATA_DIR``, or the PostgreSQL database every replica shares. Files go into the
+  database rather than onto a shared volume: an upload is already size-limited
+  (``MT_MAX_BODY_BYTES``), a row and its file commit in one transaction (a job never names a
+  missing file, a half-written result is never served), and a replica needs nothing but the
+  database URL (most Kubernetes clusters have no volume that many pods write at once).
+* **Claimed by exactly one process, under a lease.** :meth:`DocumentStore.claim` takes the
+  oldest queued job, or one whose lease ran out (its process died), in one transaction
+  (``FOR UPDATE SKIP LOCKED`` on PostgreSQL: claimers skip each other's rows) and writes the
+  claimer's id (:func:`process_owner`) and a lease until ``now + lease_s``. Every later
+  write by the claimer (progress, the result, a failure) names its id and lands only while
+  the job is still its own, so a process that lost its lease cannot overwrite the one that
+  took over.
+* **A dead front-end's jobs at once.** On SQLite every claimer is a front-end of this machine
+  (the multi-process service): a job whose holder's process is gone (killed, or a previous
+  run) is claimable at once, its lease notwithstanding. Replicas sharing PostgreSQL may run
+  on other machines or in other containers (whose process ids say nothing here): there only
+  the lease hands a job over.
+* **Progress in sentences** (as the segmenter splits the texts), written after every chunk
+  and readable from every replica, with an estimate of the time left.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
-import sqlite3
-import threading
 import time
 import uuid
 from dataclasses import astuple, dataclass
@@ -31,35 +39,59 @@ from pathlib import Path
 
 from service.errors import NotFound
 from service.text.segmenter import sentence_spans
-
-logger = logging.getLogger(__name__)
+from service.translation.database import Database, Migration, Session
 
 UNFINISHED = ("queued", "translating")
-_OWNED = "status = ? AND owner = ?"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS document_jobs (
-    id TEXT PRIMARY KEY,
-    key TEXT NOT NULL,
-    filename TEXT NOT NULL,
-    source_lang TEXT NOT NULL,
-    target_lang TEXT NOT NULL,
-    status TEXT NOT NULL,
-    sentences_total INTEGER NOT NULL,
-    sentences_done INTEGER NOT NULL,
-    characters INTEGER NOT NULL,
-    error TEXT,
-    result_name TEXT,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    owner TEXT
-);
-"""
+MIGRATIONS = [
+    # The schema from before versioned migrations (IF NOT EXISTS: such a file already has it).
+    Migration(
+        1,
+        """
+        CREATE TABLE IF NOT EXISTS document_jobs (
+            id TEXT PRIMARY KEY,
+            key TEXT NOT NULL,
+            filename TEXT NOT NULL,
+            source_lang TEXT NOT NULL,
+            target_lang TEXT NOT NULL,
+            status TEXT NOT NULL,
+            sentences_total INTEGER NOT NULL,
+            sentences_done INTEGER NOT NULL,
+            characters BIGINT NOT NULL,
+            error TEXT,
+            result_name TEXT,
+            created_at DOUBLE PRECISION NOT NULL,
+            started_at DOUBLE PRECISION,
+            finished_at DOUBLE PRECISION
+        )
+        """,
+    ),
+    Migration(
+        2,
+        """
+        ALTER TABLE document_jobs ADD COLUMN owner_key TEXT;
+        ALTER TABLE document_jobs ADD COLUMN lease_holder TEXT;
+        ALTER TABLE document_jobs ADD COLUMN lease_until DOUBLE PRECISION;
+        CREATE INDEX document_jobs_by_status ON document_jobs (status, created_at);
+        CREATE TABLE document_files (
+            job_id TEXT NOT NULL REFERENCES document_jobs(id) ON DELETE CASCADE,
+            kind TEXT NOT NULL,
+            content {BLOB} NOT NULL,
+            PRIMARY KEY (job_id, kind)
+        )
+        """,
+    ),
+]
 _COLUMNS = (
     "id, key, filename, source_lang, target_lang, status, sentences_total, sentences_done, "
-    "characters, error, result_name, created_at, started_at, finished_at"
+    "characters, error, result_name, created_at, started_at, finished_at, owner_key"
 )
+# A job that may be claimed: queued, or translating under a lease that ran out (a lease of
+# NULL: a row from before leases, left translating by a process that stopped).
+_CLAIMABLE = (
+    "(status = 'queued' OR (status = 'translating' AND (lease_until IS NULL OR lease_until < ?)))"
+)
+_HELD = "id = ? AND status = 'translating' AND lease_holder = ?"
 
 
 @dataclass(frozen=True)
@@ -78,6 +110,7 @@ class DocumentJob:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    owner_key: str | None = None  # the API key id that submitted it; None: keys are off
 
     def seconds_left(self, now: float) -> float | None:
         """The time left at the rate so far (None until a sentence is done)."""
@@ -90,16 +123,6 @@ class DocumentJob:
 def count_sentences(texts: list[str], language: str) -> int:
     """How many sentences the segmenter makes of ``texts`` (a text without one counts one)."""
     return sum(max(len(sentence_spans(text, language)), 1) for text in texts)
-
-
-def _write_atomically(path: Path, content: bytes) -> None:
-    """``content`` at ``path`` whole or not at all: a temporary file, flushed, renamed."""
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(temporary, "wb") as out:
-        out.write(content)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
 
 
 def _start_time(pid: int) -> str | None:
@@ -120,52 +143,38 @@ def _boot_id() -> str:
 
 @cache
 def process_owner() -> str:
-    """This process as a jobs' owner: ``boot/pid/start time``."""
+    """This process as a jobs' holder: ``boot/pid/start time`` (a pid used again, or a
+    restarted process, is another holder)."""
     pid = os.getpid()
     return f"{_boot_id()}/{pid}/{_start_time(pid)}"
 
 
-def owner_alive(owner: str | None) -> bool:
-    """Whether the process ``owner`` names still runs (this machine's since this boot)."""
-    if owner is None:
-        return False
-    boot, _, rest = owner.partition("/")
+def holder_gone(holder: str) -> bool:
+    """Whether ``holder`` names a process of this machine, since this boot, that no longer
+    runs (False where it cannot tell: another machine, or not a process id)."""
+    boot, _, rest = holder.partition("/")
     pid, _, started = rest.partition("/")
     if boot != _boot_id() or not pid.isdigit():
         return False
-    return _start_time(int(pid)) == started
+    return _start_time(int(pid)) != started
 
 
 class DocumentStore:
-    """Job rows in SQLite and their files in ``directory`` (created on first use)."""
+    """Job rows and their files in ``database``."""
 
-    def __init__(self, directory: Path, ttl_s: float) -> None:
-        """``ttl_s``: finished jobs (and their files) older than this are deleted."""
-        self.directory = Path(directory)
+    def __init__(self, database: Database, ttl_s: float, legacy_dir: Path | None = None) -> None:
+        """``ttl_s``: finished jobs (and their files) older than this are deleted.
+        ``legacy_dir``: ``MT_DATA_DIR``, where jobs from before files lived in the database
+        kept them (``documents/<id>/``); read while such a job is still there."""
+        self.database = database
+        database.add_migrations("document_jobs", MIGRATIONS)
         self.ttl_s = ttl_s
-        self._connection: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+        self.legacy_dir = legacy_dir
 
-    def _db(self) -> sqlite3.Connection:
-        if self._connection is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(
-                self.directory / "documents.sqlite3", check_same_thread=False
-            )
-            # Progress is written from the event loop after every chunk: with a write-ahead
-            # log and NORMAL sync a commit does not wait for the disk (a crash loses at most
-            # the last progress counts; uploads and results are flushed files of their own).
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute("PRAGMA synchronous = NORMAL")
-            connection.executescript(_SCHEMA)
-            columns = {row[1] for row in connection.execute("PRAGMA table_info(document_jobs)")}
-            if "owner" not in columns:  # a database from before jobs had owners
-                connection.execute("ALTER TABLE document_jobs ADD COLUMN owner TEXT")
-            self._connection = connection
-        return self._connection
-
-    def _files(self, job_id: str) -> Path:
-        return self.directory / "documents" / job_id
+    @property
+    def shared(self) -> bool:
+        """Whether other replicas use the same jobs (then only a lease hands one over)."""
+        return self.database.dialect != "sqlite"
 
     def create(
         self,
@@ -175,8 +184,10 @@ class DocumentStore:
         target_lang: str,
         sentences: int,
         characters: int,
+        owner_key: str | None = None,
     ) -> DocumentJob:
-        """Store the upload, then the row that names it: a job never names a missing file."""
+        """Store the row and its upload in one transaction: a job never names a missing file.
+        The client is told 202 once it is committed (durably)."""
         self.sweep()
         job = DocumentJob(
             uuid.uuid4().hex,
@@ -193,168 +204,181 @@ class DocumentStore:
             time.time(),
             None,
             None,
+            owner_key,
         )
-        files = self._files(job.job_id)
-        files.mkdir(parents=True, exist_ok=True)
-        _write_atomically(files / "upload", content)
-        with self._lock:
-            db = self._db()
-            # The client is told 202 once this row is on the disk: this commit waits for it.
-            db.execute("PRAGMA synchronous = FULL")
-            try:
-                with db:
-                    self._insert(db, job)
-            finally:
-                db.execute("PRAGMA synchronous = NORMAL")
+        with self.database.transaction() as db:
+            marks = ", ".join("?" * len(astuple(job)))
+            # The dataclass's fields are the columns, in order.
+            db.execute(f"INSERT INTO document_jobs ({_COLUMNS}) VALUES ({marks})", astuple(job))
+            _put_file(db, job.job_id, "upload", content)
         return job
 
+    def get(self, job_id: str) -> DocumentJob:
+        if not self.database.exists():  # asking about a job creates no database
+            raise NotFound(f"no document job with id {job_id!r}", "document_not_found")
+        with self.database.read() as db:
+            job = _job(db, job_id)
+        if job is None:
+            raise NotFound(f"no document job with id {job_id!r}", "document_not_found")
+        return job
+
+    def claim(self, holder: str, lease_s: float) -> DocumentJob | None:
+        """The oldest claimable job, now ``holder``'s until ``now + lease_s`` (None: none)."""
+        if not self.database.exists():  # a server never sent a document creates nothing
+            return None
+        now = time.time()
+        with self.database.transaction() as db:
+            if not self.shared:
+                self._expire_gone_holders(db)
+            row = db.execute(
+                f"SELECT id FROM document_jobs WHERE {_CLAIMABLE} "
+                f"ORDER BY created_at, id LIMIT 1{self.database.skip_locked}",
+                (now,),
+            ).fetchone()
+            if row is None:
+                return None
+            claimed = db.execute(
+                "UPDATE document_jobs SET status = 'translating', sentences_done = 0, "
+                f"started_at = ?, lease_holder = ?, lease_until = ? WHERE id = ? AND {_CLAIMABLE}",
+                (now, holder, now + lease_s, row[0], now),
+            ).rowcount
+            return _job(db, row[0]) if claimed else None
+
     @staticmethod
-    def _insert(db: sqlite3.Connection, job: DocumentJob) -> None:
-        # The dataclass's fields are the table's columns, in order.
-        db.execute(
-            f"INSERT INTO document_jobs ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
-            astuple(job),
+    def _expire_gone_holders(db: Session) -> None:
+        """End the leases of holders whose process is gone (SQLite: they are all of this
+        machine)."""
+        holders = db.execute(
+            "SELECT DISTINCT lease_holder FROM document_jobs "
+            "WHERE status = 'translating' AND lease_holder IS NOT NULL"
+        ).fetchall()
+        for (holder,) in holders:
+            if holder_gone(holder):
+                db.execute(
+                    "UPDATE document_jobs SET lease_until = NULL "
+                    "WHERE status = 'translating' AND lease_holder = ?",
+                    (holder,),
+                )
+
+    def _update_held(self, job_id: str, holder: str, durable: bool, **fields: object) -> bool:
+        """Write ``fields`` if ``holder`` still holds the job; whether it did."""
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        with self.database.transaction(durable) as db:
+            return bool(
+                db.execute(
+                    f"UPDATE document_jobs SET {assignments} WHERE {_HELD}",
+                    (*fields.values(), job_id, holder),
+                ).rowcount
+            )
+
+    def renew(self, job_id: str, holder: str, lease_s: float) -> bool:
+        """Extend ``holder``'s lease; False once the job is no longer its own (cancelled, or
+        taken over after its lease ran out)."""
+        return self._update_held(job_id, holder, False, lease_until=time.time() + lease_s)
+
+    def progress(self, job_id: str, holder: str, sentences_done: int, lease_s: float) -> bool:
+        """Progress, which also says the holder is alive: the lease is extended."""
+        return self._update_held(
+            job_id, holder, False, sentences_done=sentences_done, lease_until=time.time() + lease_s
         )
 
-    def _exists(self) -> bool:
-        return self._connection is not None or (self.directory / "documents.sqlite3").exists()
+    def release(self, job_id: str, holder: str) -> bool:
+        """Back to the queue (the holder stops): the next claim, here or elsewhere, starts
+        it again at once."""
+        return self._update_held(
+            job_id, holder, True, status="queued", sentences_done=0, lease_holder=None
+        )
 
-    def get(self, job_id: str) -> DocumentJob:
-        if not self._exists():  # asking about a job creates no database
-            raise NotFound(f"no document job with id {job_id!r}", "document_not_found")
-        with self._lock:
-            row = (
-                self._db()
-                .execute(f"SELECT {_COLUMNS} FROM document_jobs WHERE id = ?", (job_id,))
-                .fetchone()
-            )
-        if row is None:
-            raise NotFound(f"no document job with id {job_id!r}", "document_not_found")
-        return DocumentJob(*row)
+    def finish(self, job: DocumentJob, holder: str, result_name: str, content: bytes) -> bool:
+        """The result and the row that says done, in one transaction, if ``holder`` still
+        holds the job (not cancelled, not taken over); whether it did."""
+        with self.database.transaction() as db:
+            done = db.execute(
+                "UPDATE document_jobs SET status = 'done', sentences_done = sentences_total, "
+                f"result_name = ?, finished_at = ?, lease_until = NULL WHERE {_HELD}",
+                (result_name, time.time(), job.job_id, holder),
+            ).rowcount
+            if done:
+                _put_file(db, job.job_id, "result", content)
+        return bool(done)
 
-    def claimable(self) -> list[DocumentJob]:
-        """Jobs a runner may take, oldest first: the queued ones, and those translating for
-        an owner that is gone (its process died), put back in the queue here (none before
-        the first job: a server that is never sent a document creates no database)."""
-        if not self._exists():
-            return []
-        with self._lock:
-            rows = self._db().execute(
-                f"SELECT {_COLUMNS}, owner FROM document_jobs WHERE status IN (?, ?) "
-                "ORDER BY created_at, id",
-                UNFINISHED,
-            )
-            found = [(DocumentJob(*row[:-1]), row[-1]) for row in rows]
-        claimable = []
-        for job, owner in found:
-            if job.status == "translating":
-                if owner_alive(owner):
-                    continue
-                self.release(job.job_id, owner)
-            claimable.append(job)
-        return claimable
+    def fail(self, job_id: str, holder: str, message: str) -> bool:
+        return self._update_held(
+            job_id, holder, True, status="error", error=message, finished_at=time.time()
+        )
 
     def upload(self, job: DocumentJob) -> bytes:
-        return (self._files(job.job_id) / "upload").read_bytes()
+        content = self._file(job.job_id, "upload")
+        if content is None:
+            raise NotFound(f"the upload of document job {job.job_id!r} is gone")
+        return content
 
-    def result_path(self, job: DocumentJob) -> Path | None:
+    def result(self, job: DocumentJob) -> bytes | None:
         """The finished document, only for a job whose row says done."""
-        if job.status != "done":
-            return None
-        path = self._files(job.job_id) / "result"
-        return path if path.is_file() else None
+        return self._file(job.job_id, "result") if job.status == "done" else None
 
-    def _update(self, job_id: str, condition: str, values: tuple, **fields: object) -> bool:
-        assignments = ", ".join(f"{name} = ?" for name in fields)
-        with self._lock, self._db() as db:
-            changed = db.execute(
-                f"UPDATE document_jobs SET {assignments} WHERE id = ? AND {condition}",
-                (*fields.values(), job_id, *values),
-            ).rowcount
-        return bool(changed)
+    def _file(self, job_id: str, kind: str) -> bytes | None:
+        with self.database.read() as db:
+            row = db.execute(
+                "SELECT content FROM document_files WHERE job_id = ? AND kind = ?", (job_id, kind)
+            ).fetchone()
+        if row is not None:
+            return bytes(row[0])
+        legacy = self._legacy_files(job_id)
+        if legacy is not None and (legacy / kind).is_file():
+            return (legacy / kind).read_bytes()
+        return None
 
-    def claim(self, job_id: str, owner: str) -> bool:
-        """Take a queued job for ``owner``; False where it is not queued (another runner,
-        in this process or another, took it first: one UPDATE decides, so a job runs once)."""
-        return self._update(
-            job_id,
-            "status = 'queued'",
-            (),
-            status="translating",
-            sentences_done=0,
-            started_at=time.time(),
-            owner=owner,
-        )
-
-    def release(self, job_id: str, owner: str | None) -> bool:
-        """Back to the queue, from ``owner`` (stopping, or gone): translated again from the
-        start by whichever runner claims it next."""
-        return self._update(
-            job_id,
-            "status = 'translating' AND owner IS ?",
-            (owner,),
-            status="queued",
-            sentences_done=0,
-            started_at=None,
-            owner=None,
-        )
-
-    def progress(self, job_id: str, owner: str, sentences_done: int) -> bool:
-        """False where the job is not ``owner``'s to translate any more (cancelled)."""
-        return self._update(job_id, _OWNED, ("translating", owner), sentences_done=sentences_done)
-
-    def finish(self, job: DocumentJob, owner: str, result_name: str, content: bytes) -> None:
-        """Write the result whole, then say done (unless the job was cancelled meanwhile)."""
-        _write_atomically(self._files(job.job_id) / "result", content)
-        self._update(
-            job.job_id,
-            _OWNED,
-            ("translating", owner),
-            status="done",
-            sentences_done=job.sentences_total,
-            result_name=result_name,
-            finished_at=time.time(),
-        )
-
-    def fail(self, job_id: str, owner: str, message: str) -> None:
-        self._update(
-            job_id,
-            _OWNED,
-            ("translating", owner),
-            status="error",
-            error=message,
-            finished_at=time.time(),
-        )
+    def _legacy_files(self, job_id: str) -> Path | None:
+        return self.legacy_dir / "documents" / job_id if self.legacy_dir is not None else None
 
     def cancel(self, job_id: str) -> DocumentJob:
         """Cancel an unfinished job and delete its files; a finished one's files go too (the
-        client says it is done with them). The row stays so that status still answers."""
-        job = self.get(job_id)
-        if job.status in UNFINISHED:
-            self._update(
-                job_id, "status IN (?, ?)", UNFINISHED, status="cancelled", finished_at=time.time()
+        client says it is done with them). The row stays so that status still answers; the
+        replica translating it finds the job no longer its own and stops."""
+        self.get(job_id)  # 404 first
+        with self.database.transaction() as db:
+            db.execute(
+                "UPDATE document_jobs SET status = 'cancelled', finished_at = ?, "
+                "lease_until = NULL WHERE id = ? AND status IN (?, ?)",
+                (time.time(), job_id, *UNFINISHED),
             )
-        shutil.rmtree(self._files(job_id), ignore_errors=True)
+            db.execute("DELETE FROM document_files WHERE job_id = ?", (job_id,))
+        if (legacy := self._legacy_files(job_id)) is not None:
+            shutil.rmtree(legacy, ignore_errors=True)
         return self.get(job_id)
 
     def sweep(self) -> int:
         """Delete finished jobs older than the TTL, rows and files; returns how many."""
+        if not self.database.exists():
+            return 0
         cutoff = time.time() - self.ttl_s
-        with self._lock:
-            rows = self._db().execute(
-                "SELECT id FROM document_jobs WHERE status NOT IN (?, ?) AND finished_at < ?",
-                (*UNFINISHED, cutoff),
-            )
-            expired = [job_id for (job_id,) in rows]
+        with self.database.transaction() as db:
+            expired = [
+                job_id
+                for (job_id,) in db.execute(
+                    "DELETE FROM document_jobs WHERE status NOT IN (?, ?) AND finished_at < ? "
+                    "RETURNING id",
+                    (*UNFINISHED, cutoff),
+                ).fetchall()
+            ]
         for job_id in expired:
-            shutil.rmtree(self._files(job_id), ignore_errors=True)
-        if expired:
-            with self._lock, self._db() as db:
-                db.executemany("DELETE FROM document_jobs WHERE id = ?", [(i,) for i in expired])
+            if (legacy := self._legacy_files(job_id)) is not None:
+                shutil.rmtree(legacy, ignore_errors=True)
         return len(expired)
 
     def close(self) -> None:
-        with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
+        self.database.close()
+
+
+def _job(db: Session, job_id: str) -> DocumentJob | None:
+    row = db.execute(f"SELECT {_COLUMNS} FROM document_jobs WHERE id = ?", (job_id,)).fetchone()
+    return DocumentJob(*row) if row is not None else None
+
+
+def _put_file(db: Session, job_id: str, kind: str, content: bytes) -> None:
+    db.execute(
+        "INSERT INTO document_files (job_id, kind, content) VALUES (?, ?, ?) "
+        "ON CONFLICT (job_id, kind) DO UPDATE SET content = excluded.content",
+        (job_id, kind, content),
+    )

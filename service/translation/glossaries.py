@@ -1,11 +1,15 @@
-"""Stored glossaries: named glossaries for a language pair, kept in SQLite so they survive a
-restart.
+"""Stored glossaries: named glossaries for a language pair, kept in the service's store so
+they survive a restart and, on PostgreSQL, are known to every replica.
 
-The tables live in the service's one SQLite file under ``MT_DATA_DIR``
-(service/translation/database.py). Entries are validated by :meth:`Glossary.from_entries`
-before anything is written, and a glossary is written in one transaction, so a refused
-glossary leaves the store as it was. Compiled glossaries are kept per id: a request that
-names one does not compile its terms again.
+The tables live in the service's database (service/translation/database.py: the SQLite file
+under ``MT_DATA_DIR`` or the database of ``MT_DATABASE_URL``). Entries are validated by
+:meth:`Glossary.from_entries` before anything is written, and a glossary is written in one
+transaction, so a refused glossary leaves the store as it was. A glossary is never changed
+once stored, so its compiled form is kept per id: a request that names one asks the store
+only whether it still exists (another replica may have deleted it), not for its terms.
+
+``owner_key``: the API key id that created a glossary (None: shared, as every glossary is while
+keys are off); a caller that names its key id sees its own glossaries and the shared ones.
 """
 
 from __future__ import annotations
@@ -17,25 +21,41 @@ from dataclasses import dataclass
 
 from service.errors import NotFound
 from service.text.glossary import Glossary
-from service.translation.database import Database
+from service.translation.database import Database, Migration, Session
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS glossaries (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    source_lang TEXT NOT NULL,
-    target_lang TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    entry_count INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS glossary_entries (
-    glossary_id TEXT NOT NULL REFERENCES glossaries(id) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    source TEXT NOT NULL,
-    target TEXT NOT NULL,
-    PRIMARY KEY (glossary_id, position)
-);
-"""
+MIGRATIONS = [
+    # The schema from before versioned migrations (IF NOT EXISTS: such a file already has it).
+    Migration(
+        1,
+        """
+        CREATE TABLE IF NOT EXISTS glossaries (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            source_lang TEXT NOT NULL,
+            target_lang TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            entry_count INTEGER NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS glossary_entries (
+            glossary_id TEXT NOT NULL REFERENCES glossaries(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            source TEXT NOT NULL,
+            target TEXT NOT NULL,
+            PRIMARY KEY (glossary_id, position)
+        )
+        """,
+    ),
+    Migration(2, "ALTER TABLE glossaries ADD COLUMN owner_key TEXT"),
+]
+_COLUMNS = "id, name, source_lang, target_lang, created_at, entry_count, owner_key"
+
+
+def visible_to(owner_key: str | None) -> tuple[str, tuple[str, ...]]:
+    """The condition (and its parameter) for the rows ``owner_key`` may see: all of them for
+    None, else its own and the shared ones."""
+    if owner_key is None:
+        return "1 = 1", ()
+    return "(owner_key IS NULL OR owner_key = ?)", (owner_key,)
 
 
 @dataclass(frozen=True)
@@ -46,13 +66,14 @@ class GlossaryInfo:
     target_lang: str
     created_at: float  # seconds since the epoch
     entry_count: int
+    owner_key: str | None = None  # the API key id that created it; None: shared
 
 
 class GlossaryStore:
     def __init__(self, database: Database, max_entries: int) -> None:
         """``max_entries``: ``MT_MAX_GLOSSARY_ENTRIES``."""
         self.database = database
-        database.add_schema(_SCHEMA)
+        database.add_migrations("glossaries", MIGRATIONS)
         self.max_entries = max_entries
         self._compiled: dict[str, Glossary] = {}
 
@@ -62,15 +83,22 @@ class GlossaryStore:
         source_lang: str,
         target_lang: str,
         entries: list[tuple[str, str]],
+        owner_key: str | None = None,
     ) -> GlossaryInfo:
         """Validate and store; ``GlossaryError``/``InputTooLarge`` before anything is written."""
         glossary = Glossary.from_entries(entries, self.max_entries, source_lang, target_lang)
         info = GlossaryInfo(
-            uuid.uuid4().hex, name, source_lang, target_lang, time.time(), len(glossary.entries)
+            uuid.uuid4().hex,
+            name,
+            source_lang,
+            target_lang,
+            time.time(),
+            len(glossary.entries),
+            owner_key,
         )
         with self.database.transaction() as db:  # all of it or nothing
             db.execute(
-                "INSERT INTO glossaries VALUES (?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO glossaries ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     info.glossary_id,
                     name,
@@ -78,30 +106,47 @@ class GlossaryStore:
                     target_lang,
                     info.created_at,
                     info.entry_count,
+                    owner_key,
                 ),
             )
             db.executemany(
-                "INSERT INTO glossary_entries VALUES (?, ?, ?, ?)",
+                "INSERT INTO glossary_entries (glossary_id, position, source, target) "
+                "VALUES (?, ?, ?, ?)",
                 [(info.glossary_id, i, s, t) for i, (s, t) in enumerate(glossary.entries)],
             )
         self._compiled[info.glossary_id] = glossary
         return info
 
-    def list(self) -> list[GlossaryInfo]:
+    def list(self, owner_key: str | None = None) -> list[GlossaryInfo]:
+        condition, params = visible_to(owner_key)
         with self.database.read() as db:
-            rows = db.execute("SELECT * FROM glossaries ORDER BY created_at, id")
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM glossaries WHERE {condition} ORDER BY created_at, id",
+                params,
+            )
             return [GlossaryInfo(*row) for row in rows]
 
-    def info(self, glossary_id: str) -> GlossaryInfo:
+    def info(self, glossary_id: str, owner_key: str | None = None) -> GlossaryInfo:
         with self.database.read() as db:
-            row = db.execute("SELECT * FROM glossaries WHERE id = ?", (glossary_id,)).fetchone()
+            row = self._info(db, glossary_id, owner_key)
         if row is None:
             raise NotFound(f"no glossary with id {glossary_id!r}", "glossary_not_found")
-        return GlossaryInfo(*row)
+        return row
+
+    @staticmethod
+    def _info(db: Session, glossary_id: str, owner_key: str | None) -> GlossaryInfo | None:
+        condition, params = visible_to(owner_key)
+        row = db.execute(
+            f"SELECT {_COLUMNS} FROM glossaries WHERE id = ? AND {condition}",
+            (glossary_id, *params),
+        ).fetchone()
+        return GlossaryInfo(*row) if row is not None else None
 
     # ``builtins.list``: the class's own ``list`` method shadows the type here.
-    def entries(self, glossary_id: str) -> builtins.list[tuple[str, str]]:
-        self.info(glossary_id)  # 404 for an unknown id rather than an empty list
+    def entries(
+        self, glossary_id: str, owner_key: str | None = None
+    ) -> builtins.list[tuple[str, str]]:
+        self.info(glossary_id, owner_key)  # 404 for an unknown id rather than an empty list
         with self.database.read() as db:
             rows = db.execute(
                 "SELECT source, target FROM glossary_entries WHERE glossary_id = ? "
@@ -110,11 +155,12 @@ class GlossaryStore:
             )
             return [(source, target) for source, target in rows]
 
-    def glossary(self, glossary_id: str) -> Glossary:
-        """The compiled glossary (404 for an unknown id)."""
+    def glossary(self, glossary_id: str, owner_key: str | None = None) -> Glossary:
+        """The compiled glossary (404 for an unknown id, or one deleted meanwhile through
+        another replica)."""
+        info = self.info(glossary_id, owner_key)
         if (compiled := self._compiled.get(glossary_id)) is not None:
             return compiled
-        info = self.info(glossary_id)
         # Stored entries passed validation when written; the limit may since have been
         # lowered, which must not make a stored glossary unusable.
         entries = self.entries(glossary_id)
@@ -122,9 +168,12 @@ class GlossaryStore:
         self._compiled[glossary_id] = glossary
         return glossary
 
-    def delete(self, glossary_id: str) -> None:
+    def delete(self, glossary_id: str, owner_key: str | None = None) -> None:
+        condition, params = visible_to(owner_key)
         with self.database.transaction() as db:
-            deleted = db.execute("DELETE FROM glossaries WHERE id = ?", (glossary_id,)).rowcount
+            deleted = db.execute(
+                f"DELETE FROM glossaries WHERE id = ? AND {condition}", (glossary_id, *params)
+            ).rowcount
         self._compiled.pop(glossary_id, None)
         if not deleted:
             raise NotFound(f"no glossary with id {glossary_id!r}", "glossary_not_found")

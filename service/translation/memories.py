@@ -14,16 +14,18 @@ segment found is written exactly as approved, is not sent to the model, and is c
 * **Growing.** Posting a source a memory already holds replaces its target (the latest
   approval wins); within one post, one source with two different targets is refused, since
   which one was approved is not for the service to guess.
-* **Storage.** Rows live in the service's SQLite file (service/translation/database.py) and
-  are written in one transaction per post, so a refused post changes nothing. A lookup is one
-  indexed query: a memory of any size costs the process no memory, and a pair posted holds
-  for the very next request.
+* **Storage.** Rows live in the service's database (service/translation/database.py: the
+  SQLite file, or the PostgreSQL database every replica shares) and are written in one
+  transaction per post, so a refused post changes nothing. A lookup is one indexed query: a
+  memory of any size costs the process no memory, and a pair posted holds for the very next
+  request, on every replica.
+* **Owners.** ``owner_key`` is the API key id that created a memory (None: shared, as every
+  memory is while keys are off); the store keeps it for the access rules of the web layer.
 """
 
 from __future__ import annotations
 
 import builtins
-import sqlite3
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,24 +34,32 @@ import regex
 
 from service.errors import InputTooLarge, NotFound, TextError
 from service.text.pipeline import MemoryLookup
-from service.translation.database import Database
+from service.translation.database import Database, Migration, Session
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS memories (
-    id TEXT PRIMARY KEY,
-    source_lang TEXT NOT NULL,
-    target_lang TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS memory_entries (
-    memory_id TEXT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
-    source_key TEXT NOT NULL,
-    source TEXT NOT NULL,
-    target TEXT NOT NULL,
-    PRIMARY KEY (memory_id, source_key)
-) WITHOUT ROWID;
-"""
+MIGRATIONS = [
+    # The schema from before versioned migrations (IF NOT EXISTS: such a file already has it;
+    # SQLite's WITHOUT ROWID there is a storage detail the queries do not see).
+    Migration(
+        1,
+        """
+        CREATE TABLE IF NOT EXISTS memories (
+            id TEXT PRIMARY KEY,
+            source_lang TEXT NOT NULL,
+            target_lang TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS memory_entries (
+            memory_id TEXT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+            source_key TEXT NOT NULL,
+            source TEXT NOT NULL,
+            target TEXT NOT NULL,
+            PRIMARY KEY (memory_id, source_key)
+        )
+        """,
+    ),
+    Migration(2, "ALTER TABLE memories ADD COLUMN owner_key TEXT"),
+]
 
 # Ids clients choose; the defaults' ``default:en-de`` cannot collide with one (the colon).
 _CLIENT_ID = regex.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -91,6 +101,7 @@ class MemoryInfo:
     created_at: float  # seconds since the epoch
     updated_at: float
     entry_count: int
+    owner_key: str | None = None  # the API key id that created it; None: shared
 
     @property
     def is_default(self) -> bool:
@@ -146,7 +157,7 @@ class MemoryStore:
     def __init__(self, database: Database, max_chars: int) -> None:
         """``max_chars``: the longest segment (``MT_MAX_CHARS_PER_TEXT``)."""
         self.database = database
-        database.add_schema(_SCHEMA)
+        database.add_migrations("memories", MIGRATIONS)
         self.max_chars = max_chars
 
     def add(
@@ -155,6 +166,7 @@ class MemoryStore:
         source_lang: str,
         target_lang: str,
         entries: Iterable[tuple[object, object]],
+        owner_key: str | None = None,
     ) -> MemoryUpdate:
         """Store ``entries`` in ``memory_id`` (created if new) or, for None, in the pair's
         default memory. Refusals (bad entries, a bad id, a memory of another pair) raise
@@ -170,29 +182,31 @@ class MemoryStore:
         rows = check_entries(entries, self.max_chars)
         now = time.time()
         with self.database.transaction() as db:
+            # Insert-if-absent first: two replicas creating one memory at once both succeed.
+            created = db.execute(
+                "INSERT INTO memories (id, source_lang, target_lang, created_at, updated_at, "
+                "owner_key) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (memory_id, source_lang, target_lang, now, now, owner_key),
+            ).rowcount
             existing = db.execute(
                 "SELECT source_lang, target_lang FROM memories WHERE id = ?", (memory_id,)
             ).fetchone()
-            if existing is not None and tuple(existing) != (source_lang, target_lang):
+            if tuple(existing) != (source_lang, target_lang):
                 raise MemoryEntriesError(
                     "memory_language_mismatch",
                     f"the memory {memory_id!r} is for {existing[0]}->{existing[1]}, the entries "
                     f"are for {source_lang}->{target_lang}",
                 )
-            if existing is None:
-                db.execute(
-                    "INSERT INTO memories VALUES (?, ?, ?, ?, ?)",
-                    (memory_id, source_lang, target_lang, now, now),
-                )
-            else:
-                db.execute("UPDATE memories SET updated_at = ? WHERE id = ?", (now, memory_id))
+            db.execute("UPDATE memories SET updated_at = ? WHERE id = ?", (now, memory_id))
             held = _held_keys(db, memory_id, [key for key, _, _ in rows])
             db.executemany(
-                "INSERT OR REPLACE INTO memory_entries VALUES (?, ?, ?, ?)",
+                "INSERT INTO memory_entries (memory_id, source_key, source, target) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (memory_id, source_key) "
+                "DO UPDATE SET source = excluded.source, target = excluded.target",
                 [(memory_id, key, source, target) for key, source, target in rows],
             )
         replaced = sum(key in held for key, _, _ in rows)
-        return MemoryUpdate(self.info(memory_id), existing is None, len(rows) - replaced, replaced)
+        return MemoryUpdate(self.info(memory_id), bool(created), len(rows) - replaced, replaced)
 
     def list(self) -> list[MemoryInfo]:
         with self.database.read() as db:
@@ -259,13 +273,14 @@ class MemoryStore:
 
 
 _INFO = (
-    "SELECT m.id, m.source_lang, m.target_lang, m.created_at, m.updated_at, COUNT(e.source_key) "
+    "SELECT m.id, m.source_lang, m.target_lang, m.created_at, m.updated_at, COUNT(e.source_key), "
+    "m.owner_key "
     "FROM memories m LEFT JOIN memory_entries e ON e.memory_id = m.id"
 )
 
 
-def _held_keys(db: sqlite3.Connection, memory_id: str, keys: list[str]) -> set[str]:
-    """Which of ``keys`` the memory already holds (chunked: SQLite caps a query's
+def _held_keys(db: Session, memory_id: str, keys: list[str]) -> set[str]:
+    """Which of ``keys`` the memory already holds (chunked: both back-ends cap a query's
     parameters)."""
     held: set[str] = set()
     for start in range(0, len(keys), 500):

@@ -56,8 +56,10 @@ def build_app(service: ServiceState) -> FastAPI:
     )
     app.state.service = service
     app.state.access = AccessPolicy(settings)
+    # Where replicas share a database, a download may reach another replica than the upload.
+    shared = service.databases.main if service.documents.shared else None
     app.state.translated_files = TranslatedFiles(
-        settings.storage.files_dir, settings.storage.files_ttl_s
+        settings.storage.files_dir, settings.storage.files_ttl_s, shared
     )
     for api in (
         v1,

@@ -2,8 +2,10 @@
 detector), refuse new work from SIGTERM on and drain in-flight work within the grace.
 
 ``ServiceState`` lives on ``app.state.service``: phase, the model registry and the
-dispatcher, the things routes need. ``/health`` answers at once; ``/ready`` says 503 until
-the start-up models are loaded and warmed up (with ``MT_LAZY_LOAD``, until the detector is).
+dispatcher, the stores, the things routes need. ``/health`` answers at once; ``/ready`` says
+503 until the start-up models are loaded and warmed up (with ``MT_LAZY_LOAD``, until the
+detector is), and while the shared database (``MT_DATABASE_URL``) cannot be reached: a
+balancer then sends the requests to a replica that can serve them.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from fastapi import FastAPI
 from service.config import Settings
 from service.metrics import ServiceMetrics
 from service.text.bulk import TranslateTexts
-from service.translation.database import Database
 from service.translation.dispatch import Dispatcher, document_translator
 from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
 from service.translation.glossaries import GlossaryStore
 from service.translation.languages import LanguagePair
 from service.translation.memories import MemoryStore
 from service.translation.registry import ModelRegistry
+from service.translation.storage import Databases, open_databases
 from service.web.errors import ApiError, ErrorInfo, describe_error
 from service.web.quota import CharacterQuota
 
@@ -43,31 +45,37 @@ class ServiceState:
         registry: ModelRegistry | None,
         build_dispatcher: Callable[[], Dispatcher] | None,
         failure: str | None = None,
+        databases: Databases | None = None,
         glossaries: GlossaryStore | None = None,
         memories: MemoryStore | None = None,
     ) -> None:
         """``registry`` and ``build_dispatcher`` come from service/wiring.py; ``failure``:
-        why there are none (the configured models cannot be served); ``glossaries`` and
-        ``memories``: the stored glossaries and translation memories (in the SQLite file
-        under ``MT_DATA_DIR`` when not given)."""
+        why there are none (the configured models cannot be served); ``databases``: where
+        the stores keep their rows (opened from the settings when not given);
+        ``glossaries`` and ``memories``: the stored glossaries and translation memories
+        (in ``databases`` when not given)."""
         self.settings = settings
         self.metrics = metrics
         self.limits = settings.limits  # per-request limits and decoding defaults
         self.phase = "failed" if failure else "loading"  # loading → ready → shutting_down
         self.detail: str | None = failure
         self.registry = registry
-        database = Database(settings.storage.data_dir)
-        self.glossaries = glossaries or GlossaryStore(
-            database, settings.access.max_glossary_entries
-        )
-        self.memories = memories or MemoryStore(database, settings.limits.max_chars_per_text)
-        self.documents = DocumentStore(settings.storage.data_dir, settings.storage.document_ttl_s)
+        storage = settings.storage
+        self.databases = databases or open_databases(storage.data_dir, storage.database_url)
+        main = self.databases.main
+        self.glossaries = glossaries or GlossaryStore(main, settings.access.max_glossary_entries)
+        self.memories = memories or MemoryStore(main, settings.limits.max_chars_per_text)
+        legacy_dir = None if storage.database_url else storage.data_dir
+        self.documents = DocumentStore(self.databases.documents, storage.document_ttl_s, legacy_dir)
         self.document_runner = DocumentRunner(
-            self.documents, self._document_translator, settings.storage.document_jobs
+            self.documents,
+            self._document_translator,
+            storage.document_jobs,
+            lease_s=storage.document_lease_s,
         )
         self._build_dispatcher = build_dispatcher
-        # DeepL's /v2/usage and MT_DEEPL_CHARACTER_LIMIT, in the same SQLite file.
-        self.quota = CharacterQuota(self.glossaries.database, settings.access.deepl_character_limit)
+        # DeepL's /v2/usage and MT_DEEPL_CHARACTER_LIMIT, in the same database.
+        self.quota = CharacterQuota(main, settings.access.deepl_character_limit)
         self.dispatcher: Dispatcher | None = None
         # Set by the first begin_shutdown: the grace counts from SIGTERM, not from when the
         # server gets round to the lifespan shutdown.
@@ -128,7 +136,7 @@ class ServiceState:
     async def shutdown(self) -> None:
         self.begin_shutdown()
         await self.document_runner.stop()  # jobs in progress are taken up again at the next start
-        self.documents.close()
+        self.databases.close()
         self.glossaries.database.close()
         self.memories.database.close()
         if self.registry is not None:
@@ -136,6 +144,10 @@ class ServiceState:
             grace_left = max(0.0, self.shutdown_deadline - time.monotonic())
             if not await self.registry.shutdown(grace_left):
                 logger.warning("shutdown grace elapsed with work unfinished; it was failed")
+
+    def store_unreachable(self) -> str | None:
+        """Why the shared database cannot be used now, or None (``/ready``)."""
+        return self.databases.unreachable()
 
     def refresh_phase(self) -> str:
         """The phase, turned to ``failed`` once an engine thread has died: the process can

@@ -5,8 +5,8 @@ DeepL counts characters per account and billing period and answers 456 once the 
 reached; ``/v2/usage`` reports the count and the limit, which its clients read
 (``Usage.any_limit_reached``). Here the account is the API key, or the client's address when
 keys are off (service/web/access.py), and the period is the calendar month. The counts live in
-the service's SQLite file (service/translation/database.py), so a restart neither resets a
-quota nor forgets the usage.
+the service's database (service/translation/database.py), so a restart neither resets a
+quota nor forgets the usage, and replicas sharing a PostgreSQL database count one usage.
 
 A request is refused when its characters would take the client past the limit, before any
 work; it is counted after it is translated (concurrent requests may together pass the limit
@@ -19,19 +19,25 @@ import datetime
 import time
 from dataclasses import dataclass
 
-from service.translation.database import Database
+from service.translation.database import Database, Migration
 from service.web.errors import ApiError
 from service.web.rate_limits import Clock
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS deepl_usage (
-    identity TEXT NOT NULL,
-    period TEXT NOT NULL,
-    characters INTEGER NOT NULL,
-    memory_segments INTEGER NOT NULL,
-    PRIMARY KEY (identity, period)
-);
-"""
+MIGRATIONS = [
+    # The schema from before versioned migrations (IF NOT EXISTS: such a file already has it).
+    Migration(
+        1,
+        """
+        CREATE TABLE IF NOT EXISTS deepl_usage (
+            identity TEXT NOT NULL,
+            period TEXT NOT NULL,
+            characters BIGINT NOT NULL,
+            memory_segments BIGINT NOT NULL,
+            PRIMARY KEY (identity, period)
+        )
+        """,
+    ),
+]
 QUOTA_EXCEEDED = "Quota exceeded. The character limit has been reached."
 
 
@@ -46,7 +52,7 @@ class CharacterQuota:
         """``limit``: characters per client and month (``MT_DEEPL_CHARACTER_LIMIT``; 0: no
         limit)."""
         self.database = database
-        database.add_schema(_SCHEMA)
+        database.add_migrations("deepl_usage", MIGRATIONS)
         self.limit = limit
         self.clock = clock
 
@@ -70,8 +76,9 @@ class CharacterQuota:
     def record(self, identity: str, characters: int, memory_segments: int) -> None:
         with self.database.transaction() as db:
             db.execute(
-                "INSERT INTO deepl_usage VALUES (?, ?, ?, ?) ON CONFLICT (identity, period) "
-                "DO UPDATE SET characters = characters + excluded.characters, "
-                "memory_segments = memory_segments + excluded.memory_segments",
+                "INSERT INTO deepl_usage (identity, period, characters, memory_segments) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (identity, period) "
+                "DO UPDATE SET characters = deepl_usage.characters + excluded.characters, "
+                "memory_segments = deepl_usage.memory_segments + excluded.memory_segments",
                 (identity, self._period(), characters, memory_segments),
             )

@@ -283,6 +283,18 @@ def test_scaled_service_sits_behind_the_load_balancer():
     assert re.search(r"^\s*zone\s+\w+", nginx, flags=re.MULTILINE), "`resolve` needs a zone"
 
 
+def test_scaled_replicas_share_the_postgres_service_and_wait_for_it():
+    services = compose_config(("scaled",))["services"]
+    replica, postgres = services["mt-replica"], services["postgres"]
+    url = replica["environment"]["MT_DATABASE_URL"]
+    assert re.fullmatch(r"postgresql://mtserve:[^@]+@postgres:5432/mtserve", url), url
+    assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert postgres["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+    assert not postgres.get("ports"), "only the replicas reach the database"
+    assert {v["target"] for v in postgres["volumes"]} == {"/var/lib/postgresql/data"}
+    assert "postgres" not in compose_config(("cpu",))["services"]  # one process: SQLite
+
+
 def test_prometheus_discovers_every_mtserve_container():
     services = compose_config(("monitoring", "scaled", "cpu", "custom-model"))["services"]
     assert "prometheus" in services
@@ -373,8 +385,10 @@ def test_runtime_requirements_pin_every_runtime_dependency_and_no_export_package
             assert sep and version, f"unpinned: {line}"
             lock[re.sub(r"[-_.]+", "-", name).lower()] = version
 
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    for requirement in pyproject["project"]["dependencies"]:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    # The images carry the shared store's driver (the `postgres` extra) as well.
+    runtime = pyproject["dependencies"] + pyproject["optional-dependencies"]["postgres"]
+    for requirement in runtime:
         name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", requirement).group()).lower()
         if name.startswith("onnxruntime"):
             continue  # added by the Dockerfile, per target

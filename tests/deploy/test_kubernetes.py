@@ -120,7 +120,24 @@ def container(overlay: str) -> dict:
 
 
 def env(overlay: str) -> dict[str, str]:
-    return {item["name"]: item["value"] for item in container(overlay)["env"]}
+    """The container's plain variables (those from a Secret: ``env_from_secrets``)."""
+    return {item["name"]: item["value"] for item in container(overlay)["env"] if "value" in item}
+
+
+def env_from_secrets(overlay: str) -> dict[str, dict]:
+    return {
+        item["name"]: item["valueFrom"]["secretKeyRef"]
+        for item in container(overlay)["env"]
+        if "secretKeyRef" in item.get("valueFrom", {})
+    }
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_shared_database_url_comes_from_an_optional_secret(overlay):
+    # A password never sits in a manifest; without the Secret the pods run on SQLite.
+    assert "MT_DATABASE_URL" not in env(overlay)
+    reference = env_from_secrets(overlay)["MT_DATABASE_URL"]
+    assert reference == {"name": "mtserve-database", "key": "url", "optional": True}
 
 
 # --- validity -------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from translate.storage import xliff, xliff2
 
 from service.errors import InputTooLarge, QueueFull
 from service.translation import document_jobs
+from service.translation.database import SqliteDatabase
 from service.translation.document_jobs import DocumentRunner, DocumentStore
 from service.translation.document_store import process_owner
 from service.wiring import create_app
@@ -45,8 +46,13 @@ from tests.web.test_webapi import translate_file as post_file
 TEXT = "one.\ntwo.\nthree.\nfour.\nfive.\nsix.\nseven.\neight.\nnine.\nten.\n"
 
 
+def sqlite_store(data_dir) -> DocumentStore:
+    """The store as one process keeps it under MT_DATA_DIR."""
+    return DocumentStore(SqliteDatabase(data_dir / "documents.sqlite3", write_ahead_log=True), 3600)
+
+
 def store_with_job(tmp_path, content: bytes = TEXT.encode(), name: str = "notes.txt"):
-    store = DocumentStore(tmp_path / "data", ttl_s=3600)
+    store = sqlite_store(tmp_path / "data")
     job = store.create(name, content, "en", "de", sentences=10, characters=len(content))
     return store, job
 
@@ -75,7 +81,7 @@ def test_runner_translates_in_small_chunks_one_at_a_time_and_reports_progress(tm
             in_flight += 1
             seen.append((len(texts), in_flight))
             progress = store.get(job.job_id)
-            assert progress.status == "translating" and store.result_path(progress) is None
+            assert progress.status == "translating" and store.result(progress) is None
             await asyncio.sleep(0.01)
             in_flight -= 1
             return await shout(texts)
@@ -93,7 +99,7 @@ def test_runner_translates_in_small_chunks_one_at_a_time_and_reports_progress(tm
     assert all(flight == 1 for _, flight in seen)
     done = store.get(job.job_id)
     assert (done.sentences_done, done.sentences_total) == (10, 10)
-    assert store.result_path(done).read_text() == TEXT.upper()
+    assert store.result(done).decode() == TEXT.upper()
     assert store.upload(done) == TEXT.encode()  # the upload stays beside the result
 
 
@@ -125,7 +131,7 @@ def test_a_busy_translator_is_retried_and_a_refusal_fails_the_job(tmp_path, monk
     assert calls["busy"] == 2 + 3  # two refusals, then the three chunks
     failed = store.get(refused_job.job_id)
     assert failed.error == "a sentence is over the token limit"
-    assert store.result_path(failed) is None
+    assert store.result(failed) is None
 
 
 def test_cancel_stops_a_translating_job_and_serves_nothing(tmp_path):
@@ -154,8 +160,9 @@ def test_cancel_stops_a_translating_job_and_serves_nothing(tmp_path):
     asyncio.run(main())
     assert entered == [4]  # no chunk after the cancel
     final = store.get(job.job_id)
-    assert final.status == "cancelled" and store.result_path(final) is None
-    assert not (tmp_path / "data" / "documents" / job.job_id).exists()
+    assert final.status == "cancelled" and store.result(final) is None
+    with pytest.raises(Exception, match="upload .* is gone"):  # its files were deleted
+        store.upload(final)
 
 
 def test_stopped_jobs_are_taken_up_again_by_the_next_runner(tmp_path):
@@ -187,16 +194,16 @@ def test_stopped_jobs_are_taken_up_again_by_the_next_runner(tmp_path):
     asyncio.run(first_run())
     assert store.get(job.job_id).status == "queued"
     store.close()
-    store = DocumentStore(tmp_path / "data", ttl_s=3600)  # a new process
+    store = sqlite_store(tmp_path / "data")  # a new process
     asyncio.run(second_run())
-    assert store.result_path(store.get(job.job_id)).read_text() == TEXT.upper()
+    assert store.result(store.get(job.job_id)).decode() == TEXT.upper()
 
 
 def test_two_runners_on_one_store_run_each_job_exactly_once(tmp_path, monkeypatch):
     # Two front-ends, each its own connection to the one SQLite file; the second starts (or
     # restarts) while the first translates: it takes queued jobs, never the first's.
-    monkeypatch.setattr(document_jobs, "ADOPT_S", 0.01)
-    stores = [DocumentStore(tmp_path / "data", ttl_s=3600) for _ in range(2)]
+    monkeypatch.setattr(document_jobs, "POLL_S", 0.01)
+    stores = [sqlite_store(tmp_path / "data") for _ in range(2)]
     jobs = [
         stores[0].create(f"{n}.txt", f"text {n}.\n".encode(), "en", "de", 1, 8) for n in range(6)
     ]
@@ -229,18 +236,24 @@ def test_two_runners_on_one_store_run_each_job_exactly_once(tmp_path, monkeypatc
     assert sorted(runs) == sorted(job.job_id for job in jobs)
 
 
-def test_a_job_of_a_dead_process_is_taken_up_and_a_live_ones_is_left(tmp_path):
-    store, orphaned = store_with_job(tmp_path)
-    held = store.create("held.txt", b"one.\n", "en", "de", sentences=1, characters=5)
+def dead_process_holder() -> str:
+    """The holder id of a process of this machine that has exited."""
     child = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         text=True,
         capture_output=True,
         check=True,
     )
-    dead = process_owner().split("/")[0] + f"/{child.stdout.strip()}/0"
-    assert store.claim(orphaned.job_id, dead)  # translating when its process was killed
-    assert store.claim(held.job_id, process_owner())  # translating here, in another runner
+    return process_owner().split("/")[0] + f"/{child.stdout.strip()}/0"
+
+
+def test_a_job_of_a_dead_process_is_taken_up_and_a_live_ones_is_left(tmp_path):
+    store, held = store_with_job(tmp_path)
+    orphaned = store.create("orphan.txt", TEXT.encode(), "en", "de", sentences=10, characters=5)
+    # Both under a long lease: one translating here, in another runner of this process...
+    assert store.claim(process_owner(), lease_s=3600).job_id == held.job_id
+    # ...and one translating when its process was killed.
+    assert store.claim(dead_process_holder(), lease_s=3600).job_id == orphaned.job_id
 
     async def run() -> None:
         runner = DocumentRunner(store, lambda _job: shout, concurrency=1)
@@ -250,13 +263,13 @@ def test_a_job_of_a_dead_process_is_taken_up_and_a_live_ones_is_left(tmp_path):
         await runner.stop()
 
     asyncio.run(run())
-    assert store.result_path(store.get(orphaned.job_id)).read_text() == TEXT.upper()
-    assert store.get(held.job_id).status == "translating"
+    assert store.result(store.get(orphaned.job_id)).decode() == TEXT.upper()
+    assert store.get(held.job_id).status == "translating"  # left to its live holder
 
 
 def test_a_job_cancelled_through_another_front_end_stops_and_writes_nothing(tmp_path):
     store, job = store_with_job(tmp_path)
-    elsewhere = DocumentStore(tmp_path / "data", ttl_s=3600)
+    elsewhere = sqlite_store(tmp_path / "data")
 
     def slow(_job):
         async def translate(texts: list[str]) -> list[str]:
@@ -276,17 +289,18 @@ def test_a_job_cancelled_through_another_front_end_stops_and_writes_nothing(tmp_
         await runner.stop()
 
     asyncio.run(run())
-    assert store.get(job.job_id).status == "cancelled"
-    assert not (tmp_path / "data" / "documents" / job.job_id / "result").exists()
+    final = store.get(job.job_id)
+    assert final.status == "cancelled" and store.result(final) is None
 
 
 def test_finished_jobs_past_their_ttl_are_swept_with_their_files(tmp_path):
     store, job = store_with_job(tmp_path)
-    assert store.claim(job.job_id, "a runner")
-    store.fail(job.job_id, "a runner", "boom")
+    assert store.claim("replica-a", lease_s=30).job_id == job.job_id
+    store.fail(job.job_id, "replica-a", "boom")
     store.ttl_s = 0.0
     assert store.sweep() == 1
-    assert not (tmp_path / "data" / "documents" / job.job_id).exists()
+    with store.database.read() as db:  # the files went with the row
+        assert db.execute("SELECT COUNT(*) FROM document_files").fetchone()[0] == 0
     with pytest.raises(Exception, match="no document job"):
         store.get(job.job_id)
 
@@ -353,11 +367,14 @@ def test_document_job_upload_progress_and_result(app_settings):
 
 def test_a_restart_takes_up_jobs_left_unfinished(app_settings):
     # A previous process stored the upload and died before (or while) translating it.
-    store = DocumentStore(app_settings.storage.data_dir, ttl_s=3600)
-    queued = store.create("a.txt", b"Save the file\n", "en", "de", 1, 13)
+    store = sqlite_store(app_settings.storage.data_dir)
     halfway = store.create("b.txt", b"Close the window\nOpen it\n", "en", "de", 2, 23)
-    assert store.claim(halfway.job_id, "a process gone")
-    store.progress(halfway.job_id, "a process gone", 1)
+    queued = store.create("a.txt", b"Save the file\n", "en", "de", 1, 13)
+    # Claimed under a long lease by a process of this machine that died: on SQLite the next
+    # start takes it up at once rather than after the lease.
+    dead = dead_process_holder()
+    assert store.claim(dead, lease_s=3600).job_id == halfway.job_id
+    store.progress(halfway.job_id, dead, 1, lease_s=3600)
     store.close()
     with TestClient(create_app(app_settings)) as client:
         wait_ready(client)
@@ -386,7 +403,8 @@ def test_bad_documents_are_refused_at_upload(app_settings):
             )
             assert response.status_code == 400, (name, response.text)
             assert message in response.json()["error"], name
-        assert not list((app_settings.storage.data_dir / "documents").glob("*"))  # nothing queued
+        # Nothing queued: not even the jobs' database was created.
+        assert not (app_settings.storage.data_dir / "documents.sqlite3").exists()
 
 
 def test_the_official_deepl_client_translates_a_document(model_dir, tmp_path, monkeypatch):  # noqa: F811

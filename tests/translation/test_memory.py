@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.errors import InputTooLarge, NotFound
-from service.translation.database import Database
+from service.translation.database import FILE_NAME, SqliteDatabase
 from service.translation.glossaries import GlossaryStore
 from service.translation.memories import (
     NO_MEMORY,
@@ -36,7 +36,7 @@ from tests.service_fixtures import language_models, tiny_model
 
 @pytest.fixture
 def store(tmp_path) -> MemoryStore:
-    return MemoryStore(Database(tmp_path), max_chars=100)
+    return MemoryStore(SqliteDatabase(tmp_path / FILE_NAME), max_chars=100)
 
 
 def test_exact_match_after_normalising_whitespace_only(store):
@@ -115,11 +115,11 @@ def test_over_long_segments_are_413_and_unknown_ids_404(store):
 
 
 def test_a_data_dir_from_before_memories_keeps_its_glossaries(tmp_path):
-    earlier = GlossaryStore(Database(tmp_path), 10)
+    earlier = GlossaryStore(SqliteDatabase(tmp_path / FILE_NAME), 10)
     gid = earlier.create("ui", "en", "de", [("save", "sichern")]).glossary_id
     earlier.database.close()
     (tmp_path / "mtserve.sqlite3").rename(tmp_path / "glossaries.sqlite3")  # the old name
-    database = Database(tmp_path)
+    database = SqliteDatabase(tmp_path / FILE_NAME)
     glossaries, memories = GlossaryStore(database, 10), MemoryStore(database, 100)
     assert glossaries.entries(gid) == [("save", "sichern")]
     memories.add(None, "en", "de", [("a", "b")])

@@ -217,12 +217,12 @@ def test_the_quota_is_456_past_the_limit_per_key_and_month_and_survives_a_restar
 
 
 def test_the_quota_starts_again_each_month(tmp_path):
-    from service.translation.database import Database
+    from service.translation.database import FILE_NAME, SqliteDatabase
     from service.web.errors import ApiError
     from service.web.quota import CharacterQuota
 
     now = [1_767_225_599.0]  # 2025-12-31 23:59:59 UTC
-    quota = CharacterQuota(Database(tmp_path), limit=10, clock=lambda: now[0])
+    quota = CharacterQuota(SqliteDatabase(tmp_path / FILE_NAME), limit=10, clock=lambda: now[0])
     quota.record("key:a", 10, 1)
     with pytest.raises(ApiError) as refused:
         quota.check("key:a", 1)

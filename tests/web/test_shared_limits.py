@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from service.translation.database import SqliteDatabase
 from service.web.rate_limits import RateLimiter
 from service.web.shared_limits import SharedRateLimiter
 
@@ -30,7 +31,10 @@ def test_the_shared_windows_refuse_what_the_in_process_ones_refuse(tmp_path):
     clock = FakeClock()
     local = RateLimiter(clock)
     # two front-ends' connections to one file
-    shared = [SharedRateLimiter(tmp_path, clock), SharedRateLimiter(tmp_path, clock)]
+    shared = [
+        SharedRateLimiter(SqliteDatabase(tmp_path / "limits.sqlite3", write_ahead_log=True), clock)
+        for _ in range(2)
+    ]
     draw = random.Random(7)
     for turn in range(400):
         identity = draw.choice(["key:a", "key:b"])
@@ -45,8 +49,9 @@ def test_the_shared_windows_refuse_what_the_in_process_ones_refuse(tmp_path):
 CHARGER = """
 import sys, time
 from pathlib import Path
+from service.translation.storage import open_databases
 from service.web.shared_limits import SharedRateLimiter
-limiter = SharedRateLimiter(Path(sys.argv[1]))
+limiter = SharedRateLimiter(open_databases(Path(sys.argv[1]), None).limits)
 while time.time() < float(sys.argv[2]):
     time.sleep(0.001)
 allowed = sum(

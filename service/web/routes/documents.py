@@ -26,7 +26,7 @@ from service.translation.languages import LanguageCode, LanguagePair
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, upload_body
 from service.web.errors import ERROR_RESPONSES, ApiError
-from service.web.file_store import safe_filename
+from service.web.file_store import attachment, safe_filename
 from service.web.lifecycle import ServiceState
 from service.web.routes.files import checked_upload, require_files_enabled
 from service.web.schemas import DocumentJobStatus
@@ -111,19 +111,19 @@ def job_status(request: Request, job: DocumentJob) -> DocumentJobStatus:
     )
 
 
-def result_response(service: ServiceState, job: DocumentJob) -> FileResponse:
+def result_response(service: ServiceState, job: DocumentJob) -> Response:
     """The finished document; 409 while it is not (yet) there, 410 once it was deleted."""
-    path = service.documents.result_path(job)
-    if path is None and job.status == "done":
+    content = service.documents.result(job)
+    if content is None and job.status == "done":
         raise ApiError(410, "document_deleted", "the translated document was deleted")
-    if path is None:
+    if content is None:
         detail = f": {job.error}" if job.error else ""
         raise ApiError(
             409,
             "document_not_ready",
             f"the document is not translated (status {job.status}){detail}",
         )
-    return FileResponse(path, filename=job.result_name or job.filename)
+    return attachment(content, job.result_name or job.filename)
 
 
 _UPLOAD_BODY = upload_body(

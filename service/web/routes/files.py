@@ -10,7 +10,7 @@ supported", …) in our error shape.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 from starlette.datastructures import UploadFile
 
@@ -21,7 +21,7 @@ from service.translation.dispatch import document_translator
 from service.translation.languages import LanguagePair
 from service.web.deps import Access, Service, run_for_client, upload_body
 from service.web.errors import ApiError
-from service.web.file_store import TranslatedFiles
+from service.web.file_store import TranslatedFiles, attachment
 from service.web.lifecycle import ServiceState
 from service.web.schemas import TranslateFileResponse
 
@@ -116,10 +116,10 @@ async def translate_file(
     summary="Download a translated file (the URL /translate_file returned)",
     response_class=FileResponse,
 )
-async def download_file(filename: str, request: Request, service: Service) -> FileResponse:
+async def download_file(filename: str, request: Request, service: Service) -> Response:
     require_files_enabled(service)
     store = file_store(request)
-    path = store.path(filename)
-    if path is None:
+    content = store.content(filename)
+    if content is None:
         raise ApiError(404, "file_not_found", "Invalid filename")
-    return FileResponse(path, filename=store.download_name(filename))
+    return attachment(content, store.download_name(filename))

@@ -1,7 +1,9 @@
-"""Operations: ``/health`` (process alive), ``/ready`` (model loaded and warmed up) and
-``/metrics`` (Prometheus)."""
+"""Operations: ``/health`` (process alive), ``/ready`` (model loaded and warmed up, and the
+shared database reachable) and ``/metrics`` (Prometheus)."""
 
 from __future__ import annotations
+
+import asyncio
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -23,7 +25,14 @@ async def health(service: Service) -> Response:
 @router.get("/ready", response_model=Status, summary="Model loaded and warmed up")
 async def ready(service: Service) -> Response:
     if service.refresh_phase() == "ready":
-        return JSONResponse({"status": "ready"})
+        # Off the event loop: an unreachable database may take its connect timeout to say so.
+        if (reason := await asyncio.to_thread(service.store_unreachable)) is None:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse(
+            {"status": "store_unavailable", "detail": reason},
+            status_code=503,
+            headers=service.retry_after(),
+        )
     return JSONResponse(
         {"status": service.phase, "detail": service.detail},
         status_code=503,

@@ -1,0 +1,258 @@
+"""The service's store on both back-ends (service/translation/database.py, postgres.py): every
+test runs on SQLite files and on a real PostgreSQL database (tests/postgres_server.py; skipped
+with the reason where none can be started). "Two replicas" are two independently opened
+``Databases`` on one database, as two processes would open them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from service.errors import NotFound, StoreUnavailable
+from service.translation.database import FILE_NAME, SqliteDatabase
+from service.translation.document_store import DocumentStore
+from service.translation.glossaries import GlossaryStore
+from service.translation.memories import PAIR_DEFAULT, MemoryChoice, MemoryEntriesError, MemoryStore
+from service.translation.storage import Databases, open_databases
+from service.web.errors import ApiError
+from service.web.file_store import TranslatedFiles
+from service.web.quota import CharacterQuota
+from service.web.rate_limits import RateLimiter
+from service.web.shared_limits import SharedRateLimiter
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def replicas(request, tmp_path):
+    """``open()`` -> a new ``Databases`` on this test's one database (a replica's view)."""
+    url = request.getfixturevalue("postgres_url") if request.param == "postgresql" else None
+    opened: list[Databases] = []
+
+    def open_one() -> Databases:
+        opened.append(open_databases(tmp_path / "data", url))
+        return opened[-1]
+
+    yield open_one
+    for databases in opened:
+        databases.close()
+
+
+# --- glossaries and memories -------------------------------------------------------------------
+
+
+def test_a_glossary_stored_through_one_replica_is_used_and_deleted_through_another(replicas):
+    a, b = GlossaryStore(replicas().main, 10), GlossaryStore(replicas().main, 10)
+    info = a.create("ui", "en", "de", [("save", "sichern"), ("file", "Datei")])
+    assert b.list() == [info] and b.entries(info.glossary_id) == [
+        ("save", "sichern"),
+        ("file", "Datei"),
+    ]
+    assert b.glossary(info.glossary_id).entries == a.glossary(info.glossary_id).entries
+    b.delete(info.glossary_id)
+    # a compiled it before: the deletion elsewhere still holds here.
+    with pytest.raises(NotFound):
+        a.glossary(info.glossary_id)
+
+
+def test_glossaries_carry_their_owner(replicas):
+    store = GlossaryStore(replicas().main, 10)
+    mine = store.create("mine", "en", "de", [("a", "b")], owner_key="key-a")
+    shared = store.create("shared", "en", "de", [("c", "d")])
+    assert [g.name for g in store.list(owner_key="key-b")] == ["shared"]
+    assert [g.name for g in store.list(owner_key="key-a")] == ["mine", "shared"]
+    assert store.info(mine.glossary_id).owner_key == "key-a" and shared.owner_key is None
+    with pytest.raises(NotFound):
+        store.delete(mine.glossary_id, owner_key="key-b")
+    store.delete(mine.glossary_id, owner_key="key-a")
+
+
+def test_a_memory_posted_through_one_replica_answers_through_another(replicas):
+    a, b = MemoryStore(replicas().main, 100), MemoryStore(replicas().main, 100)
+    first = a.add(None, "en", "de", [("Save  changes", "Speichern"), ("Quit", "Beenden")])
+    assert first.created and (first.added, first.replaced) == (2, 0)
+    again = b.add(None, "en", "de", [("Save changes", "Änderungen speichern")], owner_key="k")
+    assert not again.created and (again.added, again.replaced) == (0, 1)
+    lookup = a.lookup(PAIR_DEFAULT, "en", "de")
+    assert lookup is not None and lookup(" Save changes ") == "Änderungen speichern"
+    b.add("docs", "en", "fr", [("a", "b")], owner_key="k")
+    assert a.info("docs").owner_key == "k"
+    with pytest.raises(MemoryEntriesError):  # another pair: refused, nothing written
+        a.add("docs", "en", "de", [("x", "y")])
+    with pytest.raises(MemoryEntriesError):
+        a.lookup(MemoryChoice("docs"), "en", "de")
+    assert b.entries("docs") == [("a", "b")]
+
+
+def test_usage_is_counted_once_across_replicas(replicas):
+    a = CharacterQuota(replicas().main, limit=10)
+    b = CharacterQuota(replicas().main, limit=10)
+    a.record("key:k", 6, 1)
+    b.record("key:k", 3, 0)
+    assert a.usage("key:k").characters == 9 and b.usage("key:k").memory_segments == 1
+    with pytest.raises(ApiError) as refused:
+        b.check("key:k", 2)
+    assert refused.value.status == 456
+
+
+# --- document jobs ------------------------------------------------------------------------------
+
+
+def test_a_job_is_claimed_by_one_replica_and_taken_over_when_its_lease_runs_out(replicas):
+    a = DocumentStore(replicas().documents, ttl_s=3600)
+    b = DocumentStore(replicas().documents, ttl_s=3600)
+    job = a.create("a.txt", b"one.\ntwo.\n", "en", "de", 2, 8, owner_key="key-a")
+    assert b.get(job.job_id).owner_key == "key-a"
+    assert a.claim("replica-a", lease_s=0.3).job_id == job.job_id
+    assert b.claim("replica-b", lease_s=0.3) is None  # held
+    assert a.progress(job.job_id, "replica-a", 1, lease_s=0.3)
+    assert b.get(job.job_id).sentences_done == 1  # progress seen everywhere
+    time.sleep(0.4)  # replica-a stops renewing: its lease runs out
+    taken = b.claim("replica-b", lease_s=30)
+    assert taken.job_id == job.job_id and taken.sentences_done == 0
+    # The first holder can no longer write anything for it.
+    assert not a.progress(job.job_id, "replica-a", 2, lease_s=30)
+    assert not a.finish(job, "replica-a", "a.txt", b"LATE")
+    assert not a.renew(job.job_id, "replica-a", 30)
+    assert b.upload(taken) == b"one.\ntwo.\n"
+    assert b.finish(taken, "replica-b", "a.txt", b"ONE.\nTWO.\n")
+    done = a.get(job.job_id)
+    assert done.status == "done" and a.result(done) == b"ONE.\nTWO.\n"
+
+
+def test_concurrent_claims_take_each_job_exactly_once(replicas):
+    stores = [DocumentStore(replicas().documents, ttl_s=3600) for _ in range(4)]
+    jobs = {stores[0].create(f"{n}.txt", b"x.\n", "en", "de", 1, 2).job_id for n in range(12)}
+    claimed: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def claimer(index: int) -> None:
+        while (job := stores[index].claim(f"replica-{index}", lease_s=60)) is not None:
+            with lock:
+                claimed.append((job.job_id, f"replica-{index}"))
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(job_id for job_id, _ in claimed) == sorted(jobs)
+
+
+def test_a_cancelled_job_is_no_longer_its_holders_and_loses_its_files(replicas):
+    a = DocumentStore(replicas().documents, ttl_s=3600)
+    b = DocumentStore(replicas().documents, ttl_s=3600)
+    job = a.create("a.txt", b"one.\n", "en", "de", 1, 4)
+    a.claim("replica-a", lease_s=30)
+    assert b.cancel(job.job_id).status == "cancelled"
+    assert not a.renew(job.job_id, "replica-a", 30)
+    assert not a.finish(job, "replica-a", "a.txt", b"ONE.\n")
+    with pytest.raises(NotFound):
+        a.upload(job)
+
+
+def test_finished_jobs_are_swept_with_their_files(replicas):
+    store = DocumentStore(replicas().documents, ttl_s=0.0)
+    job = store.create("a.txt", b"one.\n", "en", "de", 1, 4)
+    store.claim("r", lease_s=30)
+    store.fail(job.job_id, "r", "boom")
+    assert store.get(job.job_id).error == "boom"
+    assert store.sweep() == 1
+    with pytest.raises(NotFound):
+        store.get(job.job_id)
+
+
+# --- rate limits and downloads ------------------------------------------------------------------
+
+
+def test_shared_rate_limits_answer_as_the_in_memory_ones_and_hold_across_replicas(replicas):
+    now = [1000.0]
+    memory = RateLimiter(clock=lambda: now[0])
+    a = SharedRateLimiter(replicas().main, clock=lambda: now[0])
+    b = SharedRateLimiter(replicas().main, clock=lambda: now[0])
+    limits = dict(requests_per_minute=3, chars_per_minute=100)
+    for step, (chars, advance) in enumerate(
+        [(10, 1), (50, 5), (30, 10), (5, 1), (20, 50), (90, 5)]
+    ):
+        shared = (a, b)[step % 2].charge("key:k", chars=chars, **limits)
+        assert shared == memory.charge("key:k", chars=chars, **limits), step
+        now[0] += advance
+    assert a.charge("key:k", chars=500, **limits).retry_after_s is None  # never fits
+    assert b.charge("other", chars=1, **limits) is None  # each identity its own window
+
+
+def test_translated_files_in_the_shared_database_download_from_any_replica(replicas, tmp_path):
+    a = TranslatedFiles(tmp_path / "a", 60, replicas().main)
+    b = TranslatedFiles(tmp_path / "b", 60, replicas().main)
+    name = a.save("report.docx", b"content")
+    assert b.content(name) == b"content" and b.content("../../etc/passwd") is None
+    b.ttl_s = 0.0
+    assert b.content(name) is None and b.sweep() == 1
+
+
+# --- migrations and reachability ----------------------------------------------------------------
+
+
+def test_migrations_are_recorded_and_run_once(replicas):
+    first = replicas().main
+    GlossaryStore(first, 10).create("ui", "en", "de", [("a", "b")])
+    second = replicas().main
+    store = GlossaryStore(second, 10)  # opening again applies nothing, loses nothing
+    assert [g.name for g in store.list()] == ["ui"]
+    assert second.applied_versions("glossaries") == [1, 2]
+
+
+def test_an_sqlite_file_from_before_migrations_is_upgraded_in_place(tmp_path):
+    with sqlite3.connect(tmp_path / FILE_NAME) as raw:  # the schema as it was
+        raw.executescript(
+            "CREATE TABLE glossaries (id TEXT PRIMARY KEY, name TEXT NOT NULL, source_lang TEXT "
+            "NOT NULL, target_lang TEXT NOT NULL, created_at REAL NOT NULL, entry_count INTEGER "
+            "NOT NULL); CREATE TABLE glossary_entries (glossary_id TEXT NOT NULL REFERENCES "
+            "glossaries(id) ON DELETE CASCADE, position INTEGER NOT NULL, source TEXT NOT NULL, "
+            "target TEXT NOT NULL, PRIMARY KEY (glossary_id, position));"
+            "INSERT INTO glossaries VALUES ('g1', 'ui', 'en', 'de', 1.0, 1);"
+            "INSERT INTO glossary_entries VALUES ('g1', 0, 'save', 'sichern');"
+        )
+    store = GlossaryStore(SqliteDatabase(tmp_path / FILE_NAME), 10)
+    assert store.info("g1").owner_key is None and store.entries("g1") == [("save", "sichern")]
+    assert store.database.applied_versions("glossaries") == [1, 2]
+
+
+def test_an_unreachable_database_is_a_503_and_a_reason_not_a_crash():
+    from service.translation import postgres
+    from tests.live_server import free_port
+
+    database = postgres.PostgresDatabase(
+        f"postgresql://nobody:secret@127.0.0.1:{free_port()}/none", connect_timeout_s=1.0
+    )
+    store = GlossaryStore(database, 10)
+    try:
+        with pytest.raises(StoreUnavailable) as refused:
+            store.list()
+        assert refused.value.status == 503 and "secret" not in refused.value.message
+        reason = database.unreachable()
+        assert reason is not None and "127.0.0.1" in reason and "secret" not in reason
+    finally:
+        database.close()
+
+
+def test_requests_after_a_failed_attempt_are_refused_at_once():
+    from service.translation import postgres
+    from tests.live_server import free_port
+
+    database = postgres.PostgresDatabase(
+        f"postgresql://nobody@127.0.0.1:{free_port()}/none", connect_timeout_s=3.0
+    )
+    store = GlossaryStore(database, 10)
+    try:
+        with pytest.raises(StoreUnavailable):
+            store.list()  # waits for the pool's attempts
+        started = time.monotonic()
+        for _ in range(5):
+            with pytest.raises(StoreUnavailable):
+                store.list()
+        assert time.monotonic() - started < 1.0  # not 5 x the connect timeout
+    finally:
+        database.close()
