@@ -1,6 +1,7 @@
 """Corpus v3's general-language sources: dictionary parsing, document alignment, splits."""
 
-from models.training.corpus import Pair, without_leaks
+from models.training.build_corpus import without_leaks
+from models.training.corpus import Pair
 from models.training.general import (
     _B64,
     align_documents,
