@@ -286,7 +286,9 @@ class Dispatcher:
                 units, self.limits.max_texts_per_request, translate_chunk
             )
 
-        translated = [await translate_html(text, translate_units) for text in request.texts]
+        translated = [
+            await translate_html(text, translate_units, request.markup) for text in request.texts
+        ]
         return _merged(batches, [TextTranslation(text, 0, 0) for text in translated])
 
 
