@@ -38,7 +38,14 @@ from service.errors import InputTooLarge
 from service.text.glossary import Glossary, GlossaryError
 from service.text.limits import DecodingOptions, TextLimits
 from service.text.placeholders import EXACT_SYMBOL_RE, find_placeholders, protect, restore
-from service.text.protection import RunProtector, placeholder_token_ids, restore_every_run
+from service.text.protection import (
+    Glued,
+    RunProtector,
+    placeholder_token_ids,
+    restore_every_run,
+    space_out_formatting,
+    tighten,
+)
 from service.text.segmenter import (
     SentenceSplit,
     join_translations,
@@ -68,6 +75,7 @@ class SentencePlan:
     # The source whose first letter's case and final punctuation the translation keeps
     # (``TextHandling.preserve_formatting``); None: the model's own.
     formatting_source: str | None = None
+    glued: Glued = ()  # formatting symbols spaced out for the model (protection.tighten)
 
     @property
     def needs_model(self) -> bool:
@@ -76,10 +84,12 @@ class SentencePlan:
     def finish(self, masked_translation: str, output_tokens: int) -> None:
         self.masked_translation = masked_translation
         self.output_tokens = output_tokens
-        restored = self.formatted(
-            restore_every_run(masked_translation, self.originals, self.masked)
-        )
+        restored = self.formatted(self.restored(masked_translation))
         self.translation = f"{self.prefix}{restored}{self.suffix}"
+
+    def restored(self, masked_translation: str) -> str:
+        tight = tighten(masked_translation, self.glued)
+        return restore_every_run(tight, self.originals, self.masked)
 
     def formatted(self, translation: str) -> str:
         if self.formatting_source is None:
@@ -214,7 +224,10 @@ class TextPipeline:
             return approved
         terms = glossary.matches(core, find_placeholders(core)) if glossary is not None else []
         masked, originals = self.protector.protect(core, terms)
-        sentence = SentencePlan(masked=masked, originals=originals, prefix=prefix, suffix=suffix)
+        masked, glued = space_out_formatting(masked, originals)
+        sentence = SentencePlan(
+            masked=masked, originals=originals, prefix=prefix, suffix=suffix, glued=glued
+        )
         if handling.preserve_formatting:
             sentence.formatting_source = core
         if not has_words(masked):
@@ -253,6 +266,7 @@ class TextPipeline:
             prefix=previous.prefix,
             suffix=previous.suffix,
             formatting_source=previous.formatting_source,
+            glued=previous.glued,
         )
         if not has_words(masked):
             sentence.translation = previous.translation
@@ -290,9 +304,7 @@ class TextPipeline:
         """What :meth:`finish` would make of ``output_ids`` for ``sentence``, leaving the
         sentence alone (for the n-best alternatives of beam search)."""
         tokens = [t for t in output_ids if t not in (self.tokenizer.eos_id, self.tokenizer.pad_id)]
-        restored = restore_every_run(
-            self.tokenizer.decode(tokens), sentence.originals, sentence.masked
-        )
+        restored = sentence.restored(self.tokenizer.decode(tokens))
         return f"{sentence.prefix}{sentence.formatted(restored)}{sentence.suffix}"
 
     @staticmethod
