@@ -8,13 +8,19 @@ model has its own batcher, and one unlabelled gauge would hold whichever batcher
 A batcher writes through ``for_model``'s view, which has that model's children in their place;
 ``forget_model`` drops them when the model is unloaded. Counters and histograms stay summed
 over models.
+
+What a dashboard groups by (deploy/grafana/, alert rules in deploy/prometheus/): translations,
+sentences, characters and latency per model and language pair (``mt_pair_*``; a pivot's
+``model`` is its two models joined by ``+``); document jobs by state with the sentences they
+have left (read from the jobs' store at each scrape); the serving phase and each engine
+thread's liveness; and the process collector's ``process_*`` (CPU, memory, file descriptors).
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from prometheus_client import (
@@ -23,13 +29,17 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+PHASES = ("loading", "ready", "shutting_down", "failed")
+DOCUMENT_STATES = ("queued", "translating", "done", "error", "cancelled")
+_PAIR = ["model", "source", "target"]
 
 
 class ServiceMetrics:
@@ -186,6 +196,64 @@ class ServiceMetrics:
             ["kind"],
             registry=r,
         )
+        self.pair_translations = Counter(
+            "mt_pair_translations",
+            "Translations (a request, or a chunk of a document or HTML fragment) by model and "
+            "language pair.",
+            _PAIR,
+            registry=r,
+        )
+        self.pair_sentences = Counter(
+            "mt_pair_sentences",
+            "Sentences translated, by model and language pair.",
+            _PAIR,
+            registry=r,
+        )
+        self.pair_characters = Counter(
+            "mt_pair_characters",
+            "Source characters, by model and language pair.",
+            _PAIR,
+            registry=r,
+        )
+        self.pair_latency = Histogram(
+            "mt_pair_duration_seconds",
+            "Time from a translation's start on its models to its result, by model and pair.",
+            _PAIR,
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.phase = Gauge(
+            "mt_phase", "1 for the serving phase the process is in.", ["phase"], registry=r
+        )
+        self.engine_alive = Gauge(
+            "mt_engine_alive",
+            "1 while a loaded model's engine thread runs; 0 once it died (restart the process).",
+            ["model"],
+            registry=r,
+        )
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes…
+
+    def on_translation(
+        self, model: str, source: str, target: str, sentences: int, characters: int, seconds: float
+    ) -> None:
+        """One translation finished on ``model`` (its id, or a pivot's ids joined by +)."""
+        labels = {"model": model, "source": source, "target": target}
+        self.pair_translations.labels(**labels).inc()
+        self.pair_sentences.labels(**labels).inc(sentences)
+        self.pair_characters.labels(**labels).inc(characters)
+        self.pair_latency.labels(**labels).observe(seconds)
+
+    def on_health(self, phase: str, engines_alive: dict[str, bool]) -> None:
+        """The phase and each loaded model's engine thread, as a scrape finds them."""
+        for name in PHASES:
+            self.phase.labels(phase=name).set(1 if name == phase else 0)
+        for model_id, alive in engines_alive.items():
+            self.engine_alive.labels(model=model_id).set(1 if alive else 0)
+
+    def watch_documents(self, read: Callable[[], dict[str, tuple[int, int]]]) -> None:
+        """Report document jobs at each scrape: ``read()`` gives state -> (jobs, sentences
+        left)."""
+        self.registry.register(DocumentJobs(read))
 
     def for_model(self, model_id: str) -> ServiceMetrics:
         """The metrics as ``model_id``'s batcher writes them: the same registry and series,
@@ -204,6 +272,7 @@ class ServiceMetrics:
             self.inflight_rows,
             self.row_limit,
             self.encoder_cpu_share,
+            self.engine_alive,
         ):
             gauge.remove(model_id)  # a label set it does not hold is no error
 
@@ -272,3 +341,29 @@ class ThreadSched(Collector):
             queued.add_metric([role], queued_s)
         yield cpu
         yield queued
+
+
+class DocumentJobs(Collector):
+    """``mt_document_jobs`` by state and ``mt_document_sentences_left`` by state (the queue:
+    what queued and translating jobs still have to translate), read at each scrape."""
+
+    def __init__(self, read: Callable[[], dict[str, tuple[int, int]]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        counts = self._read()
+        jobs = GaugeMetricFamily(
+            "mt_document_jobs", "Document jobs in the store, by state.", labels=["state"]
+        )
+        left = GaugeMetricFamily(
+            "mt_document_sentences_left",
+            "Sentences document jobs have still to translate, by state (queued, translating).",
+            labels=["state"],
+        )
+        for state in DOCUMENT_STATES:
+            count, sentences = counts.get(state, (0, 0))
+            jobs.add_metric([state], count)
+            if state in ("queued", "translating"):
+                left.add_metric([state], sentences)
+        yield jobs
+        yield left

@@ -23,6 +23,7 @@ from service.text.bulk import TranslateTexts
 from service.translation.database import Database
 from service.translation.dispatch import Dispatcher, document_translator
 from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
+from service.translation.document_stats import document_job_counts
 from service.translation.glossaries import GlossaryStore
 from service.translation.languages import LanguagePair
 from service.translation.memories import MemoryStore
@@ -62,6 +63,7 @@ class ServiceState:
         )
         self.memories = memories or MemoryStore(database, settings.limits.max_chars_per_text)
         self.documents = DocumentStore(settings.storage.data_dir, settings.storage.document_ttl_s)
+        metrics.watch_documents(lambda: document_job_counts(self.documents.directory))
         self.document_runner = DocumentRunner(
             self.documents, self._document_translator, settings.storage.document_jobs
         )
