@@ -2,15 +2,17 @@
 
 Settings come from ``MT_*`` environment variables (service/config.py); the flags override
 the matching ones. On SIGTERM (or Ctrl-C) new translation requests get 503 at once, requests
-in flight finish for up to ``MT_SHUTDOWN_GRACE_S`` seconds, then the process exits.
+in flight finish for up to ``MT_SHUTDOWN_GRACE_S`` seconds, then the process exits with
+status 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -33,6 +35,15 @@ class GracefulServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self._on_exit()  # sets flags only: safe inside a signal handler
         super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, less the re-raise: after a graceful shutdown uvicorn raises the captured
+        SIGTERM or SIGINT again, so the process dies of it (143 or 130 to ``make`` and to
+        shells). The stop was asked for and the drain is done: the process exits 0."""
+        with super().capture_signals():
+            yield
+            self._captured_signals.clear()
 
 
 def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:

@@ -132,7 +132,8 @@ class StorageSettings(BaseModel):
         Path("data"),
         description="Where stored glossaries, translation memories (SQLite, mtserve.sqlite3) and "
         "document jobs (documents.sqlite3; uploads and results under documents/) live, kept "
-        "across restarts; created on first use.",
+        "across restarts; created at start-up, which checks that it can be written (/ready says "
+        "503 and why when not).",
     )
     files_translation: bool = Field(
         True, description="Serve POST /translate_file and /download_file (LibreTranslate's)."

@@ -107,6 +107,18 @@ class EngineFailure(ServiceError):
     default_code = "engine_failure"
 
 
+# --- storage ---------------------------------------------------------------------------------
+
+
+class StoreUnavailable(ServiceError):
+    """The data directory (``MT_DATA_DIR``) cannot be written: the operator's to fix; the
+    request may be retried once it is (HTTP 503)."""
+
+    status = 503
+    default_code = "store_unavailable"
+    retry_after = True
+
+
 # --- models ----------------------------------------------------------------------------------
 
 
