@@ -268,10 +268,12 @@ class DocumentStore:
 
     def cancel(self, job_id: str) -> DocumentJob:
         """Cancel an unfinished job and delete its files; a finished one's files go too (the
-        client says it is done with them). The row stays so that status still answers."""
+        client is done with them; a done job reads ``deleted``, as /result's 410 says)."""
         job = self.get(job_id)
         if job.status in UNFINISHED:
             self._update(job_id, True, status="cancelled", finished_at=time.time())
+        elif job.status == "done":
+            self._update(job_id, False, status="deleted")
         shutil.rmtree(self._files(job_id), ignore_errors=True)
         return self.get(job_id)
 

@@ -375,7 +375,7 @@ class DocumentJobStatus(BaseModel):
     """``/v1/documents/{id}``: a document job and its progress."""
 
     id: str
-    status: Literal["queued", "translating", "done", "error", "cancelled"]
+    status: Literal["queued", "translating", "done", "error", "cancelled", "deleted"]
     filename: str
     source_lang: str = Field(description="`auto` when detected")
     target_lang: str

@@ -398,7 +398,7 @@ async def document_status(
         status["seconds_remaining"] = round(seconds)
     if job.status == "done":
         status["billed_characters"] = job.characters
-    if job.status in ("error", "cancelled"):
+    if job.status in ("error", "cancelled", "deleted"):
         status["error_message"] = job.error or job.status
     return status
 

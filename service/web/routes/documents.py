@@ -114,7 +114,7 @@ def job_status(request: Request, job: DocumentJob) -> DocumentJobStatus:
 def result_response(service: ServiceState, job: DocumentJob) -> FileResponse:
     """The finished document; 409 while it is not (yet) there, 410 once it was deleted."""
     path = service.documents.result_path(job)
-    if path is None and job.status == "done":
+    if path is None and job.status in ("done", "deleted"):
         raise ApiError(410, "document_deleted", "the translated document was deleted")
     if path is None:
         detail = f": {job.error}" if job.error else ""
