@@ -41,6 +41,28 @@ from service.web.routes import (
     v1,
 )
 
+# /docs groups the operations by API: each route module's operations under one tag.
+TAGS = {
+    "native": "mtserve's own API: /v1/translate, its stream, the models.",
+    "LibreTranslate": "LibreTranslate's API, for its clients and its web page's settings.",
+    "DeepL": "DeepL's API v2: text, documents, glossaries, usage, languages.",
+    "documents": "Document jobs: upload, progress, result.",
+    "glossaries and memories": "Stored glossaries and translation memories.",
+    "operations": "Health, readiness and Prometheus metrics.",
+}
+ROUTERS = (  # in the order their routes are matched
+    (v1, "native"),
+    (glossaries, "glossaries and memories"),
+    (memories, "glossaries and memories"),
+    (documents, "documents"),
+    (stream, "native"),
+    (libretranslate, "LibreTranslate"),
+    (deepl, "DeepL"),
+    (files, "LibreTranslate"),
+    (ops, "operations"),
+    (page, "LibreTranslate"),  # /frontend/settings (the page itself is not an operation)
+)
+
 
 def build_app(service: ServiceState) -> FastAPI:
     """The FastAPI app around an assembled service (service/wiring.py builds it)."""
@@ -53,25 +75,15 @@ def build_app(service: ServiceState) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan_of(service),
         static_url="/static-docs",
+        openapi_tags=[{"name": name, "description": text} for name, text in TAGS.items()],
     )
     app.state.service = service
     app.state.access = AccessPolicy(settings)
     app.state.translated_files = TranslatedFiles(
         settings.storage.files_dir, settings.storage.files_ttl_s
     )
-    for api in (
-        v1,
-        glossaries,
-        memories,
-        documents,
-        stream,
-        libretranslate,
-        deepl,
-        files,
-        ops,
-        page,
-    ):
-        app.include_router(api.router)
+    for api, tag in ROUTERS:
+        app.include_router(api.router, tags=[tag])
     app.mount("/static", StaticFiles(directory=page.STATIC_DIR), name="static")
     install_error_handlers(
         app, metrics, settings.access.retry_after_s, settings.limits.request_timeout_s

@@ -61,7 +61,7 @@ from service.web.routes.glossaries import card, create_glossary
 from service.web.routes.memories import memory_choice
 from service.web.routes.v1 import MODELS_HEADER
 
-router = APIRouter(prefix="/v2", tags=["DeepL API v2"])
+router = APIRouter(prefix="/v2")
 # DeepL's clients expect a limit; without MT_DEEPL_CHARACTER_LIMIT, one no client will reach.
 NO_CHARACTER_LIMIT = 1_000_000_000_000
 FORMALITIES = ("default", "more", "less", "prefer_more", "prefer_less")

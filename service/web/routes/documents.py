@@ -31,7 +31,7 @@ from service.web.lifecycle import ServiceState
 from service.web.routes.files import checked_upload, require_files_enabled
 from service.web.schemas import DocumentJobStatus
 
-router = APIRouter(prefix="/v1/documents", tags=["documents"])
+router = APIRouter(prefix="/v1/documents")
 
 
 async def read_texts(filename: str, content: bytes, target: str) -> list[str]:
