@@ -206,6 +206,11 @@ class Translation(BaseModel):
     detected_language: DetectedLanguage | None = Field(
         None, description="This text's detected language, set when the source was detected."
     )
+    unchanged: bool = Field(
+        False,
+        description="True when this text's source language is its target: it comes back as "
+        "sent and no model ran.",
+    )
 
 
 class Usage(BaseModel):

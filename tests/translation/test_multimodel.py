@@ -169,6 +169,14 @@ def test_languages_lists_direct_and_pivot_targets(client):
 def test_same_source_and_target_returns_the_text_and_runs_no_model(client):
     body = translate(client, "Save changes", "en", "en").json()
     assert body["translations"][0]["text"] == "Save changes" and body["models"] == []
+    # ... and says so, where a translation that happens to equal its source does not.
+    assert body["translations"][0]["unchanged"] is True
+    assert (
+        translate(client, "Save changes", "en", "de").json()["translations"][0]["unchanged"]
+        is False
+    )
+    libre = client.post("/translate", json={"q": "Save changes", "source": "en", "target": "en"})
+    assert libre.status_code == 200 and libre.json()["translatedText"] == "Save changes"
 
 
 @pytest.mark.parametrize(

@@ -127,6 +127,7 @@ def _translation(plan: RoutePlan, index: int, text: TextTranslation) -> Translat
         source_lang=route.shown_source,
         models=list(route.legs),
         detected_language=_detected(plan.detection_of(index)),
+        unchanged=not route.legs,
     )
 
 
