@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from starlette.types import ASGIApp
 
 from service.config import Settings, get_settings
 from service.web.request_id import install_request_id_logging
+from service.web.request_log import configure_logging, use_json_format
 from service.wiring import create_app
 
 
@@ -53,7 +53,8 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         host=settings.process.host,
         port=settings.process.port,
         log_level=settings.process.log_level.lower(),
-        access_log=settings.process.access_log,
+        # JSON logs have a record per request of their own (service/web/request_log.py).
+        access_log=settings.process.access_log and settings.process.log_format == "text",
         lifespan="on",
         timeout_graceful_shutdown=max(1, round(settings.process.shutdown_grace_s)),
     )
@@ -80,14 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.model_dir is not None:
         update |= {"model_dir": args.model_dir, "model_dirs": [], "models_dir": None}
     settings = settings.replace(**update)
-    logging.basicConfig(
-        level=settings.process.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
-    )
+    configure_logging(settings.process.log_level, settings.process.log_format)
     install_request_id_logging()  # the app logs while it is assembled
     app = create_app(settings)
     config = uvicorn_config(app, settings)
     install_request_id_logging()  # after uvicorn.Config, which configures its loggers
+    if settings.process.log_format == "json":
+        use_json_format()
     server = GracefulServer(config, on_exit=app.state.service.begin_shutdown)
     server.run()
     return 0

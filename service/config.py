@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.fields import FieldInfo
@@ -173,6 +173,12 @@ class ProcessSettings(BaseModel):
         30.0, ge=0, description="SIGTERM: time to finish in-flight work."
     )
     log_level: str = Field("info", description="Log level (debug, info, warning, error).")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="`json`: one JSON object per log line, and one per request with its id, "
+        "route, status, model, latency, characters and client key id (a hash, never the key); "
+        "uvicorn's access line is then left out.",
+    )
     access_log: bool = Field(
         True,
         description="uvicorn's access log, a line per request. false: none (request ids, "

@@ -28,6 +28,7 @@ from service.web.file_store import TranslatedFiles
 from service.web.lifecycle import ServiceState, lifespan_of
 from service.web.middleware import BodySizeLimit, RequestMetrics
 from service.web.request_id import HEADER, RequestId
+from service.web.request_log import RequestLog
 from service.web.routes import (
     deepl,
     documents,
@@ -105,5 +106,7 @@ def build_app(service: ServiceState) -> FastAPI:
             expose_headers=["Retry-After", HEADER],
         )
     app.add_middleware(RequestMetrics, metrics=metrics)  # sees every status
+    if settings.process.log_format == "json":
+        app.add_middleware(RequestLog)  # inside RequestId: the record has the id
     app.add_middleware(RequestId)  # outermost: every response carries the id
     return app
