@@ -46,13 +46,14 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import onnx
 import torch
 from onnx import TensorProto, helper
 from torch import Tensor, nn
 
+from export.quiet import quiet_exporter
 from export.search_head import add_search_head
 from export.vocab_screen import DEFAULT_MAX_ROWS, MIN_VOCAB, add_vocab_screen
 from models.checkpoint import copy_tokenizer_files, language_pair, load_pretrained
@@ -197,22 +198,27 @@ def save_onnx(model: onnx.ModelProto, path: Path, external_data: bool | None = N
         onnx.save(model, path)
 
 
+def export_graph(module: nn.Module, args: tuple, path: Path, **options: Any) -> None:
+    """``torch.onnx.export`` (the dynamo exporter) of ``module`` on ``args`` to ``path``,
+    without the exporter's and the optimizer's chatter (export/quiet.py)."""
+    with quiet_exporter():
+        torch.onnx.export(module, args, str(path), dynamo=True, verbose=False, **options)
+
+
 def export_encoder(model: Transformer, path: Path, opset: int, external_data: bool = False) -> None:
     batch, src = torch.export.Dim("batch"), torch.export.Dim("src_len")
     input_ids = torch.randint(2, model.config.src_vocab_size, (3, 5))
     attention_mask = torch.ones(3, 5, dtype=torch.long)
     attention_mask[1, 3:] = 0
-    torch.onnx.export(
+    export_graph(
         EncoderGraph(model).eval(),
         (input_ids, attention_mask),
-        str(path),
-        dynamo=True,
+        path,
         opset_version=opset,
         external_data=external_data,
         input_names=list(ENCODER_INPUTS),
         output_names=encoder_output_names(model.config.decoder_layers),
         dynamic_shapes={"input_ids": {0: batch, 1: src}, "attention_mask": {0: batch, 1: src}},
-        verbose=False,
     )
 
 
@@ -234,17 +240,15 @@ def export_decoder(model: Transformer, path: Path, opset: int, external_data: bo
         "cross_values": tuple(cross for _ in range(layers)),
         "encoder_attention_mask": {0: batch, 1: src},
     }
-    torch.onnx.export(
+    export_graph(
         DecoderGraph(model).eval(),
         example_decoder_inputs(model, batch=3, new=1, past=4, src=5),
-        str(path),
-        dynamo=True,
+        path,
         opset_version=opset,
         external_data=external_data,
         input_names=decoder_input_names(layers),
         output_names=decoder_output_names(layers),
         dynamic_shapes=dynamic_shapes,
-        verbose=False,
     )
 
 

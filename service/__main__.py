@@ -4,7 +4,8 @@
 
 Settings come from ``MT_*`` environment variables (service/config.py); the flags override
 the matching ones. On SIGTERM (or Ctrl-C) new translation requests get 503 at once, requests
-in flight finish for up to ``MT_SHUTDOWN_GRACE_S`` seconds, then the process exits.
+in flight finish for up to ``MT_SHUTDOWN_GRACE_S`` seconds, then the process exits with
+status 0.
 
 ``MT_PROCESS_MODE=multi`` (the default) hands the work to the supervisor
 (service/processes/supervisor.py): HTTP front-ends and engine-core processes behind the one
@@ -14,9 +15,9 @@ port. ``single`` serves everything from this process.
 from __future__ import annotations
 
 import argparse
-import logging
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -25,6 +26,7 @@ from starlette.types import ASGIApp
 
 from service.config import Settings, get_settings
 from service.web.request_id import install_request_id_logging
+from service.web.request_log import configure_logging, use_json_format
 from service.wiring import create_app
 
 
@@ -40,6 +42,15 @@ class GracefulServer(uvicorn.Server):
         self._on_exit()  # sets flags only: safe inside a signal handler
         super().handle_exit(sig, frame)
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, less the re-raise: after a graceful shutdown uvicorn raises the captured
+        SIGTERM or SIGINT again, so the process dies of it (143 or 130 to ``make`` and to
+        shells). The stop was asked for and the drain is done: the process exits 0."""
+        with super().capture_signals():
+            yield
+            self._captured_signals.clear()
+
 
 def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
     """uvicorn's configuration from the service's settings."""
@@ -48,7 +59,8 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         host=settings.process.host,
         port=settings.process.port,
         log_level=settings.process.log_level.lower(),
-        access_log=settings.process.access_log,
+        # JSON logs have a record per request of their own (service/web/request_log.py).
+        access_log=settings.process.access_log and settings.process.log_format == "text",
         lifespan="on",
         timeout_graceful_shutdown=max(1, round(settings.process.shutdown_grace_s)),
     )
@@ -80,10 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model_dir is not None:
         update |= {"model_dir": args.model_dir, "model_dirs": [], "models_dir": None}
     settings = settings.replace(**update)
-    logging.basicConfig(
-        level=settings.process.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
-    )
+    configure_logging(settings.process.log_level, settings.process.log_format)
     install_request_id_logging()  # the app logs while it is assembled
     if settings.process.process_mode == "multi":  # front-ends and engine cores (issue 53)
         from service.processes.supervisor import build_supervisor
@@ -94,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(settings)
     config = uvicorn_config(app, settings)
     install_request_id_logging()  # after uvicorn.Config, which configures its loggers
+    if settings.process.log_format == "json":
+        use_json_format()
     server = GracefulServer(config, on_exit=app.state.service.begin_shutdown)
     server.run()
     return 0

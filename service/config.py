@@ -132,8 +132,9 @@ class StorageSettings(BaseModel):
         Path("data"),
         description="Where stored glossaries, translation memories, usage counts "
         "(SQLite, mtserve.sqlite3), document jobs with their files (documents.sqlite3) and the "
-        "front-ends' rate-limit windows (limits.sqlite3) live, kept across restarts; created on "
-        "first use. Unused when database_url is set.",
+        "front-ends' rate-limit windows (limits.sqlite3) live, kept across restarts; created at "
+        "start-up, which checks that it can be written (/ready says 503 and why when not). "
+        "Unused when database_url is set.",
     )
     database_url: str | None = Field(
         None,
@@ -187,6 +188,12 @@ class ProcessSettings(BaseModel):
         30.0, ge=0, description="SIGTERM: time to finish in-flight work."
     )
     log_level: str = Field("info", description="Log level (debug, info, warning, error).")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="`json`: one JSON object per log line, and one per request with its id, "
+        "route, status, model, latency, characters and client key id (a hash, never the key); "
+        "uvicorn's access line is then left out.",
+    )
     access_log: bool = Field(
         True,
         description="uvicorn's access log, a line per request. false: none (request ids, "

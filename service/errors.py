@@ -117,8 +117,9 @@ class EngineUnavailable(ServiceError):
 
 
 class StoreUnavailable(ServiceError):
-    """The shared database cannot be reached now (``MT_DATABASE_URL``); the client should
-    retry, and ``/ready`` says 503 meanwhile."""
+    """The store cannot be used now: the shared database (``MT_DATABASE_URL``) does not
+    answer, or the data directory (``MT_DATA_DIR``) cannot be written. The client should retry;
+    ``/ready`` says 503 and why meanwhile."""
 
     status = 503
     default_code = "store_unavailable"

@@ -107,7 +107,7 @@ def model_loader(
     turns: RoundRobinTurns | None,
 ) -> ModelLoader:
     """Spec -> a warmed-up engine, its batcher (not yet started) and its translator."""
-    batching = settings.scheduling
+    batching = settings.scheduling.queue_for(settings.limits.max_chars_per_text)
     spare = spare_core()
 
     def load(spec: ModelSpec) -> LoadedModel:

@@ -83,6 +83,7 @@ VARIABLES = {
     "MT_PORT": ("process.port", "9000", 9000),
     "MT_SHUTDOWN_GRACE_S": ("process.shutdown_grace_s", "5", 5.0),
     "MT_LOG_LEVEL": ("process.log_level", "debug", "debug"),
+    "MT_LOG_FORMAT": ("process.log_format", "json", "json"),
     "MT_ACCESS_LOG": ("process.access_log", "false", False),
     "MT_FRONTEND_TIMEOUT_MS": ("process.frontend_timeout_ms", "100", 100),
     "MT_PROCESS_MODE": ("process.process_mode", "single", "single"),

@@ -48,7 +48,7 @@ from service.scheduling.policies import (
 )
 from service.scheduling.scheduler import COST_TOLERANCE, MAX_STALL_STEPS, Scheduler
 from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
-from service.scheduling.settings import BatchingSettings
+from service.scheduling.settings import DEFAULT_MAX_QUEUE, BatchingSettings
 from service.scheduling.stream import RowStream
 
 logger = logging.getLogger(__name__)
@@ -108,11 +108,11 @@ class ContinuousBatcher:
             self.policy = StaticPolicy(config.max_batch_rows, config.static_max_wait_s, clock)
         self.batching: BatchingPolicy = config.batching
         self.max_batch_rows = config.max_batch_rows
-        self.max_queue = config.max_queue
+        self.max_queue = config.max_queue or DEFAULT_MAX_QUEUE
         # How far past the head of the queue admission looks for sentences that fit the
         # running batch's width; bounded, so a sentence is overtaken only so often.
         self.admission_window = admission_window or 4 * config.max_batch_rows
-        self.queue = SentenceQueue(config.max_queue, clock)
+        self.queue = SentenceQueue(self.max_queue, clock)
         self._idle = threading.Event()
         self._idle.set()
         self._thread: threading.Thread | None = None

@@ -163,7 +163,9 @@ class SentenceQueue:
                 raise NotAccepting("engine_stopped")
             if not self.accepting:
                 raise NotAccepting("shutting_down")
-            if len(self.waiting) + len(sentences) > self.max_queue:
+            # An empty queue takes any request: one within the text limits may have more
+            # sentences than MT_MAX_QUEUE, and an idle server must still translate it.
+            if self.waiting and len(self.waiting) + len(sentences) > self.max_queue:
                 raise QueueFull(
                     f"the queue is full ({len(self.waiting)} of MT_MAX_QUEUE={self.max_queue} "
                     f"sentences waiting; this request has {len(sentences)})"

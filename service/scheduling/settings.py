@@ -13,6 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.scheduling.policies import BatchingPolicy
 
+# MT_MAX_QUEUE's floor, and its value where nothing else is known.
+DEFAULT_MAX_QUEUE = 256
+# The shortest sentence a model translates: a letter, a full stop and a space ("A. ").
+SHORTEST_SENTENCE_CHARS = 3
+
 
 class BatchingSettings(BaseModel):
     """Batching."""
@@ -27,8 +32,12 @@ class BatchingSettings(BaseModel):
         ge=16,
         description="Most source tokens (rows x padded length) admitted into the running batch.",
     )
-    max_queue: int = Field(
-        256, ge=1, description="Most queued sentences; beyond it requests get 429."
+    max_queue: int | None = Field(
+        None,
+        ge=1,
+        description="Most queued sentences; beyond it requests get 429 (an empty queue takes "
+        "any request within the text limits). Unset: one text of MT_MAX_CHARS_PER_TEXT "
+        "characters in the shortest sentences (3 characters: 1667 for 5000), at least 256.",
     )
     batching: BatchingPolicy = Field(
         "continuous",
@@ -92,6 +101,15 @@ class BatchingSettings(BaseModel):
         "rows do not wait for admissions' encoder calls. Only where a core is spare: with "
         "one CPU (affinity and cgroup quota) the encoder runs in line whatever this says.",
     )
+
+    def queue_for(self, max_chars_per_text: int) -> BatchingSettings:
+        """These settings with ``max_queue`` filled in when unset: a queue that holds a text
+        of ``max_chars_per_text`` characters cut into the shortest sentences, so requests
+        within the advertised limits are not refused while the server is all but idle."""
+        if self.max_queue is not None:
+            return self
+        shortest = -(-max_chars_per_text // SHORTEST_SENTENCE_CHARS)
+        return self.model_copy(update={"max_queue": max(DEFAULT_MAX_QUEUE, shortest)})
 
     @property
     def static_max_wait_s(self) -> float:

@@ -25,7 +25,9 @@ use, so its glossaries stay.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -35,8 +37,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from service.errors import StoreUnavailable
+
 FILE_NAME = "mtserve.sqlite3"
 _EARLIER_FILE_NAME = "glossaries.sqlite3"
+# What the document jobs keep under MT_DATA_DIR (service/translation/document_jobs.py).
+_DOCUMENTS_FILE_NAME = "documents.sqlite3"
+_DOCUMENTS_DIR = "documents"
+
+
+def store_problem(data_dir: Path) -> str | None:
+    """Why the store under ``data_dir`` cannot be written, or None when it can: the directory
+    and its ``documents/`` are created if missing and a file is written and removed in each,
+    and the SQLite files already there must be writable. Checked at start-up: a process that
+    cannot store would otherwise say ready and then fail every request that reads a memory."""
+    where = data_dir.absolute()
+    try:
+        for directory in (data_dir, data_dir / _DOCUMENTS_DIR):
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        return f"the data directory {where} (MT_DATA_DIR) is not writable: {reason}"
+    for name in (FILE_NAME, _DOCUMENTS_FILE_NAME):
+        if (data_dir / name).exists() and not os.access(data_dir / name, os.W_OK):
+            return f"{where / name} (under MT_DATA_DIR) is not writable"
+    return None
+
 
 _MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -209,13 +237,22 @@ class SqliteDatabase(Database):
 
     def _open(self) -> sqlite3.Connection:
         if self._connection is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            earlier = self.path.with_name(_EARLIER_FILE_NAME)
-            if self.path.name == FILE_NAME and earlier.exists() and not self.path.exists():
-                earlier.replace(self.path)
-            # Autocommit mode: transactions are begun and ended here, explicitly, so that
-            # DDL and a claim's read-then-write take the write lock at their start.
-            connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                earlier = self.path.with_name(_EARLIER_FILE_NAME)
+                if self.path.name == FILE_NAME and earlier.exists() and not self.path.exists():
+                    earlier.replace(self.path)
+                # Autocommit mode: transactions are begun and ended here, explicitly, so that
+                # DDL and a claim's read-then-write take the write lock at their start.
+                connection = sqlite3.connect(
+                    self.path, check_same_thread=False, isolation_level=None
+                )
+            except (OSError, sqlite3.OperationalError) as error:
+                # An unwritable MT_DATA_DIR is the operator's to fix (/ready says so): 503.
+                raise StoreUnavailable(
+                    f"the store is unavailable: MT_DATA_DIR cannot be written "
+                    f"({type(error).__name__})"
+                ) from error
             connection.execute("PRAGMA foreign_keys = ON")
             if self.write_ahead_log:
                 connection.execute("PRAGMA journal_mode = WAL")

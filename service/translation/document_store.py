@@ -354,14 +354,19 @@ class DocumentStore:
 
     def cancel(self, job_id: str) -> DocumentJob:
         """Cancel an unfinished job and delete its files; a finished one's files go too (the
-        client says it is done with them). The row stays so that status still answers; the
-        replica translating it finds the job no longer its own and stops."""
+        client is done with them; a done job reads ``deleted``, as /result's 410 says). The
+        row stays so that status still answers; the replica translating it finds the job no
+        longer its own and stops."""
         self.get(job_id)  # 404 first
         with self.database.transaction() as db:
             db.execute(
                 "UPDATE document_jobs SET status = 'cancelled', finished_at = ?, "
                 "lease_until = NULL WHERE id = ? AND status IN (?, ?)",
                 (time.time(), job_id, *UNFINISHED),
+            )
+            db.execute(
+                "UPDATE document_jobs SET status = 'deleted' WHERE id = ? AND status = 'done'",
+                (job_id,),
             )
             db.execute("DELETE FROM document_files WHERE job_id = ?", (job_id,))
         if (legacy := self._legacy_files(job_id)) is not None:

@@ -23,7 +23,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from typing import Protocol
 
-from service.errors import InputTooLarge
 from service.runtime.types import DecodeRequest
 from service.scheduling.row_batcher import RowBatcher
 from service.scheduling.sentences import RowResult
@@ -277,12 +276,6 @@ class Translator:
     ) -> tuple[list[SentencePlan], list[DecodeRequest]]:
         """The sentences of ``plans`` that need the model, and their rows."""
         to_decode = [s for plan in plans for s in plan.sentences if s.needs_model]
-        if len(to_decode) > self.batcher.max_queue:
-            raise InputTooLarge(
-                "too_many_sentences",
-                f"the request has {len(to_decode)} sentences; the queue holds at most "
-                f"MT_MAX_QUEUE={self.batcher.max_queue}",
-            )
         rows = [
             DecodeRequest(
                 src_ids=sentence.src_ids,

@@ -32,6 +32,7 @@ from fastapi import Request
 from service.config import Settings
 from service.web.errors import ApiError
 from service.web.rate_limits import Clock, RateLimiter, Refusal
+from service.web.request_log import note_client
 
 INVALID_KEY = "Invalid API key"
 MISSING_KEY = "Please contact the server operator to get an API key"
@@ -99,6 +100,7 @@ class AccessPolicy:
     def admit(self, request: Request, body_key: str | None, chars: int) -> None:
         """Raise ``ApiError`` (401, 403 or 429) unless this request may be served now."""
         identity, limits = self._identify(request, body_key)
+        note_client(identity.removeprefix("key:") if identity.startswith("key:") else None, chars)
         self._charge(identity, limits, requests=1, chars=chars)
 
     def identity(self, request: Request) -> str:
@@ -110,6 +112,7 @@ class AccessPolicy:
         """Count characters known only after the request was admitted (a file's texts, once
         parsed) against the same per-minute allowance: 429 or 413 as ``admit`` would."""
         identity, limits = self._identify(request, body_key)
+        note_client(None, chars)
         self._charge(identity, limits, requests=0, chars=chars)
 
     def _identify(self, request: Request, body_key: str | None) -> tuple[str, ClientLimits]:

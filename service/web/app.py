@@ -28,6 +28,7 @@ from service.web.file_store import TranslatedFiles
 from service.web.lifecycle import ServiceState, lifespan_of
 from service.web.middleware import BodySizeLimit, RequestMetrics
 from service.web.request_id import HEADER, RequestId
+from service.web.request_log import RequestLog
 from service.web.routes import (
     deepl,
     documents,
@@ -39,6 +40,28 @@ from service.web.routes import (
     page,
     stream,
     v1,
+)
+
+# /docs groups the operations by API: each route module's operations under one tag.
+TAGS = {
+    "native": "mtserve's own API: /v1/translate, its stream, the models.",
+    "LibreTranslate": "LibreTranslate's API, for its clients and its web page's settings.",
+    "DeepL": "DeepL's API v2: text, documents, glossaries, usage, languages.",
+    "documents": "Document jobs: upload, progress, result.",
+    "glossaries and memories": "Stored glossaries and translation memories.",
+    "operations": "Health, readiness and Prometheus metrics.",
+}
+ROUTERS = (  # in the order their routes are matched
+    (v1, "native"),
+    (glossaries, "glossaries and memories"),
+    (memories, "glossaries and memories"),
+    (documents, "documents"),
+    (stream, "native"),
+    (libretranslate, "LibreTranslate"),
+    (deepl, "DeepL"),
+    (files, "LibreTranslate"),
+    (ops, "operations"),
+    (page, "LibreTranslate"),  # /frontend/settings (the page itself is not an operation)
 )
 
 
@@ -53,6 +76,7 @@ def build_app(service: ServiceState) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan_of(service),
         static_url="/static-docs",
+        openapi_tags=[{"name": name, "description": text} for name, text in TAGS.items()],
     )
     app.state.service = service
     app.state.access = AccessPolicy(settings)
@@ -61,19 +85,8 @@ def build_app(service: ServiceState) -> FastAPI:
     app.state.translated_files = TranslatedFiles(
         settings.storage.files_dir, settings.storage.files_ttl_s, shared
     )
-    for api in (
-        v1,
-        glossaries,
-        memories,
-        documents,
-        stream,
-        libretranslate,
-        deepl,
-        files,
-        ops,
-        page,
-    ):
-        app.include_router(api.router)
+    for api, tag in ROUTERS:
+        app.include_router(api.router, tags=[tag])
     app.mount("/static", StaticFiles(directory=page.STATIC_DIR), name="static")
     install_error_handlers(
         app, metrics, settings.access.retry_after_s, settings.limits.request_timeout_s
@@ -95,5 +108,7 @@ def build_app(service: ServiceState) -> FastAPI:
             expose_headers=["Retry-After", HEADER],
         )
     app.add_middleware(RequestMetrics, metrics=metrics)  # sees every status
+    if settings.process.log_format == "json":
+        app.add_middleware(RequestLog)  # inside RequestId: the record has the id
     app.add_middleware(RequestId)  # outermost: every response carries the id
     return app

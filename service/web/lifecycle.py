@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from service.config import Settings
 from service.metrics import ServiceMetrics
 from service.text.bulk import TranslateTexts
+from service.translation.database import store_problem
 from service.translation.dispatch import Dispatcher, document_translator
 from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
 from service.translation.glossaries import GlossaryStore
@@ -57,10 +58,15 @@ class ServiceState:
         self.settings = settings
         self.metrics = metrics
         self.limits = settings.limits  # per-request limits and decoding defaults
-        self.phase = "failed" if failure else "loading"  # loading → ready → shutting_down
+        # loading → ready → shutting_down; or failed, or store_unwritable (MT_DATA_DIR)
+        self.phase = "failed" if failure else "loading"
         self.detail: str | None = failure
         self.registry = registry
         storage = settings.storage
+        local_store = not storage.database_url  # else the shared database holds the state
+        if failure is None and local_store and (problem := store_problem(storage.data_dir)):
+            logger.error("%s; mount a writable volume there or point MT_DATA_DIR at one", problem)
+            self.phase, self.detail = "store_unwritable", problem  # /ready says 503 and why
         self.databases = databases or open_databases(storage.data_dir, storage.database_url)
         main = self.databases.main
         self.glossaries = glossaries or GlossaryStore(main, settings.access.max_glossary_entries)
@@ -176,7 +182,7 @@ class ServiceState:
             "loading": "the model is still loading",
             "shutting_down": "the service is shutting down",
             "failed": self.detail or "the model failed to load",
-        }.get(self.phase, self.phase)
+        }.get(self.phase, self.detail or self.phase)
         raise ApiError(503, f"not_ready_{self.phase}", reason, self.retry_after())
 
     def describe_error(self, error: BaseException) -> ErrorInfo:

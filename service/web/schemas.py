@@ -195,14 +195,21 @@ class Translation(BaseModel):
     sentences: int = Field(description="Sentences the text was split into (rows decoded).")
     source_lang: str | None = Field(
         None,
-        description="This text's source language, set when the source was detected: each "
-        "text of a list is detected and routed on its own.",
+        description="This text's source language (with a detected source, each text of a "
+        "list is detected and routed on its own).",
     )
     models: list[str] | None = Field(
-        None, description="The models that translated this text, set with source_lang."
+        None,
+        description="The models that translated this text, in order (both of a pivot; none "
+        "when the text comes back unchanged).",
     )
     detected_language: DetectedLanguage | None = Field(
-        None, description="This text's detected language, set with source_lang."
+        None, description="This text's detected language, set when the source was detected."
+    )
+    unchanged: bool = Field(
+        False,
+        description="True when this text's source language is its target: it comes back as "
+        "sent and no model ran.",
     )
 
 
@@ -377,7 +384,7 @@ class DocumentJobStatus(BaseModel):
     """``/v1/documents/{id}``: a document job and its progress."""
 
     id: str
-    status: Literal["queued", "translating", "done", "error", "cancelled"]
+    status: Literal["queued", "translating", "done", "error", "cancelled", "deleted"]
     filename: str
     source_lang: str = Field(description="`auto` when detected")
     target_lang: str

@@ -33,6 +33,31 @@ async def test_full_queue_refuses_at_once(make_batcher):
 
 
 @pytest.mark.anyio
+async def test_an_empty_queue_takes_a_request_of_more_sentences_than_max_queue(make_batcher):
+    engine = GatedEngine()
+    batcher = make_batcher(engine, max_queue=2)
+    running = asyncio.ensure_future(batcher.submit([sentence(3)]))
+    await wait_until(engine.waiting.is_set, "engine busy")
+    whole = asyncio.ensure_future(batcher.submit([sentence(3) for _ in range(5)]))
+    await wait_until(lambda: batcher.queue_depth == 5, "all five queued")
+    with pytest.raises(QueueFull):  # a non-empty queue still has its bound
+        await batcher.submit([sentence(3)])
+    engine.allow(100)
+    assert len(await whole) == 5
+    await running
+
+
+def test_an_unset_max_queue_holds_a_maximal_text_of_the_shortest_sentences():
+    from service.scheduling.settings import BatchingSettings
+    from service.text.limits import TextLimits
+
+    limits = TextLimits()
+    queue = BatchingSettings().queue_for(limits.max_chars_per_text).max_queue
+    assert queue is not None and queue * 3 >= limits.max_chars_per_text  # "A. " * n
+    assert BatchingSettings(max_queue=9).queue_for(limits.max_chars_per_text).max_queue == 9
+
+
+@pytest.mark.anyio
 async def test_timeout_drops_the_rows_from_the_engine(make_batcher):
     engine = GatedEngine()
     batcher = make_batcher(engine)

@@ -323,15 +323,52 @@ async def test_full_queue_answers_429_with_retry_after(model_dir, gated_engine):
         assert refused.headers["retry-after"] == "3"
         assert refused.json()["code"] == "queue_full"
         assert "MT_MAX_QUEUE=2" in refused.json()["error"]
+        # More sentences than the whole queue: refused while others wait (an empty queue
+        # would take it).
         too_big = await client.post("/v1/translate", json={"text": "Save. Open. Close."})
-        assert too_big.status_code == 413 and "MT_MAX_QUEUE=2" in too_big.json()["error"]
+        assert too_big.status_code == 429 and "MT_MAX_QUEUE=2" in too_big.json()["error"]
 
         gated_engine.open()
         assert [r.status_code for r in await asyncio.gather(running, *queued)] == [200] * 3
         rejections = app.state.service.metrics.registry.get_sample_value(
             "mt_rejections_total", {"reason": "queue_full"}
         )
-        assert rejections == 1
+        assert rejections == 2
+
+
+@pytest.mark.anyio
+async def test_an_idle_server_takes_a_request_at_the_advertised_character_limit(
+    model_dir, gated_engine
+):
+    # 4,499 characters (under charLimit, 5,000) in 500 sentences: more than the 256 sentences
+    # MT_MAX_QUEUE used to allow, and an idle queue must hold any request within the limits.
+    app = create_app(settings_for(model_dir), engine=gated_engine)
+    async with serving(app) as client:
+        settings = (await client.get("/frontend/settings")).json()
+        text = ("Open it. " * 500).strip()
+        assert len(text) <= settings["charLimit"]
+        response = await client.post("/translate", json={"q": text, "source": "en", "target": "de"})
+        assert response.status_code == 200, response.text
+
+
+@pytest.mark.anyio
+async def test_three_concurrent_requests_near_the_character_limit_are_all_queued(
+    model_dir, gated_engine
+):
+    app = create_app(settings_for(model_dir), engine=gated_engine)
+    async with serving(app) as client:
+        gated_engine.close()  # nothing leaves the queue until all three have arrived
+        batcher = only_model(app).batcher
+        text = ("Open it. " * 478).strip()  # 4,301 characters, 478 sentences
+        body = {"q": text, "source": "en", "target": "de"}
+        requests = [asyncio.ensure_future(client.post("/translate", json=body)) for _ in range(3)]
+        await wait_until(
+            lambda: batcher.queue.arrived_rows == 3 * 478 or any(r.done() for r in requests),
+            "all three queued",
+        )
+        gated_engine.open()
+        responses = await asyncio.gather(*requests)
+        assert [r.status_code for r in responses] == [200] * 3, [r.text for r in responses]
 
 
 @pytest.mark.anyio

@@ -360,7 +360,11 @@ def test_document_job_upload_progress_and_result(app_settings):
             source, result.content, {"word/document.xml", "word/header1.xml"}
         )
         gone = client.delete(f"/v1/documents/{body['id']}")
-        assert gone.status_code == 200 and gone.json()["status"] == "done"
+        assert gone.status_code == 200 and gone.json()["status"] == "deleted"
+        # Its status says what its result's 410 says.
+        status = client.get(f"/v1/documents/{body['id']}")
+        assert status.status_code == 200 and status.json()["status"] == "deleted"
+        assert status.json()["result_url"] is None
         assert client.get(f"/v1/documents/{body['id']}/result").status_code == 410
         assert client.get("/v1/documents/nope").status_code == 404
 

@@ -107,6 +107,8 @@ def test_requests_route_to_the_model_of_their_pair(client, solo):
         assert response.status_code == 200, response.text
         body = response.json()
         assert body["models"] == [f"tiny-{source}-{target}"]
+        assert body["translations"][0]["models"] == [f"tiny-{source}-{target}"]
+        assert body["translations"][0]["source_lang"] == source
         assert response.headers["x-translation-models"] == f"tiny-{source}-{target}"
         assert body["translations"][0]["text"] == solo[(source, target)](text, MAX_NEW)
         outputs[target] = body["translations"][0]["text"]
@@ -124,6 +126,10 @@ def test_pivot_de_fr_runs_de_en_then_en_fr_sentence_by_sentence(client, solo):
     body = response.json()
     assert body["models"] == ["tiny-de-en", "tiny-en-fr"]
     assert body["model"] == "tiny-de-en+tiny-en-fr"
+    # Each translation says where it came from, as a direct one does.
+    [translation] = body["translations"]
+    assert translation["source_lang"] == "de"
+    assert translation["models"] == ["tiny-de-en", "tiny-en-fr"]
     english = [solo[("de", "en")](sentence, MAX_NEW) for sentence in sentences]
     print(
         "LEGS",
@@ -163,6 +169,14 @@ def test_languages_lists_direct_and_pivot_targets(client):
 def test_same_source_and_target_returns_the_text_and_runs_no_model(client):
     body = translate(client, "Save changes", "en", "en").json()
     assert body["translations"][0]["text"] == "Save changes" and body["models"] == []
+    # ... and says so, where a translation that happens to equal its source does not.
+    assert body["translations"][0]["unchanged"] is True
+    assert (
+        translate(client, "Save changes", "en", "de").json()["translations"][0]["unchanged"]
+        is False
+    )
+    libre = client.post("/translate", json={"q": "Save changes", "source": "en", "target": "en"})
+    assert libre.status_code == 200 and libre.json()["translatedText"] == "Save changes"
 
 
 @pytest.mark.parametrize(

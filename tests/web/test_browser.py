@@ -9,9 +9,12 @@ test skips with a reason when the binary or Playwright is missing. Screenshots g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import polib
@@ -73,20 +76,28 @@ def base_url(tmp_path_factory):
         yield url
 
 
-@pytest.fixture
-def page(tmp_path):
+@contextlib.contextmanager
+def browser_page(profile: Path, locale: str = "en-US") -> Iterator[Any]:
+    """A page in a fresh Chromium profile whose browser language is ``locale``."""
     with playwright_api.sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"),  # a fresh user-data-dir
+            str(profile),  # a fresh user-data-dir
             executable_path=CHROMIUM,
             headless=True,
             args=CHROMIUM_FLAGS,
             viewport={"width": 1200, "height": 720},
+            locale=locale,
         )
         try:
             yield context.new_page()
         finally:
             context.close()
+
+
+@pytest.fixture
+def page(tmp_path):
+    with browser_page(tmp_path / "profile") as opened:
+        yield opened
 
 
 def expected(
@@ -325,3 +336,25 @@ def test_cancel_stops_a_document_job_and_the_page_says_so(base_url, page, tmp_pa
         assert job["status"] == "cancelled"
     finally:
         httpx.delete(f"{base_url}v1/documents/{blocker.json()['id']}", timeout=30)
+
+
+def test_the_default_target_is_the_browsers_language_never_the_detected_source(base_url, tmp_path):
+    with browser_page(tmp_path / "fr", locale="fr-FR") as page:
+        page.goto(base_url)
+        page.wait_for_selector("body[data-ready=true]")
+        assert page.input_value("#source-lang") == "auto"
+        assert page.input_value("#target-lang") == "fr"  # the browser's language
+    with browser_page(tmp_path / "en", locale="en-US") as page:
+        page.goto(base_url)
+        page.wait_for_selector("body[data-ready=true]")
+        assert page.input_value("#target-lang") == "en"  # served (de→en): the default
+        page.fill("#source-text", "Save changes")
+        wait_done(page)
+        # Detected English: English to English would give the text back, so the page picks
+        # another target and translates into it.
+        target = page.input_value("#target-lang")
+        assert target != "en"
+        assert "detected English" in page.text_content("#text-status")
+        translated = page.input_value("#target-text")
+        assert translated == expected(base_url, "Save changes", "en", target)
+        assert translated != "Save changes"

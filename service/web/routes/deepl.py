@@ -71,7 +71,7 @@ from service.web.routes.glossaries import card, create_glossary
 from service.web.routes.memories import memory_choice
 from service.web.routes.v1 import MODELS_HEADER
 
-router = APIRouter(prefix="/v2", tags=["DeepL API v2"])
+router = APIRouter(prefix="/v2")
 # DeepL's clients expect a limit; without MT_DEEPL_CHARACTER_LIMIT, one no client will reach.
 NO_CHARACTER_LIMIT = 1_000_000_000_000
 # DeepL lists these targets by region only (its clients refuse a bare ``EN`` or ``PT``); one
@@ -357,7 +357,7 @@ async def document_status(
         status["seconds_remaining"] = round(seconds)
     if job.status == "done":
         status["billed_characters"] = job.characters
-    if job.status in ("error", "cancelled"):
+    if job.status in ("error", "cancelled", "deleted"):
         status["error_message"] = job.error or job.status
     return status
 

@@ -31,7 +31,7 @@ from service.web.lifecycle import ServiceState
 from service.web.routes.files import checked_upload, require_files_enabled
 from service.web.schemas import DocumentJobStatus
 
-router = APIRouter(prefix="/v1/documents", tags=["documents"])
+router = APIRouter(prefix="/v1/documents")
 
 
 async def read_texts(filename: str, content: bytes, target: str) -> list[str]:
@@ -114,7 +114,7 @@ def job_status(request: Request, job: DocumentJob) -> DocumentJobStatus:
 def result_response(service: ServiceState, job: DocumentJob) -> Response:
     """The finished document; 409 while it is not (yet) there, 410 once it was deleted."""
     content = service.documents.result(job)
-    if content is None and job.status == "done":
+    if content is None and job.status in ("done", "deleted"):
         raise ApiError(410, "document_deleted", "the translated document was deleted")
     if content is None:
         detail = f": {job.error}" if job.error else ""

@@ -28,7 +28,7 @@ from service.web.lifecycle import ServiceState
 from service.web.routes.glossaries import entries_of, iso_time, read_entries_body
 from service.web.schemas import MemoryCard, MemoryEntries, MemoryList, MemoryPost
 
-router = APIRouter(tags=["Translation memories"])
+router = APIRouter()
 
 
 def memory_choice(memory_id: str | None, use_memory: bool = True) -> MemoryChoice:

@@ -117,15 +117,18 @@ def translate_response(result: DispatchResult, started: float) -> TranslateRespo
 
 
 def _translation(plan: RoutePlan, index: int, text: TextTranslation) -> Translation:
-    """One text's translation; with its own source, models and detection when detected."""
-    translation = Translation(text=text.text, tokens=text.output_tokens, sentences=text.sentences)
-    detected = plan.detection_of(index)
-    if detected is not None:
-        route = plan.route_of(index)
-        translation.source_lang = route.shown_source
-        translation.models = list(route.legs)
-        translation.detected_language = _detected(detected)
-    return translation
+    """One text's translation with its own source and models (both legs of a pivot), and
+    its detection when detected."""
+    route = plan.route_of(index)
+    return Translation(
+        text=text.text,
+        tokens=text.output_tokens,
+        sentences=text.sentences,
+        source_lang=route.shown_source,
+        models=list(route.legs),
+        detected_language=_detected(plan.detection_of(index)),
+        unchanged=not route.legs,
+    )
 
 
 def _detected(detected: Detection | None) -> DetectedLanguage | None:

@@ -14,6 +14,7 @@ const state = {
   generation: 0, // bumps with every request; late answers of older ones are ignored
   jobId: null, // the document job in progress (Cancel deletes it)
   resultName: "", // the translated document's file name
+  targetChosen: false, // the user picked the target: the page no longer picks it
 };
 
 // With API keys on (frontend/settings says so) every request carries the key the user typed.
@@ -142,9 +143,34 @@ async function translateOnce(text, controller, generation, started) {
   finish(body, started);
 }
 
+// The browser's languages (primary subtags), most preferred first.
+function browserLanguages() {
+  const tags = navigator.languages && navigator.languages.length
+    ? navigator.languages : [navigator.language || ""];
+  return tags.map((tag) => tag.split("-")[0].toLowerCase());
+}
+
+// A served target other than `source`: the browser's language first, then the server's
+// default target, then the first one listed.
+function pickTarget(source) {
+  const targets = [...$("target-lang").options].map((o) => o.value).filter((c) => c !== source);
+  const wanted = [...browserLanguages(), state.settings.language.target.code];
+  return wanted.find((code) => targets.includes(code)) || targets[0] || "";
+}
+
 function finish(body, started) {
   const detected = $("source-lang").value === "auto" && body.source_lang
     ? ` · detected ${state.names[body.source_lang] || body.source_lang}` : "";
+  // A detected source that is the default target would come back unchanged: pick another.
+  if (detected && !state.targetChosen && body.source_lang === $("target-lang").value) {
+    const target = pickTarget(body.source_lang);
+    if (target) {
+      $("target-lang").value = target;
+      updateSwap();
+      translateNow();
+      return;
+    }
+  }
   setStatus(`Done${detected}`);
   showLatency(performance.now() - started, body.model, ` · server ${Math.round(body.time_ms)} ms`);
 }
@@ -216,6 +242,7 @@ function scheduleTranslation() {
 }
 
 function swapLanguages() {
+  state.targetChosen = true;
   const source = $("source-lang").value;
   const target = $("target-lang").value;
   $("source-lang").value = target;
@@ -404,9 +431,8 @@ async function init() {
   $("source-lang").value = sources.some((l) => l.code === settings.language.source.code)
     ? settings.language.source.code : "auto";
   fillTargets();
-  if ([...$("target-lang").options].some((o) => o.value === settings.language.target.code)) {
-    $("target-lang").value = settings.language.target.code;
-  }
+  const target = pickTarget($("source-lang").value);
+  if (target) $("target-lang").value = target;
   const beams = [];
   for (let size = 1; size <= settings.maxBeamSize; size++) {
     beams.push(option(String(size), size === 1 ? "1 (greedy)" : String(size)));
@@ -428,6 +454,7 @@ async function init() {
   for (const id of ["source-lang", "target-lang", "beam-size"]) {
     $(id).addEventListener("change", () => {
       if (id === "source-lang") fillTargets();
+      if (id === "target-lang") state.targetChosen = true;
       updateSwap();
       translateNow();
     });
