@@ -37,8 +37,10 @@ _ABBREVIATION_LIST = (
 )
 _ABBREVIATIONS: frozenset[str] = frozenset(_ABBREVIATION_LIST.split())
 
-# Terminal punctuation with any closing quotes or brackets, then horizontal whitespace.
-_SENTENCE_END = re.compile(r"([.!?…]+[\"'”’»)\]]*)([ \t\u00a0\u202f]+)")
+# Terminal punctuation with any closing quotes or brackets, then horizontal whitespace. The
+# run of punctuation is read from its first mark only and possessively (the three classes
+# are disjoint), so a long run of dots without a space is read once.
+_SENTENCE_END = re.compile(r"(?<![.!?…])([.!?…]++[\"'”’»)\]]*+)([ \t\u00a0\u202f]++)")
 _LINE = re.compile(r"[^\n\r]+")
 _OPENING_PUNCTUATION = "([{\"'“‘«¿¡"
 

@@ -123,6 +123,9 @@ class Dispatcher:
             raise UnsupportedLanguage(
                 "detection_disabled", "language detection is off (MT_LANGUAGE_DETECTION)"
             )
+        # The limits of a translation: detection reads a sample of each text, but a request of
+        # many or long texts is still one a client could not have translated.
+        self.limits.check_request_size([texts] if isinstance(texts, str) else texts)
         size = len(texts) if isinstance(texts, str) else sum(map(len, texts))
         if size > _DETECT_IN_THREAD_CHARS:
             return await asyncio.to_thread(self.detector.detect, texts)
