@@ -19,10 +19,12 @@ from dataclasses import replace
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
+from service.errors import NotFound
 from service.text.documents.inline import TAG_RE
 from service.text.files import UnsupportedFile, translate_file
 from service.translation.document_jobs import DocumentJob, count_sentences
 from service.translation.languages import LanguageCode, LanguagePair
+from service.translation.owners import Owner
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, upload_body
 from service.web.errors import ERROR_RESPONSES, ApiError
@@ -79,6 +81,7 @@ async def submit(
     # Characters of the text itself: formatting boundaries are the service's markup.
     characters = sum(len(TAG_RE.sub("", text)) for text in texts)
     access.charge_characters(request, body_key, chars=characters)
+    owner = access.owner(request, body_key)
     job = await asyncio.to_thread(
         service.documents.create,
         safe_filename(filename),
@@ -87,8 +90,18 @@ async def submit(
         target,
         count_sentences(texts, source if source != "auto" else "en"),
         characters,
+        owner.key,
     )
     service.document_runner.submit(job)
+    return job
+
+
+def owned_job(service: ServiceState, job_id: str, owner: Owner) -> DocumentJob:
+    """The job, 404 for an unknown id and for another key's job alike (a job is its
+    uploader's; keys off or an admin key see every one)."""
+    job = service.documents.get(job_id)
+    if owner.key is not None and job.owner_key != owner.key:
+        raise NotFound(f"no document job with id {job_id!r}", "document_not_found")
     return job
 
 
@@ -170,7 +183,7 @@ async def get_job(
     job_id: str, request: Request, service: Service, access: Access
 ) -> DocumentJobStatus:
     access.admit(request, None, chars=0)
-    return job_status(request, service.documents.get(job_id))
+    return job_status(request, owned_job(service, job_id, access.owner(request)))
 
 
 @router.get(
@@ -182,7 +195,7 @@ async def get_job(
 )
 async def get_result(job_id: str, request: Request, service: Service, access: Access) -> Response:
     access.admit(request, None, chars=0)
-    return result_response(service, service.documents.get(job_id))
+    return result_response(service, owned_job(service, job_id, access.owner(request)))
 
 
 @router.delete(
@@ -195,4 +208,5 @@ async def cancel_job(
     job_id: str, request: Request, service: Service, access: Access
 ) -> DocumentJobStatus:
     access.admit(request, None, chars=0)
+    owned_job(service, job_id, access.owner(request))  # 404 before anything is cancelled
     return job_status(request, service.document_runner.cancel(job_id))
