@@ -47,6 +47,9 @@ TRANSLATION_ROUTES = frozenset(
         "/translate_file",
         "/detect",
         "/v2/translate",
+        # Uploads: their parsing and checks take a worker thread, as a translation does.
+        "/v1/documents",
+        "/v2/document",
     }
 )
 

@@ -94,3 +94,26 @@ def test_a_wrong_key_in_a_header_is_refused_before_the_body(model_dir, tmp_path)
                 sock.sendall(head + b"\r\n")  # and no body at all
                 answer = sock.recv(65536)
             assert answer.startswith(b"HTTP/1.1 " + status), answer
+
+
+@pytest.mark.parametrize("path", ["/v1/documents", "/v2/document"])
+def test_uploads_count_against_admission(path):
+    """An upload's parsing and checks take a worker thread as a translation does: with every
+    slot taken it is refused at once, its body unread."""
+    import asyncio
+
+    from service.metrics import ServiceMetrics
+    from service.web.admission import AdmissionGate
+
+    async def unreachable(scope, receive, send):
+        raise AssertionError("the upload got past a full gate")
+
+    gate = AdmissionGate(unreachable, max_in_flight=1, retry_after_s=1, metrics=ServiceMetrics())
+    gate.in_flight = 1
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(gate({"type": "http", "method": "POST", "path": path}, None, send))  # type: ignore[arg-type]
+    assert sent[0]["status"] == 429

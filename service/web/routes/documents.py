@@ -25,6 +25,7 @@ from service.text.files import UnsupportedFile, translate_file
 from service.translation.document_jobs import DocumentJob, count_sentences
 from service.translation.languages import LanguageCode, LanguagePair
 from service.translation.owners import Owner
+from service.translation.routing import targets_by_source
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, upload_body
 from service.web.errors import ERROR_RESPONSES, ApiError
@@ -75,9 +76,23 @@ async def submit(
         languages = replace(languages, target=LanguageCode(default))
     if not languages.detects:
         dispatcher.route(languages)  # an unserved pair is refused now
+    elif service.registry is not None:
+        # Detected later, but a target no served language translates into fails whatever
+        # is detected: refused now, as /translate_file refuses it.
+        reachable = targets_by_source(service.registry.by_pair, service.settings.model.pivot_lang)
+        if languages.target.code not in {t for ts in reachable.values() for t in ts}:
+            raise ApiError(
+                400,
+                "unsupported_language",
+                f"Invalid request: target language {languages.target.code} is not supported",
+            )
     source, target = languages.source.code, languages.target.code
     content = await upload.read()
     texts = await read_texts(filename, content, target)
+    # A text the translator would refuse (over MT_MAX_CHARS_PER_TEXT: a long .po msgid, a
+    # paragraph of many runs) fails the job whatever happens: 413 now, not an error later.
+    for text in texts:
+        service.limits.check_request_size([text])
     # Characters of the text itself: formatting boundaries are the service's markup.
     characters = sum(len(TAG_RE.sub("", text)) for text in texts)
     access.charge_characters(request, body_key, chars=characters)
