@@ -21,6 +21,7 @@ import os
 import socket
 import threading
 import time
+import zipfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -258,6 +259,41 @@ def test_a_body_that_never_finishes_does_not_hurt_the_server(server_url, http):
         assert http.post("/translate", json={"q": "Save"}).status_code == 200
     # The half-sent request's connection is gone; the service goes on.
     assert http.get("/health").status_code == 200
+
+
+# Runs that made the text path's patterns quadratic, at the largest size a text may have.
+ADVERSARIAL_RUNS = ["a", "1", ".", "%0", " ", "{%", "1,", "<a ", "a@", " \t"]
+
+
+@pytest.mark.parametrize("unit", ADVERSARIAL_RUNS)
+def test_adversarial_text_is_answered_quickly_and_never_a_5xx(http, unit):
+    run = (unit * 5000)[:5000]
+    started = time.monotonic()
+    for path, body in (
+        ("/v1/translate", {"text": [run] * 16, "source_lang": "auto"}),
+        ("/translate", {"q": [run] * 16, "source": "auto", "target": "de"}),
+        ("/detect", {"q": [run] * 16}),
+    ):
+        assert_client_error_is_json_or_success(http.post(path, json=body))
+    assert time.monotonic() - started < 30
+
+
+def _lying_archives() -> list[tuple[str, bytes]]:
+    from tests.text.test_documents import lying_zip
+
+    return [
+        ("bzip2.docx", lying_zip(zipfile.ZIP_BZIP2, 100, 1 << 24)),
+        ("deflate.docx", lying_zip(zipfile.ZIP_DEFLATED, 100, 1 << 24)),
+    ]
+
+
+@pytest.mark.parametrize("path", ["/translate_file", "/v1/documents"])
+def test_archives_that_lie_about_their_sizes_are_refused_at_upload(http, path):
+    for name, content in _lying_archives():
+        data = {"source": "en", "target": "de", "target_lang": "de"}
+        response = http.post(path, data=data, files={"file": (name, content)})
+        assert_client_error_is_json_or_success(response)
+        assert response.status_code == 400, (name, response.text)
 
 
 def test_the_service_is_healthy_and_translates_after_the_hostile_cases(http):
