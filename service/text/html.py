@@ -25,6 +25,10 @@ Decisions:
   sentence splitter would otherwise cut the sentence there). Whitespace at a unit's edges
   is kept as written.
 * Attribute values (``title``, ``alt``) are kept, not translated, as LibreTranslate does.
+* **DeepL's tag options** (:class:`MarkupRules`, for ``tag_handling=xml``): an element of
+  ``ignore_tags`` is kept whole, as one opaque piece of its sentence; a tag of
+  ``splitting_tags`` always ends a unit and one of ``non_splitting_tags`` never does; with
+  ``outline_detection`` off only the splitting tags end units (every other tag is inline).
 
 Pure and synchronous: :func:`parse_html` and :meth:`HtmlDocument.render` do the work, and
 :func:`translate_html` wires them to an async ``translate_texts`` callable.
@@ -61,6 +65,29 @@ _KEEP_RE = re.compile(r"<mt-keep-(\d+)\s*/>")
 # Spaces before a line break are read from the first of them (a match ends past all
 # whitespace), so a long run of spaces without a break is read once.
 _LINE_BREAK_WHITESPACE = re.compile(r"(?<![ \t])[ \t]*+[\r\n]\s*+")
+
+
+@dataclass(frozen=True)
+class MarkupRules:
+    """Which tags end a unit and whose content is kept: HTML's by default, and what DeepL's
+    ``ignore_tags``, ``splitting_tags``, ``non_splitting_tags`` and ``outline_detection``
+    say (tag names lower-case, as the parser reports them)."""
+
+    ignore: frozenset[str] = frozenset()
+    splitting: frozenset[str] = frozenset()
+    non_splitting: frozenset[str] = frozenset()
+    outline_detection: bool = True  # False: only ``splitting`` tags end a unit
+
+    def is_inline(self, tag: str) -> bool:
+        """Whether ``tag`` may sit inside a sentence (else it ends the unit)."""
+        if tag in self.splitting:
+            return False
+        if tag in self.non_splitting or not self.outline_detection:
+            return True
+        return tag in INLINE_TAGS
+
+    def is_skipped(self, event: _Event) -> bool:
+        return event.tag in self.ignore or _is_skipped(event)
 
 
 @dataclass
@@ -217,7 +244,7 @@ def _restore_kept(translation: str, kept: list[str]) -> str:
     return _KEEP_RE.sub(original, translation)
 
 
-def parse_html(source: str) -> HtmlDocument:
+def parse_html(source: str, rules: MarkupRules = MarkupRules()) -> HtmlDocument:
     """Split ``source`` into untranslated raw pieces and translatable units."""
     events = _EventParser(source).parse()
     pieces: list[str | _Unit] = []
@@ -232,10 +259,14 @@ def parse_html(source: str) -> HtmlDocument:
     index = 0
     while index < len(events):
         event = events[index]
-        if event.kind in ("start", "startend") and _is_skipped(event):
+        if event.kind in ("start", "startend") and rules.is_skipped(event):
             end = _matching_end(events, index) if event.kind == "start" else index
             raw = "".join(e.raw for e in events[index : end + 1])
-            if event.tag in INLINE_SKIP_TAGS or (event.tag in INLINE_TAGS):
+            if (
+                event.tag in INLINE_SKIP_TAGS
+                or rules.is_inline(event.tag)
+                or (event.tag in rules.ignore and event.tag not in rules.splitting)
+            ):
                 unit.parts.append(("keep", raw))
             else:
                 close_unit()
@@ -244,7 +275,7 @@ def parse_html(source: str) -> HtmlDocument:
             continue
         if event.kind in ("text", "entity"):
             unit.parts.append((event.kind, event.raw))
-        elif event.kind in ("start", "end", "startend") and event.tag in INLINE_TAGS:
+        elif event.kind in ("start", "end", "startend") and rules.is_inline(event.tag):
             unit.parts.append(("tag", event.raw))
         else:
             close_unit()
@@ -271,9 +302,11 @@ def _matching_end(events: list[_Event], start: int) -> int:
     return len(events) - 1
 
 
-async def translate_html(source: str, translate_texts: TranslateTexts) -> str:
+async def translate_html(
+    source: str, translate_texts: TranslateTexts, rules: MarkupRules = MarkupRules()
+) -> str:
     """Translate the text of an HTML fragment; markup, entities and skipped elements kept."""
-    document = parse_html(source)
+    document = parse_html(source, rules)
     texts = document.texts()
     if not texts:
         return source

@@ -38,8 +38,21 @@ from service.errors import InputTooLarge
 from service.text.glossary import Glossary, GlossaryError
 from service.text.limits import DecodingOptions, TextLimits
 from service.text.placeholders import EXACT_SYMBOL_RE, find_placeholders, protect, restore
-from service.text.protection import RunProtector, placeholder_token_ids, restore_every_run
-from service.text.segmenter import join_translations, sentence_spans
+from service.text.protection import (
+    Glued,
+    RunProtector,
+    placeholder_token_ids,
+    restore_every_run,
+    space_out_formatting,
+    tighten,
+)
+from service.text.segmenter import (
+    SentenceSplit,
+    join_translations,
+    keep_formatting,
+    one_line,
+    sentence_spans,
+)
 from service.text.tokenizer import Tokenizer
 
 # --- plans ---------------------------------------------------------------------------------
@@ -59,6 +72,10 @@ class SentencePlan:
     output_tokens: int = 0
     from_cache: bool = False
     from_memory: bool = False  # an approved translation from a translation memory
+    # The source whose first letter's case and final punctuation the translation keeps
+    # (``TextHandling.preserve_formatting``); None: the model's own.
+    formatting_source: str | None = None
+    glued: Glued = ()  # formatting symbols spaced out for the model (protection.tighten)
 
     @property
     def needs_model(self) -> bool:
@@ -67,8 +84,17 @@ class SentencePlan:
     def finish(self, masked_translation: str, output_tokens: int) -> None:
         self.masked_translation = masked_translation
         self.output_tokens = output_tokens
-        restored = restore_every_run(masked_translation, self.originals, self.masked)
+        restored = self.formatted(self.restored(masked_translation))
         self.translation = f"{self.prefix}{restored}{self.suffix}"
+
+    def restored(self, masked_translation: str) -> str:
+        tight = tighten(masked_translation, self.glued)
+        return restore_every_run(tight, self.originals, self.masked)
+
+    def formatted(self, translation: str) -> str:
+        if self.formatting_source is None:
+            return translation
+        return keep_formatting(self.formatting_source, translation)
 
 
 @dataclass
@@ -76,6 +102,15 @@ class TextPlan:
     text: str  # the masked text: its gaps between spans are the original whitespace
     spans: list[tuple[int, int]]
     sentences: list[SentencePlan] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TextHandling:
+    """How a request's texts become sentences and how their translations are written
+    (DeepL's ``split_sentences`` and ``preserve_formatting``)."""
+
+    split: SentenceSplit = SentenceSplit.LINES_AND_PUNCTUATION
+    preserve_formatting: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,11 +167,13 @@ class TextPipeline:
         cached: CacheLookup | None = None,
         glossary: Glossary | None = None,
         memory: MemoryLookup | None = None,
+        handling: TextHandling = TextHandling(),
     ) -> list[TextPlan]:
         """Sentences of every text, masked and tokenized; those known without the model
         (nothing to translate, ``memory`` or ``cached`` knows them) already carry their
         translation. ``glossary``: its terms are masked like placeholders and come back as
-        their target terms (service/text/glossary.py)."""
+        their target terms (service/text/glossary.py). ``handling``: where sentences end,
+        and whether translations keep the source's formatting."""
         if glossary is not None and not self.protector.symbols:
             # Enforcement is the copy constraint on ｟k｠ symbols; without them a term could
             # only be hoped for, and a glossary that silently does nothing is worse than a
@@ -153,7 +190,7 @@ class TextPipeline:
             # Split the masked text, so that no boundary falls inside a URL, tag or
             # format field; then mask each sentence on its own (symbols numbered from 0).
             masked_text, text_originals = protect(text)
-            spans = sentence_spans(masked_text, self.source_lang)
+            spans = sentence_spans(masked_text, self.source_lang, handling.split)
             spans = self.protector.cut_around_runs(masked_text, spans)  # models without ｟k｠
             # The gaps between spans are whitespace (and, for a model without symbols, runs
             # it cannot spell), the same in the masked text as in the original, so joining
@@ -161,11 +198,12 @@ class TextPipeline:
             plan = TextPlan(text=masked_text, spans=spans)
             for start, end in spans:
                 sentence_text = restore(masked_text[start:end], text_originals)
-                plan.sentences.append(
-                    self.prepare_sentence(
-                        sentence_text, text_index, options, cached, glossary, memory
-                    )
+                if handling.split is not SentenceSplit.LINES_AND_PUNCTUATION:
+                    sentence_text = one_line(sentence_text)
+                sentence = self.prepare_sentence(
+                    sentence_text, text_index, options, cached, glossary, memory, handling
                 )
+                plan.sentences.append(sentence)
             plans.append(plan)
         return plans
 
@@ -177,6 +215,7 @@ class TextPipeline:
         cached: CacheLookup | None = None,
         glossary: Glossary | None = None,
         memory: MemoryLookup | None = None,
+        handling: TextHandling = TextHandling(),
     ) -> SentencePlan:
         prefix, core, suffix = split_edge_tags(text)
         if memory is not None and (
@@ -185,7 +224,12 @@ class TextPipeline:
             return approved
         terms = glossary.matches(core, find_placeholders(core)) if glossary is not None else []
         masked, originals = self.protector.protect(core, terms)
-        sentence = SentencePlan(masked=masked, originals=originals, prefix=prefix, suffix=suffix)
+        masked, glued = space_out_formatting(masked, originals)
+        sentence = SentencePlan(
+            masked=masked, originals=originals, prefix=prefix, suffix=suffix, glued=glued
+        )
+        if handling.preserve_formatting:
+            sentence.formatting_source = core
         if not has_words(masked):
             # Nothing a model could translate: the text as it was, but with glossary terms
             # (a sentence that is one term) written as their targets.
@@ -221,6 +265,8 @@ class TextPipeline:
             originals=previous.originals,
             prefix=previous.prefix,
             suffix=previous.suffix,
+            formatting_source=previous.formatting_source,
+            glued=previous.glued,
         )
         if not has_words(masked):
             sentence.translation = previous.translation
@@ -258,10 +304,8 @@ class TextPipeline:
         """What :meth:`finish` would make of ``output_ids`` for ``sentence``, leaving the
         sentence alone (for the n-best alternatives of beam search)."""
         tokens = [t for t in output_ids if t not in (self.tokenizer.eos_id, self.tokenizer.pad_id)]
-        restored = restore_every_run(
-            self.tokenizer.decode(tokens), sentence.originals, sentence.masked
-        )
-        return f"{sentence.prefix}{restored}{sentence.suffix}"
+        restored = sentence.restored(self.tokenizer.decode(tokens))
+        return f"{sentence.prefix}{sentence.formatted(restored)}{sentence.suffix}"
 
     @staticmethod
     def assemble(plans: list[TextPlan], decoded: int) -> TranslationBatch:

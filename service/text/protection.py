@@ -366,3 +366,46 @@ def _merge_until_fits(
         closest = min(range(len(spans) - 1), key=lambda i: spans[i + 1][0] - spans[i][1])
         spans[closest : closest + 2] = [(spans[closest][0], spans[closest + 1][1])]
     return spans
+
+
+# The documents' formatting boundaries (service/text/documents/inline.py, xliff.py): a run's
+# bold or a CAT tool's ``<g>`` inside a sentence, not markup a UI string carries.
+_FORMATTING_TAG = regex.compile(r"</?mt-g\d+\s*/?>")
+Glued = tuple[tuple[int, str], ...]  # (symbol index, "left" or "right")
+
+
+def space_out_formatting(masked: str, originals: Sequence[str]) -> tuple[str, Glued]:
+    """``masked`` with a space between a formatting boundary's symbol and a letter glued to
+    it, and the sides spaced out. A word glued to a symbol is tokenized as the middle of a
+    word (``｟0｠all`` has no word start), and the model copies such pieces as it copies
+    identifiers: ``Delete <g>all</g> files?`` came back with ``all`` untranslated, and a
+    bold run of a slide half in English. :func:`tighten` takes the spaces out again."""
+    glued: list[tuple[int, str]] = []
+    pieces: list[str] = []
+    cursor = 0
+    for match in SYMBOL_RE.finditer(masked):
+        index = int(match.group(1))
+        if index >= len(originals) or not _FORMATTING_TAG.fullmatch(originals[index]):
+            continue
+        start, end = match.span()
+        pieces.append(masked[cursor:start])
+        if start > 0 and masked[start - 1].isalnum():
+            pieces.append(" ")
+            glued.append((index, "left"))
+        pieces.append(match.group())
+        if end < len(masked) and masked[end].isalnum():
+            pieces.append(" ")
+            glued.append((index, "right"))
+        cursor = end
+    pieces.append(masked[cursor:])
+    return "".join(pieces), tuple(glued)
+
+
+def tighten(masked_translation: str, glued: Glued) -> str:
+    """The model's output with the spaces :func:`space_out_formatting` added taken out: no
+    space on the side of a symbol where the source had none."""
+    for index, side in glued:
+        symbol = rf"｟\s*{index}\s*｠"
+        pattern = rf"\s+({symbol})" if side == "left" else rf"({symbol})\s+"
+        masked_translation = regex.sub(pattern, r"\1", masked_translation)
+    return masked_translation

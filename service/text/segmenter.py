@@ -7,7 +7,8 @@ translations), and the candidates on PyPI either have had no release for years (
 longer row); a wrong split inside "z. B." or "e.g." hurts the translation, so the rules
 lean towards not splitting.
 
-Rules:
+Rules (``SentenceSplit.LINES_AND_PUNCTUATION``, the default; DeepL's ``split_sentences``
+picks another: ``nonewlines`` splits at punctuation only, ``0`` not at all):
 
 * a line break always ends a sentence (UI texts put one item per line);
 * ``. ! ? …`` (plus closing quotes/brackets), then spaces, then a character that is not a
@@ -20,6 +21,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from enum import Enum
+
+
+class SentenceSplit(Enum):
+    """Where sentences end (the values are DeepL's ``split_sentences``)."""
+
+    LINES_AND_PUNCTUATION = "1"
+    PUNCTUATION = "nonewlines"  # a line break is a space inside a sentence
+    NONE = "0"  # the whole text is one sentence
+
 
 # Lower-cased, without the final full stop.
 _ABBREVIATION_LIST = (
@@ -37,27 +48,37 @@ _ABBREVIATION_LIST = (
 )
 _ABBREVIATIONS: frozenset[str] = frozenset(_ABBREVIATION_LIST.split())
 
-# Terminal punctuation with any closing quotes or brackets, then horizontal whitespace. The
-# run of punctuation is read from its first mark only and possessively (the three classes
-# are disjoint), so a long run of dots without a space is read once.
+# Terminal punctuation with any closing quotes or brackets, then horizontal whitespace (any
+# whitespace when a line break does not end a sentence). The run of punctuation is read from
+# its first mark only and possessively (the three classes are disjoint), so a long run of
+# dots without a space is read once.
 _SENTENCE_END = re.compile(r"(?<![.!?…])([.!?…]++[\"'”’»)\]]*+)([ \t\u00a0\u202f]++)")
+_SENTENCE_END_ANY_SPACE = re.compile(r"(?<![.!?…])([.!?…]++[\"'”’»)\]]*+)(\s++)")
 _LINE = re.compile(r"[^\n\r]+")
+_WHOLE = re.compile(r"[\s\S]+")
 _OPENING_PUNCTUATION = "([{\"'“‘«¿¡"
 
 
-def sentence_spans(text: str, language: str = "en") -> list[tuple[int, int]]:
+def sentence_spans(
+    text: str, language: str = "en", split: SentenceSplit = SentenceSplit.LINES_AND_PUNCTUATION
+) -> list[tuple[int, int]]:
     """``(start, end)`` of every sentence in ``text``, left to right, whitespace excluded.
 
     Whitespace-only text has no sentences. The text between two spans (and before the first
     and after the last) is whitespace that :func:`join_translations` puts back unchanged.
     """
+    by_lines = split is SentenceSplit.LINES_AND_PUNCTUATION
+    sentence_end = _SENTENCE_END if by_lines else _SENTENCE_END_ANY_SPACE
     spans: list[tuple[int, int]] = []
-    for line in _LINE.finditer(text):
+    for line in (_LINE if by_lines else _WHOLE).finditer(text):
         line_start, line_end = _strip_span(text, *line.span())
         if line_start == line_end:
             continue
+        if split is SentenceSplit.NONE:
+            spans.append((line_start, line_end))
+            continue
         sentence_start = line_start
-        for end in _SENTENCE_END.finditer(text, line_start, line_end):
+        for end in sentence_end.finditer(text, line_start, line_end):
             next_start = end.end()
             if next_start >= line_end:
                 break  # trailing whitespace of the line, not a boundary
@@ -113,3 +134,33 @@ def _is_boundary(
     if "." in word and all(len(part) <= 1 for part in word.split(".")):
         return False  # dotted acronym: "U.S.", "z.B" written without spaces
     return not (language == "de" and word.isdigit())  # German ordinal: "am 3. Oktober"
+
+
+# Both start only where their run starts (the lookbehinds) and read it once: a run that
+# does not end the text, or whitespace without a line break, is not rescanned from each of
+# its characters.
+_FINAL_PUNCTUATION = re.compile(r"(?<![.!?…:;。！？])[.!?…:;。！？]*+$")
+_LINE_BREAKS = re.compile(r"(?<!\s)[^\S\r\n]*+[\r\n]\s*+")
+
+
+def one_line(sentence: str) -> str:
+    """A sentence that spans lines (split at punctuation only) as the model reads it."""
+    return _LINE_BREAKS.sub(" ", sentence)
+
+
+def keep_formatting(source: str, translation: str) -> str:
+    """``translation`` with the case of ``source``'s first letter and ``source``'s final
+    punctuation (DeepL's ``preserve_formatting``): a model writes every sentence capitalised
+    and closed by a full stop, which a UI label ("save as…", "file name") is not."""
+    first_source = next((char for char in source if char.isalpha()), "")
+    first_index = next((i for i, char in enumerate(translation) if char.isalpha()), None)
+    if first_index is not None and first_source:
+        first = translation[first_index]
+        first = first.lower() if first_source.islower() else first.upper()
+        translation = f"{translation[:first_index]}{first}{translation[first_index + 1 :]}"
+    body = translation.rstrip()
+    trailing = translation[len(body) :]
+    source_end = _FINAL_PUNCTUATION.search(source.rstrip())
+    end = _FINAL_PUNCTUATION.search(body)
+    assert source_end is not None and end is not None  # the pattern matches the empty end
+    return f"{body[: end.start()]}{source_end.group()}{trailing}"

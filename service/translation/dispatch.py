@@ -20,7 +20,8 @@ for a model to load.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass, replace
 
@@ -228,6 +229,19 @@ class Dispatcher:
         route = plan.route
         if not route.legs:
             return DispatchStream(plan, once(lambda: _unchanged(request.texts)))
+        started = time.monotonic()
+        characters = sum(map(len, request.texts))
+
+        def record(batch: TranslationBatch) -> None:
+            self.registry.metrics.on_translation(
+                "+".join(route.legs),
+                route.source,
+                route.target,
+                sum(translation.sentences for translation in batch.translations),
+                characters,
+                time.monotonic() - started,
+            )
+
         resources = AsyncExitStack()
         try:
             leased = await resources.enter_async_context(self.registry.lease(route.legs))
@@ -241,7 +255,7 @@ class Dispatcher:
         except BaseException:
             await resources.aclose()
             raise
-        return DispatchStream(plan, items, resources)
+        return DispatchStream(plan, items, resources, record)
 
     async def _whole(
         self, request: TranslationRequest, texts: list[str], route: Route
@@ -289,7 +303,9 @@ class Dispatcher:
                 units, self.limits.max_texts_per_request, translate_chunk
             )
 
-        translated = [await translate_html(text, translate_units) for text in request.texts]
+        translated = [
+            await translate_html(text, translate_units, request.markup) for text in request.texts
+        ]
         return _merged(batches, [TextTranslation(text, 0, 0) for text in translated])
 
 
@@ -299,18 +315,28 @@ class DispatchStream:
     unfinished rows and releases the models."""
 
     def __init__(
-        self, plan: RoutePlan, items: TranslationItems, resources: AsyncExitStack | None = None
+        self,
+        plan: RoutePlan,
+        items: TranslationItems,
+        resources: AsyncExitStack | None = None,
+        on_result: Callable[[TranslationBatch], None] | None = None,
     ) -> None:
+        """``on_result``: told of the result (the metrics of the models' translation)."""
         self.plan = plan
         self._items = items
         self._resources = resources or AsyncExitStack()
+        self._on_result = on_result
 
     def __aiter__(self) -> DispatchStream:
         return self
 
     async def __anext__(self) -> SentenceDone | DispatchResult:
         item = await anext(self._items)
-        return item if isinstance(item, SentenceDone) else DispatchResult(self.plan, item)
+        if isinstance(item, SentenceDone):
+            return item
+        if self._on_result is not None:
+            self._on_result(item)
+        return DispatchResult(self.plan, item)
 
     async def result(self) -> DispatchResult:
         """The last item, every other one read and the stream closed."""

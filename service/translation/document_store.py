@@ -29,6 +29,7 @@ Decisions:
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -40,6 +41,8 @@ from pathlib import Path
 from service.errors import NotFound
 from service.text.segmenter import sentence_spans
 from service.translation.database import Database, Migration, Session
+
+logger = logging.getLogger(__name__)
 
 UNFINISHED = ("queued", "translating")
 
@@ -221,6 +224,23 @@ class DocumentStore:
         if job is None:
             raise NotFound(f"no document job with id {job_id!r}", "document_not_found")
         return job
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """State -> (jobs, sentences not yet translated), for /metrics; empty before the first
+        job and while the store cannot be read (the next scrape tries again)."""
+        if not self.database.exists():  # a scrape creates no database
+            return {}
+        try:
+            with self.database.read() as db:
+                rows = db.execute(
+                    "SELECT status, COUNT(*), SUM(CASE WHEN sentences_total > sentences_done "
+                    "THEN sentences_total - sentences_done ELSE 0 END) "
+                    "FROM document_jobs GROUP BY status"
+                ).fetchall()
+        except Exception as error:  # noqa: BLE001 - a scrape reports what it can
+            logger.warning("document job counts unreadable: %s", error)
+            return {}
+        return {status: (int(jobs), int(left or 0)) for status, jobs, left in rows}
 
     def claim(self, holder: str, lease_s: float) -> DocumentJob | None:
         """The oldest claimable job, now ``holder``'s until ``now + lease_s`` (None: none)."""

@@ -15,7 +15,8 @@ from enum import Enum
 from typing import Literal
 
 from service.text.glossary import Glossary
-from service.text.pipeline import DecodingOptions
+from service.text.html import MarkupRules
+from service.text.pipeline import DecodingOptions, TextHandling
 from service.translation.languages import LanguagePair
 from service.translation.memories import PAIR_DEFAULT, MemoryChoice
 
@@ -45,7 +46,9 @@ TextFormat = Literal["text", "html"]
 class TranslationRequest:
     """``texts`` from ``languages.source`` into ``languages.target``.
 
-    ``format``: ``html`` translates the text between the tags (service/text/html.py).
+    ``format``: ``html`` translates the text between the tags (service/text/html.py), as
+    ``markup`` says tags shape sentences. ``handling``: where sentences end, and whether
+    the translation keeps the source's formatting.
     ``alternatives``: with ``Output.ALTERNATIVES``, up to this many other translations per
     text. ``glossary``: terms enforced on the request; a stored one must be for the pair of
     every route the texts take. ``memory``: the translation memory the routes use (by
@@ -55,6 +58,8 @@ class TranslationRequest:
     languages: LanguagePair
     options: DecodingOptions
     format: TextFormat = "text"
+    markup: MarkupRules = MarkupRules()
+    handling: TextHandling = TextHandling()
     output: Output = Output.WHOLE
     alternatives: int = 0
     glossary: Glossary | None = None

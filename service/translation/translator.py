@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import functools
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -27,7 +28,6 @@ from service.runtime.types import DecodeRequest
 from service.scheduling.row_batcher import RowBatcher
 from service.scheduling.sentences import RowResult
 from service.scheduling.stream import RowStream
-from service.text.glossary import Glossary
 from service.text.pipeline import (
     DecodingOptions,
     MemoryLookup,
@@ -151,9 +151,7 @@ class Translator:
         output = request.output if then is None else Output.WHOLE
         options = request.options
         # The cache keeps no n-best: alternatives decode every sentence.
-        plans = await self._plan(
-            request.texts, options, output is not Output.ALTERNATIVES, request.glossary, memory
-        )
+        plans = await self._plan(request, output is not Output.ALTERNATIVES, memory)
         if output is Output.STREAM:
             to_decode, rows = self._rows(plans, options)
             rows_done = self.batcher.submit_as_completed(
@@ -238,20 +236,23 @@ class Translator:
         return dataclasses.replace(batch, translations=translations)
 
     async def _plan(
-        self,
-        texts: Sequence[str],
-        options: DecodingOptions,
-        use_cache: bool,
-        glossary: Glossary | None,
-        memory: MemoryLookup | None,
+        self, request: TranslationRequest, use_cache: bool, memory: MemoryLookup | None
     ) -> list[TextPlan]:
         # The request's size is checked once, by the dispatcher, before any model is leased.
-        pipeline = self.pipeline
         cached = self._cached if self.cache is not None and use_cache else None
-        if sum(map(len, texts)) > _TOKENIZE_IN_THREAD_CHARS:
-            plans = await asyncio.to_thread(pipeline.plan, texts, options, cached, glossary, memory)
+        plan = functools.partial(
+            self.pipeline.plan,
+            request.texts,
+            request.options,
+            cached,
+            request.glossary,
+            memory,
+            request.handling,
+        )
+        if sum(map(len, request.texts)) > _TOKENIZE_IN_THREAD_CHARS:
+            plans = await asyncio.to_thread(plan)
         else:
-            plans = pipeline.plan(texts, options, cached, glossary, memory)
+            plans = plan()
         if memory is not None:
             self.metrics.memory_hits.inc(sum(s.from_memory for p in plans for s in p.sentences))
         return plans

@@ -67,6 +67,7 @@ class ServiceState:
         self.memories = memories or MemoryStore(main, settings.limits.max_chars_per_text)
         legacy_dir = None if storage.database_url else storage.data_dir
         self.documents = DocumentStore(self.databases.documents, storage.document_ttl_s, legacy_dir)
+        metrics.watch_documents(self.documents.counts)
         self.document_runner = DocumentRunner(
             self.documents,
             self._document_translator,

@@ -356,8 +356,12 @@ class FrontendSettings(BaseModel):
 
     charLimit: int = Field(description="Characters per text (MT_MAX_CHARS_PER_TEXT).")  # noqa: N815
     frontendTimeout: int = Field(description="Debounce of translate-as-you-type, ms.")  # noqa: N815
-    apiKeys: bool = False  # noqa: N815
-    keyRequired: bool = False  # noqa: N815
+    apiKeys: bool = Field(  # noqa: N815
+        False, description="API keys are on (MT_API_KEYS or MT_API_KEYS_FILE)."
+    )
+    keyRequired: bool = Field(  # noqa: N815
+        False, description="Every translation needs a key (true whenever keys are on)."
+    )
     suggestions: bool = False
     filesTranslation: bool  # noqa: N815
     supportedFilesFormat: list[str]  # noqa: N815

@@ -224,3 +224,65 @@ def test_inserted_symbols_emoji_and_names_come_back_on_held_out_strings(client, 
         assert not lost, (route, lost)
     # Translated, not copied around the insert.
     assert sum(t != s for s, t in zip(texts, routes["v1 greedy"], strict=True)) >= 0.9 * len(texts)
+
+
+# --- formatting inside a sentence: documents ---------------------------------------------------
+
+XLIFF_12 = """<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+  <file original="ui" source-language="en" target-language="de" datatype="plaintext">
+    <body>
+      <trans-unit id="1"><source>Delete <g id="b">all</g> files?</source></trans-unit>
+      <trans-unit id="2"><source>Your changes <g id="c">have been saved</g>.</source></trans-unit>
+    </body>
+  </file>
+</xliff>
+"""
+
+
+def _file(client: TestClient, name: str, content: bytes) -> bytes:
+    response = client.post(
+        "/translate_file",
+        data={"source": "en", "target": "de"},
+        files={"file": (name, content)},
+    )
+    assert response.status_code == 200, response.text
+    return client.get(response.json()["translatedFileUrl"]).content
+
+
+def _english_left(source_words: str, translation: str) -> set[str]:
+    return set(source_words.split()) & set(re.findall(r"\w+", translation))
+
+
+def test_words_inside_inline_codes_of_xliff_are_translated(client):
+    from lxml import etree
+
+    out = etree.fromstring(_file(client, "ui.xlf", XLIFF_12.encode()))
+    namespace = {"x": "urn:oasis:names:tc:xliff:document:1.2"}
+    targets = ["".join(t.itertext()) for t in out.iterfind(".//x:target", namespace)]
+    codes = ["".join(g.itertext()) for g in out.iterfind(".//x:target/x:g", namespace)]
+    assert len(targets) == 2 and len(codes) == 2, targets
+    assert not _english_left("all have been saved", " ".join(targets)), targets
+    assert re.search("datei", targets[0], re.IGNORECASE), targets
+
+
+def test_a_bold_run_inside_a_slide_sentence_is_translated_whole(client):
+    import io
+
+    import pptx
+
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    paragraph = slide.shapes.add_textbox(0, 0, 100, 100).text_frame.paragraphs[0]
+    paragraph.add_run().text = "Your changes "
+    bold = paragraph.add_run()
+    bold.text = "have been saved"
+    bold.font.bold = True
+    paragraph.add_run().text = "."
+    source = io.BytesIO()
+    deck.save(source)
+    out = pptx.Presentation(io.BytesIO(_file(client, "deck.pptx", source.getvalue())))
+    [box] = [shape for shape in out.slides[0].shapes if shape.has_text_frame and shape.text]
+    text = box.text_frame.text
+    assert not _english_left("Your changes have been saved", text), text
+    assert re.search("gespeichert|gesichert", text, re.IGNORECASE), text

@@ -105,3 +105,24 @@ def test_fragment_without_text_is_not_sent_to_the_translator():
 def test_empty_or_blank_html_comes_back_unchanged(html):
     assert translated(html) == html
     assert parse_html(html).units == []
+
+
+def test_deepls_tag_rules_decide_what_splits_and_what_is_kept():
+    from service.text.html import MarkupRules
+
+    xml = "<doc><par>Open the <x>file</x> now.</par><par>Press <k>Ctrl</k> and S.</par></doc>"
+    assert parse_html(xml).texts() == ["Open the", "file", "now.", "Press", "Ctrl", "and S."]
+    rules = MarkupRules(ignore=frozenset({"k"}), non_splitting=frozenset({"x"}))
+    assert parse_html(xml, rules).texts() == [
+        "Open the <x>file</x> now.",
+        "Press <mt-keep-0/> and S.",
+    ]
+    manual = MarkupRules(splitting=frozenset({"par"}), outline_detection=False)
+    assert parse_html(xml, manual).texts() == [
+        "Open the <x>file</x> now.",
+        "Press <k>Ctrl</k> and S.",
+    ]
+    assert parse_html("<p>Open <b>it</b></p>", MarkupRules(splitting=frozenset({"b"}))).texts() == [
+        "Open",
+        "it",
+    ]

@@ -29,7 +29,12 @@ from service.text.glossary import Glossary
 from service.text.html import _LINE_BREAK_WHITESPACE
 from service.text.placeholders import PLACEHOLDER_RE, find_placeholders
 from service.text.protection import _CURRENCY_AMOUNT
-from service.text.segmenter import _SENTENCE_END
+from service.text.segmenter import (
+    _FINAL_PUNCTUATION,
+    _LINE_BREAKS,
+    _SENTENCE_END,
+    _SENTENCE_END_ANY_SPACE,
+)
 
 LENGTH = 100_000
 LIMIT_S = 0.050
@@ -81,11 +86,13 @@ def _repeat(unit: str, length: int = LENGTH) -> str:
     return (unit * (length // len(unit) + 1))[:length]
 
 
-INPUTS = (
-    [_repeat(unit) for unit in _RUNS + _MIXTURES]
-    + [prefix + _repeat(run, LENGTH - len(prefix)) for prefix, run in _PREFIXED]
-    + [_repeat("a") + "@", _repeat(". ") + "a", _repeat("1") + "€", _repeat(" ") + "\n"]
-)
+INPUTS = [_repeat(unit) for unit in _RUNS + _MIXTURES] + [
+    prefix + _repeat(run, LENGTH - len(prefix)) for prefix, run in _PREFIXED
+]
+# A long run, then one character that ends the construct the run began (kept at every
+# length the test cuts the text to): a pattern that looks for the run at the end of the text
+# rescans it from each of its characters.
+_SUFFIXED = [("a", "@"), (". ", "a"), ("1", "€"), (" ", "\n"), (".", "a"), (" ", "a")]
 
 
 def _scan_seconds(pattern: Pattern, text: str) -> float:
@@ -117,11 +124,13 @@ def _over_limit(pattern: Pattern, text: str) -> float | None:
 @pytest.mark.parametrize("name", sorted(PATTERNS))
 def test_pattern_takes_linear_time_on_adversarial_input(name: str) -> None:
     pattern = PATTERNS[name]
-    for text in INPUTS:
+    for text, suffix in [(text, "") for text in INPUTS] + _SUFFIXED:
+        if suffix:
+            text = _repeat(text)
         # Shorter prefixes first: a quadratic pattern fails there in well under a second
         # instead of running for minutes on the full length.
         for length in (1_000, 10_000, LENGTH):
-            elapsed = _over_limit(pattern, text[:length])
+            elapsed = _over_limit(pattern, text[: length - len(suffix)] + suffix)
             assert elapsed is None, (
                 f"{name} is superlinear: {elapsed * 1000:.0f} ms on {length:,} characters "
                 f"starting {text[:12]!r}"
@@ -162,6 +171,9 @@ _OLD_CURRENCY_AMOUNT = regex.compile(
 )
 _OLD_LINE_BREAK_WHITESPACE = re.compile(r"[ \t]*[\r\n][\s]*")
 _OLD_SENTENCE_END = re.compile(r"([.!?…]+[\"'”’»)\]]*)([ \t\u00a0\u202f]+)")
+_OLD_SENTENCE_END_ANY_SPACE = re.compile(r"([.!?…]+[\"'”’»)\]]*)(\s+)")
+_OLD_FINAL_PUNCTUATION = re.compile(r"[.!?…:;。！？]*$")
+_OLD_LINE_BREAKS = re.compile(r"\s*[\r\n]\s*")
 _OLD_DTD = re.compile(rb"<!DOCTYPE[^>\[]*\[|<!ENTITY", re.IGNORECASE)
 _OLD_HARD_BREAK = re.compile(r"(\\| {2,})\n[ \t]*")
 _OLD_PLACEHOLDER = re.compile(
@@ -207,6 +219,18 @@ def test_line_breaks_and_sentence_ends_are_the_same_matches_as_before() -> None:
         assert [m.groups() for m in _SENTENCE_END.finditer(text)] == [
             m.groups() for m in _OLD_SENTENCE_END.finditer(text)
         ], text
+
+
+def test_sentences_across_lines_and_final_punctuation_are_found_as_before() -> None:
+    """The patterns of ``split_sentences=nonewlines`` and ``preserve_formatting``."""
+    for text in _random_texts(' \t\r\n\u2028a.!?…:;)"'):
+        assert [m.groups() for m in _SENTENCE_END_ANY_SPACE.finditer(text)] == [
+            m.groups() for m in _OLD_SENTENCE_END_ANY_SPACE.finditer(text)
+        ], text
+        assert _LINE_BREAKS.sub("_", text) == _OLD_LINE_BREAKS.sub("_", text), text
+        found = _FINAL_PUNCTUATION.search(text)
+        assert found is not None, text
+        assert found.span() == _OLD_FINAL_PUNCTUATION.search(text).span(), text  # type: ignore[union-attr]
 
 
 def test_internal_subsets_are_found_as_before() -> None:

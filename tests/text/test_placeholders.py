@@ -125,3 +125,19 @@ def test_survival_counts_each_occurrence() -> None:
     assert survival_rate(["%s <b>x</b>", "plain"], ["%s <b>x</b>", "schlicht"]) == 1.0
     assert survival_rate(["%s", "{0}"], ["% s", "{0}"]) == 0.5
     assert survival_rate(["plain"], ["schlicht"]) == 1.0
+
+
+def test_a_word_glued_to_a_documents_formatting_boundary_reaches_the_model_as_a_word() -> None:
+    from service.text.protection import space_out_formatting, tighten
+
+    masked, originals = protect("Delete <mt-g1>all</mt-g1> files? <b>Save</b>")
+    spaced, glued = space_out_formatting(masked, originals)
+    # The document's boundaries get a space (the word keeps its word start for the
+    # tokenizer); HTML markup a UI string carries is left as the model knows it.
+    assert spaced == "Delete ｟0｠ all ｟1｠ files? ｟2｠Save｟3｠"
+    assert sorted(glued) == [(0, "right"), (1, "left")]
+    # The spaces go again, wherever the model put the symbols.
+    translated = tighten("｟0｠ alle ｟ 1 ｠ Dateien löschen? ｟2｠Speichern｟3｠", glued)
+    assert restore(translated, originals) == (
+        "<mt-g1>alle</mt-g1> Dateien löschen? <b>Speichern</b>"
+    )

@@ -9,6 +9,7 @@ test skips with a reason when the binary or Playwright is missing. Screenshots g
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -88,9 +89,12 @@ def page(tmp_path):
             context.close()
 
 
-def expected(base_url: str, text: str, source: str, target: str, **options) -> str:
+def expected(
+    base_url: str, text: str, source: str, target: str, key: str | None = None, **options
+) -> str:
     body = {"text": text, "source_lang": source, "target_lang": target, **options}
-    response = httpx.post(f"{base_url}v1/translate", json=body, timeout=60)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    response = httpx.post(f"{base_url}v1/translate", json=body, headers=headers, timeout=60)
     assert response.status_code == 200, response.text
     return response.json()["translations"][0]["text"]
 
@@ -210,3 +214,114 @@ def test_keyboard_reaches_every_control_and_tabs_follow_the_arrow_keys(base_url,
     assert page.is_visible("#file-input")
     page.keyboard.press("ArrowLeft")
     assert page.is_visible("#source-text")
+
+
+@pytest.fixture(scope="module")
+def keyed_url(tmp_path_factory):
+    # API keys on, from a keys file: every request the page makes needs the key.
+    keys_file = tmp_path_factory.mktemp("keys") / "keys.json"
+    keys_file.write_text(json.dumps({"k1": {}}))
+    settings = Settings(
+        model_dirs=[language_models(tmp_path_factory)[("en", "de")]],
+        provider="cpu",
+        intra_op_threads=1,
+        max_new_tokens=32,
+        files_dir=tmp_path_factory.mktemp("keyed_files"),
+        data_dir=tmp_path_factory.mktemp("keyed_data"),
+        frontend_timeout_ms=150,
+        api_keys_file=keys_file,
+    )
+    with live_server(settings) as url:
+        yield url
+
+
+def wait_error(page, message: str) -> None:
+    page.wait_for_function(
+        f"document.getElementById('text-status').textContent.includes({message!r})",
+        timeout=60_000,
+    )
+    assert "error" in page.get_attribute("#text-status", "class")
+
+
+def test_the_api_key_is_asked_for_kept_and_sent_and_a_failure_clears_the_translation(
+    keyed_url, page, tmp_path
+):
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(keyed_url)
+    page.wait_for_selector("body[data-ready=true]")
+    assert page.is_visible("#api-key")
+    # No key yet: the server's refusal is shown, and no translation.
+    page.click("#source-text")
+    page.keyboard.type("Save changes")
+    wait_error(page, "API key")
+    assert page.input_value("#target-text") == ""
+    # The key typed on the page goes with the request.
+    page.fill("#api-key", "k1")
+    wait_done(page)
+    german = expected(keyed_url, "Save changes", "en", "de", key="k1")
+    assert page.input_value("#target-text") == german
+    # A failed request clears the translation: it is not this request's answer.
+    page.fill("#api-key", "not-a-key")
+    wait_error(page, "Invalid API key")
+    assert page.input_value("#target-text") == ""
+    # The key is kept in the browser (localStorage), as LibreTranslate's page keeps it.
+    page.fill("#api-key", "k1")
+    wait_done(page)
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]")
+    assert page.input_value("#api-key") == "k1"
+
+    # A document job with the key: submitted, followed and downloaded with it.
+    page.click("#tab-files")
+    po_path = tmp_path / "ui.po"
+    po_path.write_bytes(PO_FILE)
+    page.set_input_files("#file-input", str(po_path))
+    page.click("#file-submit")
+    page.wait_for_selector("#file-download:not([hidden])", timeout=60_000)
+    with page.expect_download() as download:
+        page.click("#file-download")
+    catalog = polib.pofile(Path(download.value.path()).read_text())
+    translation = expected(keyed_url, "Open the window", "en", "de", key="k1")
+    assert catalog.find("Open the window").msgstr == translation
+    assert errors == []
+
+
+def test_cancel_stops_a_document_job_and_the_page_says_so(base_url, page, tmp_path):
+    # One document job runs at a time (MT_DOCUMENT_JOBS=1): while a long one runs, the
+    # page's job waits in the queue, so Cancel finds it unfinished.
+    lines = "\n".join(f"Save the file and open window {n}." for n in range(3000))
+    blocker = httpx.post(
+        f"{base_url}v1/documents",
+        files={"file": ("long.txt", lines.encode())},
+        data={"source_lang": "en", "target_lang": "de"},
+        timeout=60,
+    )
+    assert blocker.status_code == 202, blocker.text
+    try:
+        page.goto(base_url)
+        page.wait_for_selector("body[data-ready=true]")
+        page.select_option("#source-lang", "en")
+        page.select_option("#target-lang", "de")
+        page.click("#tab-files")
+        assert not page.is_visible("#file-cancel")
+        po_path = tmp_path / "ui.po"
+        po_path.write_bytes(PO_FILE)
+        page.set_input_files("#file-input", str(po_path))
+        page.click("#file-submit")
+        page.wait_for_selector("#file-cancel:not([hidden])", timeout=30_000)
+        assert "waiting" in page.text_content("#file-status")
+        with page.expect_response(lambda r: r.request.method == "DELETE") as deleted:
+            page.click("#file-cancel")
+        assert deleted.value.status == 200
+        page.wait_for_function(
+            "document.getElementById('file-status').textContent.startsWith('Cancelled')",
+            timeout=30_000,
+        )
+        assert not page.is_visible("#file-cancel")
+        assert not page.is_visible("#file-progress")
+        assert not page.is_visible("#file-download")
+        job = httpx.get(deleted.value.url, timeout=30).json()
+        assert job["status"] == "cancelled"
+    finally:
+        httpx.delete(f"{base_url}v1/documents/{blocker.json()['id']}", timeout=30)

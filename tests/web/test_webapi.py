@@ -261,6 +261,19 @@ def test_frontend_settings_have_libretranslate_fields_and_our_limits(client):
     }
 
 
+@pytest.mark.parametrize("source", ["MT_API_KEYS", "MT_API_KEYS_FILE"])
+def test_frontend_settings_say_when_api_keys_are_required(model_dir, tmp_path, source):
+    if source == "MT_API_KEYS":
+        keys = {"api_keys": "k1"}
+    else:
+        (tmp_path / "keys.json").write_text('{"k1": {"requests_per_minute": 10}}')
+        keys = {"api_keys_file": tmp_path / "keys.json"}
+    with TestClient(create_app(make_settings(model_dir, tmp_path, **keys))) as keyed:
+        body = keyed.get("/frontend/settings").json()  # the page reads it before any key
+        assert (body["apiKeys"], body["keyRequired"]) == (True, True)
+        assert keyed.post("/v1/translate", json={"text": "Save"}).status_code == 401
+
+
 def test_page_and_its_assets_are_served_without_external_references(client):
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

@@ -9,9 +9,10 @@
   ``formality`` is checked as DeepL checks it: no served target language has formality
   variants (``/v2/languages`` says so), so ``more`` and ``less`` are refused and
   ``default``, ``prefer_more`` and ``prefer_less`` translate as usual. ``context`` (a
-  string, not billed), ``split_sentences``, ``preserve_formatting``, ``ignore_tags`` and
-  the rest are accepted and have no effect: the models translate sentence by sentence, with
-  no context, and whitespace is always kept.
+  string, not billed) is accepted and has no effect: the models translate sentence by
+  sentence, with no context. ``split_sentences``, ``preserve_formatting``, ``ignore_tags``,
+  ``splitting_tags``, ``non_splitting_tags`` and ``outline_detection`` do what DeepL's do
+  (service/web/routes/deepl_fields.py).
 * ``GET /v2/languages?type=source|target``; ``GET /v2/usage``: the calling client's
   characters this month and ``MT_DEEPL_CHARACTER_LIMIT``, past which ``/v2/translate``
   answers DeepL's 456 (service/web/quota.py).
@@ -23,9 +24,10 @@
   ``GET /v2/glossaries/{id}/entries`` (TSV): the same store as ``/v1/glossaries``.
 
 Language codes are DeepL's upper-case ones; a regional variant (``EN-US``, ``PT-BR``) is
-served by the model of its language. Keys: ``Authorization: DeepL-Auth-Key KEY`` is one of
-the service's API keys (service/web/access.py); a missing or unknown key is 403, as DeepL
-answers. Errors carry DeepL's ``message`` field (service/web/errors.py).
+served by the model of its language, and the target list names English and Portuguese by
+region only (``EN-GB``, ``EN-US``), as DeepL's does. Keys: ``Authorization: DeepL-Auth-Key
+KEY`` is one of the service's API keys (service/web/access.py); a missing or unknown key is
+403, as DeepL answers. Errors carry DeepL's ``message`` field (service/web/errors.py).
 """
 
 from __future__ import annotations
@@ -51,13 +53,21 @@ from service.web.access import AccessPolicy
 from service.web.deps import (
     Access,
     Service,
-    json_body,
     request_body,
     run_for_client,
-    sends_form,
     upload_body,
 )
 from service.web.lifecycle import ServiceState
+from service.web.routes.deepl_fields import (
+    CHOICES,
+    FORMALITIES,
+    TAG_LISTS,
+    check_options,
+    markup_rules,
+    read_fields,
+    string_field,
+    text_handling,
+)
 from service.web.routes.documents import owned_job, result_response, submit
 from service.web.routes.glossaries import card, create_glossary
 from service.web.routes.memories import memory_choice
@@ -66,12 +76,11 @@ from service.web.routes.v1 import MODELS_HEADER
 router = APIRouter(prefix="/v2", tags=["DeepL API v2"])
 # DeepL's clients expect a limit; without MT_DEEPL_CHARACTER_LIMIT, one no client will reach.
 NO_CHARACTER_LIMIT = 1_000_000_000_000
-FORMALITIES = ("default", "more", "less", "prefer_more", "prefer_less")
-# Where DeepL's documented values are a closed set, another value is its 400.
-_CHOICES = {
-    "tag_handling": ("html", "xml"),
-    "split_sentences": ("0", "1", "nonewlines"),
-    "preserve_formatting": ("0", "1", "true", "false"),
+# DeepL lists these targets by region only (its clients refuse a bare ``EN`` or ``PT``); one
+# model of the language serves every region.
+TARGET_VARIANTS = {
+    "en": (("EN-GB", "English (British)"), ("EN-US", "English (American)")),
+    "pt": (("PT-BR", "Portuguese (Brazilian)"), ("PT-PT", "Portuguese (European)")),
 }
 
 
@@ -88,30 +97,6 @@ def admit(request: Request, access: AccessPolicy, chars: int) -> None:
         if error.status == 401:
             raise ApiError(403, "invalid_api_key", "Authorization failure: no key") from error
         raise
-
-
-async def read_fields(request: Request) -> dict[str, Any]:
-    """DeepL clients send JSON or form fields (``text`` repeated for a list)."""
-    if sends_form(request):
-        form = await request.form()
-        fields: dict[str, Any] = {key: form.get(key) for key in form}
-        fields["text"] = form.getlist("text")
-        return fields
-    data = await json_body(request)
-    if not isinstance(data, dict):
-        raise ApiError(400, "invalid_request", "the body must be a JSON object")
-    return data
-
-
-def _string(fields: dict[str, Any], name: str, required: bool = False) -> str | None:
-    value = fields.get(name)
-    if value is None or value == "":
-        if required:
-            raise ApiError(400, "invalid_request", f"Parameter '{name}' not specified")
-        return None
-    if not isinstance(value, str):
-        raise ApiError(400, "invalid_request", f"Parameter '{name}' must be a string")
-    return value
 
 
 def _form(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
@@ -133,10 +118,14 @@ _STRING = {"type": "string"}
             "source_lang": _STRING,
             "target_lang": _STRING,
             "glossary_id": _STRING,
-            "tag_handling": {"type": "string", "enum": list(_CHOICES["tag_handling"])},
+            "tag_handling": {"type": "string", "enum": list(CHOICES["tag_handling"])},
             "formality": {"type": "string", "enum": list(FORMALITIES)},
             "context": _STRING,
             "translation_memory_id": _STRING,
+            "split_sentences": {"type": "string", "enum": list(CHOICES["split_sentences"])},
+            "preserve_formatting": {"type": "boolean"},
+            "outline_detection": {"type": "boolean"},
+            **{name: {"type": "array", "items": _STRING} for name in TAG_LISTS},
         },
     ),
 )
@@ -153,22 +142,24 @@ async def translate(
     admit(request, access, chars=characters)
     identity = access.identity(request)
     service.quota.check(identity, characters)
-    target = deepl_code(_string(fields, "target_lang", required=True) or "")
-    source_code = _string(fields, "source_lang")
+    target = deepl_code(string_field(fields, "target_lang", required=True) or "")
+    source_code = string_field(fields, "source_lang")
     source = deepl_code(source_code) if source_code else None
     check_options(fields)
-    glossary_id = _string(fields, "glossary_id")
+    glossary_id = string_field(fields, "glossary_id")
     if glossary_id is not None and source is None:
         raise ApiError(400, "invalid_request", "a glossary needs source_lang")  # as DeepL
     owner = access.owner(request)
     glossary = service.glossaries.glossary(glossary_id, owner.key) if glossary_id else None
-    memory = memory_choice(owner, _string(fields, "translation_memory_id"))
+    memory = memory_choice(owner, string_field(fields, "translation_memory_id"))
     dispatcher = service.require_dispatcher()
     translation = TranslationRequest(
         texts,
         LanguagePair.parse(source, target),
         service.limits.options(None, None),
-        format="html" if _string(fields, "tag_handling") in ("html", "xml") else "text",
+        format="html" if string_field(fields, "tag_handling") in ("html", "xml") else "text",
+        markup=markup_rules(fields),
+        handling=text_handling(fields),
         glossary=glossary,
         memory=memory,
     )
@@ -185,40 +176,6 @@ async def translate(
     }
 
 
-def check_options(fields: dict[str, Any]) -> None:
-    """The options DeepL validates, refused as DeepL refuses them (400 with its wording)."""
-    for name, allowed in _CHOICES.items():
-        value = fields.get(name)
-        if isinstance(value, bool) and name == "preserve_formatting":
-            continue  # JSON clients send a boolean
-        if value not in (None, "") and (not isinstance(value, str) or value not in allowed):
-            raise ApiError(400, "invalid_request", f"Value for '{name}' not supported.")
-    formality = _string(fields, "formality")
-    if formality is not None and formality not in FORMALITIES:
-        raise ApiError(400, "invalid_request", "Value for 'formality' not supported.")
-    if formality in ("more", "less"):
-        # No served target has formality variants (``supports_formality`` is false for
-        # every one): DeepL refuses these there, and falls back for the ``prefer_`` ones.
-        raise ApiError(
-            400,
-            "formality_not_supported",
-            "'formality' is not supported for given 'target_lang'.",
-        )
-    _string(fields, "context")  # a string (not billed, no effect: see above)
-    threshold = fields.get("translation_memory_threshold")
-    if threshold is not None:
-        try:
-            in_range = 0 <= int(threshold) <= 100 and not isinstance(threshold, bool)
-        except (TypeError, ValueError):
-            in_range = False
-        if not in_range:
-            raise ApiError(
-                400,
-                "invalid_request",
-                "Value for 'translation_memory_threshold' not supported: 0 to 100.",
-            )
-
-
 @router.get("/languages", summary="Source or target languages (DeepL API v2)")
 async def languages(request: Request, service: Service, access: Access) -> list[dict[str, Any]]:
     admit(request, access, chars=0)
@@ -231,8 +188,9 @@ async def languages(request: Request, service: Service, access: Access) -> list[
         reachable = targets_by_source(pairs, service.settings.model.pivot_lang)
         codes = sorted({t for targets in reachable.values() for t in targets})
         return [
-            {"language": code.upper(), "name": language_name(code), "supports_formality": False}
+            {"language": variant, "name": name, "supports_formality": False}
             for code in codes
+            for variant, name in TARGET_VARIANTS.get(code, ((code.upper(), language_name(code)),))
         ]
     return [
         {"language": code.upper(), "name": language_name(code)}
@@ -291,14 +249,15 @@ async def create(request: Request, service: Service, access: Access) -> dict[str
     fields = await read_fields(request)
     admit(request, access, chars=0)
     entries = parse_entries(
-        _string(fields, "entries", required=True) or "", _string(fields, "entries_format") or "tsv"
+        string_field(fields, "entries", required=True) or "",
+        string_field(fields, "entries_format") or "tsv",
     )
     info = create_glossary(
         service,
         access.owner(request),
-        _string(fields, "name", required=True) or "",
-        deepl_code(_string(fields, "source_lang", required=True) or ""),
-        deepl_code(_string(fields, "target_lang", required=True) or ""),
+        string_field(fields, "name", required=True) or "",
+        deepl_code(string_field(fields, "source_lang", required=True) or ""),
+        deepl_code(string_field(fields, "target_lang", required=True) or ""),
         entries,
     )
     return _v2_card(info)
@@ -347,7 +306,7 @@ def _document(
 ) -> DocumentJob:
     """The job, if ``document_key`` is its key (the id alone does not open a document) and
     ``owner`` uploaded it."""
-    key = _string(fields, "document_key", required=True)
+    key = string_field(fields, "document_key", required=True)
     try:
         job = owned_job(service, document_id, owner)
     except NotFound:
@@ -373,10 +332,10 @@ async def upload_document(request: Request, service: Service, access: Access) ->
         raise ApiError(400, "invalid_request", "Parameter 'file' not specified")
     form = await request.form()
     fields = {key: form.get(key) for key in form if key != "file"}
-    target = _string(fields, "target_lang", required=True) or ""
-    source = _string(fields, "source_lang")
+    target = string_field(fields, "target_lang", required=True) or ""
+    source = string_field(fields, "source_lang")
     upload = form.get("file")
-    if isinstance(upload, UploadFile) and (filename := _string(fields, "filename")):
+    if isinstance(upload, UploadFile) and (filename := string_field(fields, "filename")):
         upload.filename = filename  # DeepL's alternative to the file part's own name
     job = await submit(
         request,

@@ -44,4 +44,7 @@ async def ready(service: Service) -> Response:
 async def metrics(request: Request, service: Service) -> Response:
     if service.settings.access.metrics_token:
         check_metrics_token(request, service.settings.access.metrics_token)
+    slots = service.registry.slots.items() if service.registry is not None else ()
+    engines = {model_id: slot.model.batcher.alive for model_id, slot in slots if slot.model}
+    service.metrics.on_health(service.refresh_phase(), engines)
     return Response(service.metrics.render(), media_type=service.metrics.content_type)

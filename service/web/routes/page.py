@@ -1,6 +1,6 @@
 """The web page at ``/`` (static HTML, CSS and JavaScript from service/web/static/, no CDN and no
 build step) and LibreTranslate's ``GET /frontend/settings``, which the page reads for its
-limits."""
+limits and for whether it must ask for an API key."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from fastapi.responses import FileResponse
 
 from service.text.files import SUPPORTED_EXTENSIONS
 from service.translation.languages import language_name
-from service.web.deps import Service
+from service.web.deps import Access, Service
 from service.web.schemas import FrontendLanguage, FrontendLanguages, FrontendSettings
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -28,13 +28,16 @@ async def index() -> FileResponse:
     response_model=FrontendSettings,
     summary="Limits and defaults for a front end (LibreTranslate's fields, then ours)",
 )
-async def frontend_settings(service: Service) -> FrontendSettings:
+async def frontend_settings(service: Service, access: Access) -> FrontendSettings:
     settings = service.settings
     pairs = sorted(service.registry.by_pair) if service.registry is not None else []
     source, target = pairs[0] if pairs else ("auto", "")
     return FrontendSettings(
         charLimit=settings.limits.max_chars_per_text,
         frontendTimeout=settings.process.frontend_timeout_ms,
+        # With keys configured every translation needs one (the page then asks for it).
+        apiKeys=access.keys_required,
+        keyRequired=access.keys_required,
         filesTranslation=settings.storage.files_translation,
         supportedFilesFormat=list(SUPPORTED_EXTENSIONS)
         if settings.storage.files_translation

@@ -5,13 +5,22 @@
 
 const $ = (id) => document.getElementById(id);
 const STREAM_ABOVE_CHARS = 160; // longer texts (or several lines) are streamed
+const KEY_STORAGE = "api_key"; // where LibreTranslate's page keeps the key, too
 const state = {
   languages: [],
   settings: null,
   names: {},
   inFlight: null, // AbortController of the running text request
   generation: 0, // bumps with every request; late answers of older ones are ignored
+  jobId: null, // the document job in progress (Cancel deletes it)
+  resultName: "", // the translated document's file name
 };
+
+// With API keys on (frontend/settings says so) every request carries the key the user typed.
+function authHeaders(headers = {}) {
+  const key = $("api-key").value.trim();
+  return key ? { ...headers, Authorization: `Bearer ${key}` } : headers;
+}
 
 async function getJSON(path) {
   const response = await fetch(path);
@@ -91,13 +100,22 @@ async function translateNow() {
     }
   } catch (error) {
     if (error.name !== "AbortError" && generation === state.generation) {
-      setStatus(error.message, true);
+      showFailure(error.message);
     }
   } finally {
     if (generation === state.generation) {
       $("target-text").setAttribute("aria-busy", "false");
       state.inFlight = null;
     }
+  }
+}
+
+// A failed request leaves no translation on screen: the old one is not this text's answer.
+function showFailure(message) {
+  $("target-text").value = "";
+  setStatus(message, true);
+  if ($("source-text").value && !$("key-row").hidden && !$("api-key").value.trim()) {
+    $("api-key").focus();
   }
 }
 
@@ -113,7 +131,7 @@ async function errorMessage(response) {
 async function translateOnce(text, controller, generation, started) {
   const response = await fetch("v1/translate", {
     method: "POST",
-    headers: { "Content-Type": "application/json" },
+    headers: authHeaders({ "Content-Type": "application/json" }),
     body: JSON.stringify(requestBody(text)),
     signal: controller.signal,
   });
@@ -158,7 +176,7 @@ async function readEvents(response, onEvent) {
 async function translateStreaming(text, controller, generation, started) {
   const response = await fetch("v1/translate/stream", {
     method: "POST",
-    headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+    headers: authHeaders({ "Content-Type": "application/json", Accept: "text/event-stream" }),
     body: JSON.stringify(requestBody(text)),
     signal: controller.signal,
   });
@@ -182,7 +200,7 @@ async function translateStreaming(text, controller, generation, started) {
       failure = event.error;
     }
   });
-  if (failure && generation === state.generation) setStatus(failure, true);
+  if (failure && generation === state.generation) showFailure(failure);
 }
 
 let debounceTimer = null;
@@ -269,20 +287,31 @@ async function translateFile(event) {
   $("file-submit").disabled = true;
   const started = performance.now();
   try {
-    const response = await fetch("v1/documents", { method: "POST", body: form });
+    const response = await fetch("v1/documents", {
+      method: "POST", body: form, headers: authHeaders(),
+    });
     if (!response.ok) throw new Error(await errorMessage(response));
     let job = await response.json();
+    state.jobId = job.id;
+    $("file-cancel").hidden = false;
+    $("file-cancel").disabled = false;
     while (job.status === "queued" || job.status === "translating") {
       progress.value = job.progress;
       status.textContent = describeJob(file.name, job);
       await sleep(300);
-      const polled = await fetch(`v1/documents/${job.id}`);
+      const polled = await fetch(`v1/documents/${job.id}`, { headers: authHeaders() });
       if (!polled.ok) throw new Error(await errorMessage(polled));
       job = await polled.json();
+    }
+    if (job.status === "cancelled") {
+      progress.hidden = true;
+      status.textContent = `Cancelled ${file.name}.`;
+      return;
     }
     if (job.status !== "done") throw new Error(job.error || `The translation was ${job.status}.`);
     progress.value = 1;
     link.href = job.result_url;
+    state.resultName = job.filename;
     link.hidden = false;
     link.textContent = `Download ${job.filename}`;
     status.textContent = `Translated ${file.name} (${job.sentences_total} sentences) in ${Math.round(performance.now() - started)} ms`;
@@ -291,8 +320,54 @@ async function translateFile(event) {
     status.textContent = error.message;
     status.classList.add("error");
   } finally {
+    state.jobId = null;
+    $("file-cancel").hidden = true;
     $("file-submit").disabled = false;
   }
+}
+
+// Cancel: DELETE on the job; the status poll then sees it cancelled and says so.
+async function cancelFile() {
+  if (!state.jobId) return;
+  $("file-cancel").disabled = true;
+  const response = await fetch(`v1/documents/${state.jobId}`, {
+    method: "DELETE", headers: authHeaders(),
+  });
+  if (!response.ok) {
+    $("file-status").textContent = await errorMessage(response);
+    $("file-status").classList.add("error");
+  }
+}
+
+// A plain link cannot send the key: with one, the file is fetched with it and saved.
+async function downloadResult(event) {
+  if (!$("api-key").value.trim()) return;
+  event.preventDefault();
+  const link = $("file-download");
+  const response = await fetch(link.href, { headers: authHeaders() });
+  if (!response.ok) {
+    $("file-status").textContent = await errorMessage(response);
+    $("file-status").classList.add("error");
+    return;
+  }
+  const url = URL.createObjectURL(await response.blob());
+  const save = document.createElement("a");
+  save.href = url;
+  save.download = state.resultName;
+  document.body.append(save);
+  save.click();
+  save.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+function setUpKey(settings) {
+  $("key-row").hidden = !settings.apiKeys;
+  if (!settings.apiKeys) return;
+  try { $("api-key").value = localStorage.getItem(KEY_STORAGE) || ""; } catch { /* private mode */ }
+  $("api-key").addEventListener("input", () => {
+    try { localStorage.setItem(KEY_STORAGE, $("api-key").value.trim()); } catch { /* private mode */ }
+    scheduleTranslation();
+  });
 }
 
 function applyTheme(theme) {
@@ -318,6 +393,7 @@ async function init() {
   ]);
   state.languages = languages;
   state.settings = settings;
+  setUpKey(settings);
   for (const language of languages) state.names[language.code] = language.name;
 
   const sources = languages.filter((l) => l.targets.length);
@@ -368,6 +444,8 @@ async function init() {
     tab.addEventListener("keydown", tabKeys);
   }
   $("file-form").addEventListener("submit", translateFile);
+  $("file-cancel").addEventListener("click", cancelFile);
+  $("file-download").addEventListener("click", downloadResult);
   $("theme-toggle").addEventListener("click", toggleTheme);
   document.body.dataset.ready = "true";
 }

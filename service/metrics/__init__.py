@@ -16,15 +16,19 @@ rows show beside every front-end's requests. Counters and histograms are summed 
 processes (dead ones included, so they never go back); each gauge says how its processes'
 values combine (``multiprocess_mode``; ignored in one process). Thread CPU seconds, read from
 schedstat at each scrape in one process, are published as counters there instead.
+
+What a dashboard groups by (deploy/grafana/, alert rules in deploy/prometheus/): translations,
+sentences, characters and latency per model and language pair (``mt_pair_*``; a pivot's
+``model`` is its two models joined by ``+``); document jobs by state with the sentences they
+have left (read from the jobs' store at each scrape); the serving phase and each engine
+thread's liveness; and the process collector's ``process_*`` (CPU, memory, file descriptors).
 """
 
 from __future__ import annotations
 
 import copy
 import os
-import threading
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -32,19 +36,82 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
-from prometheus_client.registry import Collector
+
+from service.metrics.collectors import (
+    DOCUMENT_STATES,
+    PROC_TASKS,
+    DocumentJobs,
+    ThreadPublisher,
+    ThreadSched,
+    read_schedstat,
+)
+
+__all__ = [
+    "DOCUMENT_STATES",
+    "PROC_TASKS",
+    "DocumentJobs",
+    "ServiceMetrics",
+    "ThreadPublisher",
+    "ThreadSched",
+    "multiprocess_dir",
+    "read_schedstat",
+]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+PHASES = ("loading", "ready", "shutting_down", "failed")
+_PAIR = ["model", "source", "target"]
 
 
 def multiprocess_dir() -> str | None:
     """Where the processes of the multi-process service write their metrics, or None."""
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class PairMetrics:
+    """Translations, sentences, characters and latency by model and language pair (what a
+    dashboard groups by)."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.translations = Counter(
+            "mt_pair_translations",
+            "Translations (a request, or a chunk of a document or HTML fragment) by model and "
+            "language pair.",
+            _PAIR,
+            registry=r,
+        )
+        self.sentences = Counter(
+            "mt_pair_sentences",
+            "Sentences translated, by model and language pair.",
+            _PAIR,
+            registry=r,
+        )
+        self.characters = Counter(
+            "mt_pair_characters",
+            "Source characters, by model and language pair.",
+            _PAIR,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "mt_pair_duration_seconds",
+            "Time from a translation's start on its models to its result, by model and pair.",
+            _PAIR,
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+
+    def record(
+        self, model: str, source: str, target: str, sentences: int, characters: int, seconds: float
+    ) -> None:
+        labels = {"model": model, "source": source, "target": target}
+        self.translations.labels(**labels).inc()
+        self.sentences.labels(**labels).inc(sentences)
+        self.characters.labels(**labels).inc(characters)
+        self.latency.labels(**labels).observe(seconds)
 
 
 class ServiceMetrics:
@@ -228,6 +295,35 @@ class ServiceMetrics:
             ["kind"],
             registry=r,
         )
+        self.pairs = PairMetrics(r)
+        self.phase = Gauge(
+            "mt_phase", "1 for the serving phase the process is in.", ["phase"], registry=r
+        )
+        self.engine_alive = Gauge(
+            "mt_engine_alive",
+            "1 while a loaded model's engine thread runs; 0 once it died (restart the process).",
+            ["model"],
+            registry=r,
+        )
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes…
+
+    def on_translation(
+        self, model: str, source: str, target: str, sentences: int, characters: int, seconds: float
+    ) -> None:
+        """One translation finished on ``model`` (its id, or a pivot's ids joined by +)."""
+        self.pairs.record(model, source, target, sentences, characters, seconds)
+
+    def on_health(self, phase: str, engines_alive: dict[str, bool]) -> None:
+        """The phase and each loaded model's engine thread, as a scrape finds them."""
+        for name in PHASES:
+            self.phase.labels(phase=name).set(1 if name == phase else 0)
+        for model_id, alive in engines_alive.items():
+            self.engine_alive.labels(model=model_id).set(1 if alive else 0)
+
+    def watch_documents(self, read: Callable[[], dict[str, tuple[int, int]]]) -> None:
+        """Report document jobs at each scrape: ``read()`` gives state -> (jobs, sentences
+        left)."""
+        self.registry.register(DocumentJobs(read))
 
     def for_model(self, model_id: str) -> ServiceMetrics:
         """The metrics as ``model_id``'s batcher writes them: the same registry and series,
@@ -246,6 +342,7 @@ class ServiceMetrics:
             self.inflight_rows,
             self.row_limit,
             self.encoder_cpu_share,
+            self.engine_alive,
         ):
             gauge.remove(model_id)  # a label set it does not hold is no error
 
@@ -258,99 +355,3 @@ class ServiceMetrics:
         shared = CollectorRegistry()
         MultiProcessCollector(shared, self.shared_dir)
         return generate_latest(shared)
-
-
-PROC_TASKS = Path("/proc/self/task")  # one directory per thread of this process
-
-
-def read_schedstat(tid: int, proc: Path = PROC_TASKS) -> tuple[float, float] | None:
-    """``(CPU seconds, run-queue seconds)`` of thread ``tid`` so far; None where the kernel
-    has no schedstat (not Linux, CONFIG_SCHED_INFO off) or the thread is gone."""
-    try:
-        fields = (proc / str(tid) / "schedstat").read_text().split()
-        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-class ThreadSched(Collector):
-    """``mt_thread_cpu_seconds`` and ``mt_thread_runqueue_seconds`` by thread role, read from
-    schedstat at each scrape. A thread that exits keeps its last reading, so the counters
-    never go back; several threads of one role (one engine thread per model) are summed."""
-
-    def __init__(self, proc: Path = PROC_TASKS) -> None:
-        self._proc = proc
-        self._lock = threading.Lock()
-        self._threads: dict[int, str] = {}  # native thread id -> role
-        self._last: dict[int, tuple[float, float]] = {}
-
-    def register(self, role: str, tid: int | None = None) -> None:
-        """Count thread ``tid`` (the calling thread by default) under ``role``."""
-        with self._lock:
-            self._threads[tid if tid is not None else threading.get_native_id()] = role
-
-    def readings(self) -> dict[str, tuple[float, float]]:
-        """Role -> (CPU seconds, run-queue seconds), summed over its threads."""
-        totals: dict[str, tuple[float, float]] = {}
-        with self._lock:
-            for tid, role in self._threads.items():
-                reading = read_schedstat(tid, self._proc)
-                if reading is not None:
-                    self._last[tid] = reading
-                cpu, queued = self._last.get(tid, (0.0, 0.0))
-                before = totals.get(role, (0.0, 0.0))
-                totals[role] = (before[0] + cpu, before[1] + queued)
-        return totals
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        readings = self.readings()
-        cpu = CounterMetricFamily(
-            "mt_thread_cpu_seconds",
-            "CPU seconds of the serving threads by role (engine, encoder, event loop), from "
-            "/proc/self/task/*/schedstat.",
-            labels=["thread"],
-        )
-        queued = CounterMetricFamily(
-            "mt_thread_runqueue_seconds",
-            "Seconds the serving threads were runnable but waiting for a core (run-queue "
-            "delay), by role, from /proc/self/task/*/schedstat.",
-            labels=["thread"],
-        )
-        for role, (cpu_s, queued_s) in sorted(readings.items()):
-            cpu.add_metric([role], cpu_s)
-            queued.add_metric([role], queued_s)
-        yield cpu
-        yield queued
-
-
-class ThreadPublisher:
-    """``ThreadSched``'s readings as counters of the multiprocess mode, which keeps no custom
-    collectors: each ``publish`` adds what this process's threads used since the last one
-    (the engine core publishes every second, a front-end at each scrape)."""
-
-    def __init__(self, threads: ThreadSched, registry: CollectorRegistry) -> None:
-        self._threads = threads
-        self._lock = threading.Lock()
-        self._published: dict[str, tuple[float, float]] = {}
-        self.cpu = Counter(
-            "mt_thread_cpu_seconds",
-            "CPU seconds of the serving threads by role (engine, encoder, event loop), from "
-            "/proc/<pid>/task/*/schedstat, summed over the processes.",
-            ["thread"],
-            registry=registry,
-        )
-        self.runqueue = Counter(
-            "mt_thread_runqueue_seconds",
-            "Seconds the serving threads were runnable but waiting for a core (run-queue "
-            "delay), by role, summed over the processes.",
-            ["thread"],
-            registry=registry,
-        )
-
-    def publish(self) -> None:
-        with self._lock:
-            for role, (cpu_s, queued_s) in self._threads.readings().items():
-                cpu_before, queued_before = self._published.get(role, (0.0, 0.0))
-                self.cpu.labels(thread=role).inc(max(0.0, cpu_s - cpu_before))
-                self.runqueue.labels(thread=role).inc(max(0.0, queued_s - queued_before))
-                self._published[role] = (cpu_s, queued_s)
