@@ -314,6 +314,7 @@ def test_legacy_upload_folders_without_a_row_are_swept_at_start(tmp_path):
         SqliteDatabase(data / "documents.sqlite3", write_ahead_log=True), 3600, legacy_dir=data
     )
     job = store.create("a.txt", b"Save", "en", "de", sentences=1, characters=4)
+    store.cancel(job.job_id)  # its row stays; nothing for the runner to translate
     kept, orphan = data / "documents" / job.job_id, data / "documents" / "0123abcd"
     for folder in (kept, orphan):
         folder.mkdir(parents=True)
