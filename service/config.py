@@ -68,6 +68,13 @@ class AccessSettings(BaseModel):
         '{"requests_per_minute": 60, "chars_per_minute": 50000}, ...}; missing limits are the '
         "global ones below.",
     )
+    admin_api_keys: str = Field(
+        "",
+        description="Comma-separated API keys of the operator (keys too, as if listed in "
+        "api_keys). With keys on, what a key stores (glossaries, memories, document jobs) is "
+        "its own, 404 to other keys; what an admin key stores is shared: every key reads and "
+        "uses it, only admin keys change or delete it.",
+    )
     rate_limit_requests_per_minute: int = Field(
         0,
         ge=0,
@@ -104,6 +111,18 @@ class AccessSettings(BaseModel):
     )
     max_body_bytes: int = Field(
         1_000_000, ge=1024, description="Largest request body in bytes (413 above it)."
+    )
+    body_read_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest a translation request's body may take to arrive; 408 after it. "
+        "Bodies are read before the request takes an in-flight slot, at most 4 per slot.",
+    )
+    body_min_bytes_per_s: int = Field(
+        1024,
+        ge=1,
+        description="Slowest average rate a translation request's body may arrive at, from 5 "
+        "s after the request's start; 408 below it.",
     )
     retry_after_s: int = Field(1, ge=1, description="Retry-After header value on 429/503.")
     disconnect_poll_s: float = Field(

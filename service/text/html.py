@@ -60,8 +60,11 @@ SKIP_TAGS = _names("script style code pre textarea kbd samp var template")
 INLINE_SKIP_TAGS = _names("code kbd samp var")
 VOID_TAGS = _names("area base br col embed hr img input link meta param source track wbr")
 _KEEP_TAG = "mt-keep-{}"
+_NEWLINE = re.compile("\n")
 _KEEP_RE = re.compile(r"<mt-keep-(\d+)\s*/>")
-_LINE_BREAK_WHITESPACE = re.compile(r"[ \t]*[\r\n][\s]*")
+# Spaces before a line break are read from the first of them (a match ends past all
+# whitespace), so a long run of spaces without a break is read once.
+_LINE_BREAK_WHITESPACE = re.compile(r"(?<![ \t])[ \t]*+[\r\n]\s*+")
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class _EventParser(HTMLParser):
         super().__init__(convert_charrefs=False)
         self.source = source
         line_starts = [0]
-        for match in re.finditer("\n", source):
+        for match in _NEWLINE.finditer(source):
             line_starts.append(match.end())
         self._line_starts = line_starts
         self.starts: list[int] = []

@@ -36,17 +36,20 @@ PLACEHOLDER_SYMBOLS: tuple[str, ...] = tuple(
 
 # One alternation, most specific first: the regex engine takes the first alternative that
 # matches at a position, so `%(name)s` must be tried before a bare `%`-form and `{{ x }}`
-# before `{x}`.
+# before `{x}`. Every alternative takes time linear in the text (a client controls the text):
+# no alternative rescans, from each position of a run, the rest of that run.
 _PLACEHOLDER_PATTERNS: tuple[str, ...] = (
     # HTML/XML tags, with attributes: <b>, </a>, <br/>, <a href="...">
-    r"</?[A-Za-z][A-Za-z0-9:_.-]*(?:\s+[^<>]*?)?\s*/?>",
+    r"</?[A-Za-z][A-Za-z0-9:_.-]*+(?:/|\s[^<>]*+)?>",
     # URLs (trailing sentence punctuation is trimmed below)
     r"(?:https?|ftp)://[^\s<>\"']+",
-    # e-mail addresses
-    r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+",
+    # e-mail addresses; the address starts where its run of address characters starts, so a
+    # long run without an `@` is read once, not once from each of its characters
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]++@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+",
     # Jinja/Django template variables and tags: {{ user.name }}, {% trans %}
     r"\{\{[^{}]*\}\}",
-    r"\{%.*?%\}",
+    # (a tag ends before the next `{%` opens: tags do not nest)
+    r"\{%(?:(?!\{%)[^\n])*?%\}",
     # escaped braces in Python/.NET format strings
     r"\{\{|\}\}",
     # shell/JS ${x}, LibreOffice/make $(ARG1)
@@ -55,7 +58,8 @@ _PLACEHOLDER_PATTERNS: tuple[str, ...] = (
     # Python/.NET braces: {0}, {name}, {0:.2f}, {name!r}, {}
     r"\{[A-Za-z0-9_.\[\]]*(?:![rsa])?(?::[^{}\s]*)?\}",
     # printf: %s %d %(name)s %1$s %.2f %-10s %lu %zu %%  (no space flag: "50% discount")
-    r"%(?:\([A-Za-z0-9_.-]+\))?(?:\d+\$)?[-+0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?"
+    # (flags, width and precision read possessively: a digit given back cannot end the field)
+    r"%(?:\([A-Za-z0-9_.-]+\))?(?:\d++\$)?[-+0#']*+(?:\d++|\*)?(?:\.(?:\d++|\*))?"
     r"(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGaAcspn%]",
     # Qt/LibreOffice positional %1 and named %PRODUCTNAME
     r"%\d+",

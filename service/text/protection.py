@@ -82,9 +82,16 @@ _WORD = regex.compile(r"\p{L}[\p{L}\p{M}]*")
 _EAST_ASIAN = frozenset({"CJK", "HIRAGANA", "KATAKANA", "HANGUL", "BOPOMOFO", "IDEOGRAPHIC"})
 # A currency sign with the number it touches (at most one space between): one run, so the
 # amount comes back as the client formatted it ("$5.99", "5 €", "€ 1,200").
-_NUMBER = r"\d(?:[\d.,'\u00a0\u202f]*\d)?"
+# A number is digit groups joined by separators, read possessively: the longest such run is
+# the only one a currency sign can touch, so giving digits back never finds another match.
+_SEPARATOR = r"[.,'\u00a0\u202f]"
+_NUMBER = rf"\d++(?:{_SEPARATOR}++\d++)*+"
+# An amount before its sign starts at the first digit of its number (no digit before it
+# across separators), so a long number without a sign is read once, not from each digit.
+_NUMBER_START = rf"\d(?<!\d{_SEPARATOR}*+\d)"
 _CURRENCY_AMOUNT = regex.compile(
-    rf"\p{{Sc}}[ \u00a0\u202f]?{_NUMBER}|{_NUMBER}[ \u00a0\u202f]?\p{{Sc}}"
+    rf"\p{{Sc}}[ \u00a0\u202f]?{_NUMBER}"
+    rf"|(?={_NUMBER_START}){_NUMBER}[ \u00a0\u202f]?\p{{Sc}}"
 )
 _MODEL_WHITESPACE = frozenset("\t\n\r")
 # Distinct clusters whose verdict is kept per model: enough for every script and emoji in

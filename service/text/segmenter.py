@@ -48,9 +48,12 @@ _ABBREVIATION_LIST = (
 )
 _ABBREVIATIONS: frozenset[str] = frozenset(_ABBREVIATION_LIST.split())
 
-# Terminal punctuation with any closing quotes or brackets, then horizontal whitespace.
-_SENTENCE_END = re.compile(r"([.!?…]+[\"'”’»)\]]*)([ \t\u00a0\u202f]+)")
-_SENTENCE_END_ANY_SPACE = re.compile(r"([.!?…]+[\"'”’»)\]]*)(\s+)")
+# Terminal punctuation with any closing quotes or brackets, then horizontal whitespace (any
+# whitespace when a line break does not end a sentence). The run of punctuation is read from
+# its first mark only and possessively (the three classes are disjoint), so a long run of
+# dots without a space is read once.
+_SENTENCE_END = re.compile(r"(?<![.!?…])([.!?…]++[\"'”’»)\]]*+)([ \t\u00a0\u202f]++)")
+_SENTENCE_END_ANY_SPACE = re.compile(r"(?<![.!?…])([.!?…]++[\"'”’»)\]]*+)(\s++)")
 _LINE = re.compile(r"[^\n\r]+")
 _WHOLE = re.compile(r"[\s\S]+")
 _OPENING_PUNCTUATION = "([{\"'“‘«¿¡"
@@ -133,8 +136,11 @@ def _is_boundary(
     return not (language == "de" and word.isdigit())  # German ordinal: "am 3. Oktober"
 
 
-_FINAL_PUNCTUATION = re.compile(r"[.!?…:;。！？]*$")
-_LINE_BREAKS = re.compile(r"\s*[\r\n]\s*")
+# Both start only where their run starts (the lookbehinds) and read it once: a run that
+# does not end the text, or whitespace without a line break, is not rescanned from each of
+# its characters.
+_FINAL_PUNCTUATION = re.compile(r"(?<![.!?…:;。！？])[.!?…:;。！？]*+$")
+_LINE_BREAKS = re.compile(r"(?<!\s)[^\S\r\n]*+[\r\n]\s*+")
 
 
 def one_line(sentence: str) -> str:

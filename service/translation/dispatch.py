@@ -37,7 +37,7 @@ from service.text.pipeline import (
 )
 from service.translation.detection import Detection, LanguageDetector
 from service.translation.languages import AUTO, LanguageCode, LanguagePair
-from service.translation.memories import MemoryChoice, MemoryStore
+from service.translation.memories import PAIR_DEFAULT, MemoryChoice, MemoryStore
 from service.translation.registry import ModelRegistry
 from service.translation.request import Output, Routing, TranslationRequest
 from service.translation.routing import Route, UnsupportedLanguage, plan_route, source_languages
@@ -124,6 +124,9 @@ class Dispatcher:
             raise UnsupportedLanguage(
                 "detection_disabled", "language detection is off (MT_LANGUAGE_DETECTION)"
             )
+        # The limits of a translation: detection reads a sample of each text, but a request of
+        # many or long texts is still one a client could not have translated.
+        self.limits.check_request_size([texts] if isinstance(texts, str) else texts)
         size = len(texts) if isinstance(texts, str) else sum(map(len, texts))
         if size > _DETECT_IN_THREAD_CHARS:
             return await asyncio.to_thread(self.detector.detect, texts)
@@ -357,7 +360,10 @@ async def collect(started: Awaitable[DispatchStream]) -> DispatchResult:
 
 
 def document_translator(
-    dispatcher: Dispatcher, languages: LanguagePair, options: DecodingOptions
+    dispatcher: Dispatcher,
+    languages: LanguagePair,
+    options: DecodingOptions,
+    memory: MemoryChoice = PAIR_DEFAULT,
 ) -> TranslateTexts:
     """Texts of one document → their translations, all by one pair: a named source is
     routed now (an unserved pair is refused before any work); ``auto`` is detected once, on
@@ -369,7 +375,7 @@ def document_translator(
     detecting = asyncio.Lock()
 
     def start(texts: list[str], pair: LanguagePair) -> Awaitable[DispatchStream]:
-        return dispatcher.translate(TranslationRequest(texts, pair, options))
+        return dispatcher.translate(TranslationRequest(texts, pair, options, memory=memory))
 
     async def start_first(texts: list[str]) -> DispatchStream:
         async with detecting:  # the first chunk here detects; the others wait for its pair

@@ -90,6 +90,7 @@ class DocumentRunner:
         """Start the workers and the lease keeper (what a previous run left translating is
         claimed again: at once on SQLite, once its lease runs out on PostgreSQL)."""
         self._wake = asyncio.Event()  # bound to this event loop
+        self.store.sweep_orphans()
         self._workers = [
             asyncio.create_task(self._work(), name=f"document-worker-{n}")
             for n in range(self.concurrency)

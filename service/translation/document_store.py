@@ -373,6 +373,20 @@ class DocumentStore:
             shutil.rmtree(legacy, ignore_errors=True)
         return self.get(job_id)
 
+    def sweep_orphans(self) -> int:
+        """Delete upload folders under the legacy ``documents/`` that no row names (an
+        earlier version, killed between writing an upload and committing its row, left
+        them); returns how many. Run at start-up."""
+        folders = self.legacy_dir / "documents" if self.legacy_dir is not None else None
+        if folders is None or not folders.is_dir():
+            return 0
+        with self.database.read() as db:
+            known = {job_id for (job_id,) in db.execute("SELECT id FROM document_jobs")}
+        orphans = [path for path in folders.iterdir() if path.is_dir() and path.name not in known]
+        for path in orphans:
+            shutil.rmtree(path, ignore_errors=True)
+        return len(orphans)
+
     def sweep(self) -> int:
         """Delete finished jobs older than the TTL, rows and files; returns how many."""
         if not self.database.exists():

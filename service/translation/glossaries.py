@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from service.errors import NotFound
 from service.text.glossary import Glossary
 from service.translation.database import Database, Migration, Session
+from service.translation.owners import Owner
 
 MIGRATIONS = [
     # The schema from before versioned migrations (IF NOT EXISTS: such a file already has it).
@@ -169,6 +170,9 @@ class GlossaryStore:
         return glossary
 
     def delete(self, glossary_id: str, owner_key: str | None = None) -> None:
+        """404 for an unknown id or another key's glossary; ``ReadOnly`` (403) for a shared
+        one a key may only read."""
+        Owner(owner_key).check_changes(self.info(glossary_id, owner_key).owner_key, "the glossary")
         condition, params = visible_to(owner_key)
         with self.database.transaction() as db:
             deleted = db.execute(

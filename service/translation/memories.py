@@ -20,7 +20,12 @@ segment found is written exactly as approved, is not sent to the model, and is c
   memory of any size costs the process no memory, and a pair posted holds for the very next
   request, on every replica.
 * **Owners.** ``owner_key`` is the API key id that created a memory (None: shared, as every
-  memory is while keys are off); the store keeps it for the access rules of the web layer.
+  memory is while keys are off; service/translation/owners.py). A key's memory, its pair
+  default included, is stored as ``<owner_key>/<id>`` (an id a client chooses holds no ``/``):
+  each key has its own ``default:en-de``, two keys may use one name, and a key's memories
+  change only its own translations. A key reads its own memory of a name first, then the
+  shared one; its requests use its own default and then the shared default. Another key's
+  memory is 404 to it, a shared one read-only (403).
 """
 
 from __future__ import annotations
@@ -28,13 +33,14 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import regex
 
 from service.errors import InputTooLarge, NotFound, TextError
 from service.text.pipeline import MemoryLookup
 from service.translation.database import Database, Migration, Session
+from service.translation.owners import Owner
 
 MIGRATIONS = [
     # The schema from before versioned migrations (IF NOT EXISTS: such a file already has it;
@@ -83,10 +89,15 @@ def default_memory_id(source_lang: str, target_lang: str) -> str:
 @dataclass(frozen=True)
 class MemoryChoice:
     """Which memory a request uses: ``memory_id``, or its pair's default where there is one
-    (``memory_id`` None); ``use=False``: none."""
+    (``memory_id`` None); ``use=False``: none. ``owner_key``: whose memories it reads."""
 
     memory_id: str | None = None
     use: bool = True
+    owner_key: str | None = None
+
+
+def _stored_id(memory_id: str, owner_key: str | None) -> str:
+    return f"{owner_key}/{memory_id}" if owner_key is not None else memory_id
 
 
 PAIR_DEFAULT = MemoryChoice()
@@ -180,6 +191,7 @@ class MemoryStore:
                 "starting with a letter or digit",
             )
         rows = check_entries(entries, self.max_chars)
+        public_id, memory_id = memory_id, _stored_id(memory_id, owner_key)
         now = time.time()
         with self.database.transaction() as db:
             # Insert-if-absent first: two replicas creating one memory at once both succeed.
@@ -194,7 +206,7 @@ class MemoryStore:
             if tuple(existing) != (source_lang, target_lang):
                 raise MemoryEntriesError(
                     "memory_language_mismatch",
-                    f"the memory {memory_id!r} is for {existing[0]}->{existing[1]}, the entries "
+                    f"the memory {public_id!r} is for {existing[0]}->{existing[1]}, the entries "
                     f"are for {source_lang}->{target_lang}",
                 )
             db.execute("UPDATE memories SET updated_at = ? WHERE id = ?", (now, memory_id))
@@ -206,32 +218,57 @@ class MemoryStore:
                 [(memory_id, key, source, target) for key, source, target in rows],
             )
         replaced = sum(key in held for key, _, _ in rows)
-        return MemoryUpdate(self.info(memory_id), bool(created), len(rows) - replaced, replaced)
+        info = self.info(public_id, owner_key)
+        return MemoryUpdate(info, bool(created), len(rows) - replaced, replaced)
 
-    def list(self) -> list[MemoryInfo]:
+    def list(self, owner_key: str | None = None) -> list[MemoryInfo]:
+        """The memories ``owner_key`` reads (its own and the shared ones; None: all)."""
         with self.database.read() as db:
             rows = db.execute(_INFO + " GROUP BY m.id ORDER BY m.created_at, m.id").fetchall()
-        return [MemoryInfo(*row) for row in rows]
+        infos = [MemoryInfo(*row) for row in rows]
+        return [
+            _as_seen_by(info, owner_key)
+            for info in infos
+            if owner_key is None or info.owner_key in (None, owner_key)
+        ]
 
-    def info(self, memory_id: str) -> MemoryInfo:
+    def _stored_info(self, stored_id: str) -> MemoryInfo | None:
         with self.database.read() as db:
-            row = db.execute(_INFO + " WHERE m.id = ? GROUP BY m.id", (memory_id,)).fetchone()
-        if row is None:
-            raise NotFound(f"no translation memory with id {memory_id!r}", "memory_not_found")
-        return MemoryInfo(*row)
+            row = db.execute(_INFO + " WHERE m.id = ? GROUP BY m.id", (stored_id,)).fetchone()
+        return MemoryInfo(*row) if row is not None else None
 
-    def entries(self, memory_id: str) -> builtins.list[tuple[str, str]]:
-        self.info(memory_id)  # 404 for an unknown id rather than an empty list
+    def _resolve(self, memory_id: str, owner_key: str | None) -> MemoryInfo:
+        """The stored memory ``owner_key`` means by ``memory_id``: its own, else the shared
+        one; 404 when neither is (another key's memory is not found)."""
+        candidates = [memory_id] if owner_key is None else []
+        if owner_key is not None and "/" not in memory_id:
+            candidates = [_stored_id(memory_id, owner_key), memory_id]
+        for stored_id in candidates:
+            info = self._stored_info(stored_id)
+            if info is not None and (owner_key is None or info.owner_key in (None, owner_key)):
+                return info
+        raise NotFound(f"no translation memory with id {memory_id!r}", "memory_not_found")
+
+    def info(self, memory_id: str, owner_key: str | None = None) -> MemoryInfo:
+        return _as_seen_by(self._resolve(memory_id, owner_key), owner_key)
+
+    def entries(
+        self, memory_id: str, owner_key: str | None = None
+    ) -> builtins.list[tuple[str, str]]:
+        stored_id = self._resolve(memory_id, owner_key).memory_id  # 404, not an empty list
         with self.database.read() as db:
             rows = db.execute(
                 "SELECT source, target FROM memory_entries WHERE memory_id = ? ORDER BY source_key",
-                (memory_id,),
+                (stored_id,),
             ).fetchall()
         return [(source, target) for source, target in rows]
 
-    def delete(self, memory_id: str) -> None:
+    def delete(self, memory_id: str, owner_key: str | None = None) -> None:
+        """404 as :meth:`info`; ``ReadOnly`` (403) for a shared memory a key may only read."""
+        info = self._resolve(memory_id, owner_key)
+        Owner(owner_key).check_changes(info.owner_key, f"the translation memory {memory_id!r}")
         with self.database.transaction() as db:
-            deleted = db.execute("DELETE FROM memories WHERE id = ?", (memory_id,)).rowcount
+            deleted = db.execute("DELETE FROM memories WHERE id = ?", (info.memory_id,)).rowcount
         if not deleted:
             raise NotFound(f"no translation memory with id {memory_id!r}", "memory_not_found")
 
@@ -244,21 +281,31 @@ class MemoryStore:
         if not choice.use:
             return None
         if choice.memory_id is None:
-            memory_id = default_memory_id(source_lang, target_lang)
+            # The key's own default first, then the shared one: its own approvals win.
+            default_id = default_memory_id(source_lang, target_lang)
+            stored = [default_id]
+            if choice.owner_key is not None:
+                stored.insert(0, _stored_id(default_id, choice.owner_key))
             with self.database.read() as db:
-                found = db.execute("SELECT 1 FROM memories WHERE id = ?", (memory_id,)).fetchone()
-            if found is None:
+                found = [
+                    stored_id
+                    for stored_id in stored
+                    if db.execute("SELECT 1 FROM memories WHERE id = ?", (stored_id,)).fetchone()
+                ]
+            if not found:
                 return None
         else:
-            memory_id = choice.memory_id
-            info = self.info(memory_id)
+            info = self._resolve(choice.memory_id, choice.owner_key)
             if (info.source_lang, info.target_lang) != (source_lang, target_lang):
                 raise MemoryEntriesError(
                     "memory_language_mismatch",
-                    f"the memory {memory_id!r} is for {info.source_lang}->{info.target_lang}, "
-                    f"the request is {source_lang}->{target_lang}",
+                    f"the memory {choice.memory_id!r} is for {info.source_lang}->"
+                    f"{info.target_lang}, the request is {source_lang}->{target_lang}",
                 )
-        return lambda text: self._find(memory_id, text)
+            found = [info.memory_id]
+        return lambda text: next(
+            (target for stored_id in found if (target := self._find(stored_id, text))), None
+        )
 
     def _find(self, memory_id: str, text: str) -> str | None:
         key = segment_key(text)
@@ -277,6 +324,13 @@ _INFO = (
     "m.owner_key "
     "FROM memories m LEFT JOIN memory_entries e ON e.memory_id = m.id"
 )
+
+
+def _as_seen_by(info: MemoryInfo, owner_key: str | None) -> MemoryInfo:
+    """``info`` with the id its owner knows it by (without the owner's prefix)."""
+    if owner_key is None or info.owner_key != owner_key:
+        return info
+    return replace(info, memory_id=info.memory_id.removeprefix(f"{owner_key}/"))
 
 
 def _held_keys(db: Session, memory_id: str, keys: list[str]) -> set[str]:

@@ -14,6 +14,9 @@
   LibreTranslate's ``Slowdown: ...`` text; a request with more characters than a whole
   minute's allowance can never pass and is 413.
 
+* **Owners.** With keys on, what a key stores is its own (service/translation/owners.py);
+  an admin key (``MT_ADMIN_API_KEYS``) stores into the shared space, which every key reads.
+
 Checked after the body is parsed (the key and the character count may be in it) and before
 any text work, so a refused request costs no tokenizing.
 """
@@ -30,11 +33,14 @@ from typing import Protocol
 from fastapi import Request
 
 from service.config import Settings
+from service.translation.owners import SHARED, Owner, key_owner
 from service.web.errors import ApiError
 from service.web.rate_limits import Clock, RateLimiter, Refusal
 from service.web.request_log import note_client
 
 INVALID_KEY = "Invalid API key"
+# Routes whose clients may send the key in the body (LibreTranslate's ``api_key`` field).
+BODY_KEY_ROUTES = frozenset({"/translate", "/detect", "/translate_file"})
 MISSING_KEY = "Please contact the server operator to get an API key"
 UNAUTHORIZED = "Unauthorized"
 
@@ -56,7 +62,8 @@ def load_api_keys(settings: Settings) -> dict[str, ClientLimits]:
     default = ClientLimits(
         settings.access.rate_limit_requests_per_minute, settings.access.rate_limit_chars_per_minute
     )
-    keys = {key.strip(): default for key in settings.access.api_keys.split(",") if key.strip()}
+    listed = f"{settings.access.api_keys},{settings.access.admin_api_keys}"
+    keys = {key.strip(): default for key in listed.split(",") if key.strip()}
     if settings.access.api_keys_file is not None:
         entries = json.loads(Path(settings.access.api_keys_file).read_text())
         if not isinstance(entries, dict):
@@ -86,6 +93,9 @@ class AccessPolicy:
         """``limiter``: where the windows live (in this process unless given: the
         multi-process service shares them between its front-ends)."""
         self.keys = load_api_keys(settings)
+        self.admin_keys = {
+            k.strip() for k in settings.access.admin_api_keys.split(",") if k.strip()
+        }
         self.anonymous_limits = ClientLimits(
             settings.access.rate_limit_requests_per_minute,
             settings.access.rate_limit_chars_per_minute,
@@ -107,6 +117,34 @@ class AccessPolicy:
         """Whom usage is counted for (DeepL's quota, service/web/quota.py): the API key, or
         the client's address when keys are off; 401 or 403 as ``admit``."""
         return self._identify(request, None)[0]
+
+    def refusal_from_headers(self, path: str, authorization: str) -> ApiError | None:
+        """The 401 or 403 a request gets from its headers alone, before its body is read:
+        a key in the header that is not one, or no key on a route whose clients cannot send
+        one in the body (the LibreTranslate routes can: ``api_key``). None: read on."""
+        if not self.keys_required:
+            return None
+        scheme, _, token = authorization.partition(" ")
+        key = token.strip() if scheme.lower() in ("bearer", "deepl-auth-key") else ""
+        deepl = path.startswith("/v2/")
+        if key:
+            if key in self.keys:
+                return None
+            return ApiError(403, "invalid_api_key", INVALID_KEY)
+        if path in BODY_KEY_ROUTES:
+            return None
+        if deepl:
+            return ApiError(403, "invalid_api_key", "Authorization failure: no key")
+        return ApiError(401, "api_key_required", MISSING_KEY, {"WWW-Authenticate": "Bearer"})
+
+    def owner(self, request: Request, body_key: str | None = None) -> Owner:
+        """Whose stored glossaries, memories and documents the request sees; 401 or 403 as
+        ``admit``. Keys off: the shared space, as one trusted client."""
+        identity, _ = self._identify(request, body_key)
+        if not self.keys_required:
+            return SHARED
+        key = identity.removeprefix("key:")
+        return SHARED if key in self.admin_keys else key_owner(key)
 
     def charge_characters(self, request: Request, body_key: str | None, chars: int) -> None:
         """Count characters known only after the request was admitted (a file's texts, once

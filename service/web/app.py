@@ -10,7 +10,8 @@ routes share), ``admission`` (the in-flight bound that refuses before any work),
 and ``rate_limits`` (API keys, per-client limits) and ``request_id``.
 
 Middleware, outermost first: request id, request metrics, CORS (when configured), the
-admission gate, the body size limit; so every response, a refusal included, has an
+admission gate (which checks a header's key and reads the body before taking a slot), the
+body size limit; so every response, a refusal included, has an
 ``X-Request-ID`` and is counted.
 """
 
@@ -22,7 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from service.web.access import AccessPolicy
-from service.web.admission import AdmissionGate
+from service.web.admission import AdmissionGate, BodyLimits
 from service.web.errors import install_error_handlers
 from service.web.file_store import TranslatedFiles
 from service.web.lifecycle import ServiceState, lifespan_of
@@ -98,6 +99,12 @@ def build_app(service: ServiceState) -> FastAPI:
         max_in_flight=settings.access.max_inflight_requests,
         retry_after_s=settings.access.retry_after_s,
         metrics=metrics,
+        access=app.state.access,
+        body_limits=BodyLimits(
+            settings.access.max_body_bytes,
+            settings.access.body_read_timeout_s,
+            settings.access.body_min_bytes_per_s,
+        ),
     )
     if origins := [o.strip() for o in settings.access.cors_origins.split(",") if o.strip()]:
         app.add_middleware(

@@ -58,14 +58,43 @@ def sends_form(request: Request) -> bool:
 
 
 async def json_body(request: Request) -> Any:
-    """The body parsed as JSON (an empty body is ``{}``); 400 ``malformed_json`` otherwise."""
+    """The body parsed as JSON (an empty body is ``{}``); 400 ``malformed_json`` otherwise,
+    and 400 ``invalid_unicode`` for a string that holds an unpaired surrogate escape
+    (``"\\ud800"``): no character, it cannot be stored or written back as UTF-8, and the
+    routes that read this body by hand would otherwise fail while answering."""
     raw = await request.body()
     try:
-        return json.loads(raw) if raw else {}
+        data = json.loads(raw) if raw else {}
     except ValueError as error:
         raise ApiError(400, "malformed_json", f"malformed JSON body: {error}") from error
     except RecursionError as error:
         raise ApiError(400, "malformed_json", "malformed JSON body: nested too deeply") from error
+    _check_unicode(data)
+    return data
+
+
+def _check_unicode(data: Any) -> None:
+    """400 naming the first string (value or key) that is not valid Unicode; iterative, so
+    a deeply nested body costs no recursion."""
+    pending = [("", data)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend((str(key), key) for key in value)
+            pending.extend((str(key), item) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((where, item) for item in value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as error:
+                field = f"in {where[:40]!a}: " if where else ""
+                raise ApiError(
+                    400,
+                    "invalid_unicode",
+                    f"{field}unpaired UTF-16 surrogate U+{ord(value[error.start]):04X} at index "
+                    f"{error.start}; send valid Unicode",
+                ) from None
 
 
 async def run_for_client(request: Request, service: ServiceState, work: Awaitable[T]) -> T:

@@ -27,7 +27,7 @@ from service.translation.dispatch import Dispatcher, document_translator
 from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
 from service.translation.glossaries import GlossaryStore
 from service.translation.languages import LanguagePair
-from service.translation.memories import MemoryStore
+from service.translation.memories import MemoryChoice, MemoryStore
 from service.translation.registry import ModelRegistry
 from service.translation.storage import Databases, open_databases
 from service.web.errors import ApiError, ErrorInfo, describe_error
@@ -126,7 +126,8 @@ class ServiceState:
                 # background: admitted after interactive requests (service/scheduling/scheduler.py)
                 options = replace(self.limits.options(None, None), background=True)
                 languages = LanguagePair.parse(job.source_lang, job.target_lang)
-                bound.append(document_translator(dispatcher, languages, options))
+                memory = MemoryChoice(owner_key=job.owner_key)  # the uploader's memories
+                bound.append(document_translator(dispatcher, languages, options, memory))
             return await bound[0](texts)
 
         return translate

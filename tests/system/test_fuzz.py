@@ -21,6 +21,7 @@ import os
 import socket
 import threading
 import time
+import zipfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -91,6 +92,28 @@ RAW_CASES = {
     "libretranslate surrogate in q": ("/translate", rb'{"q": "a\ud800", "source": "en"}', JSON, {400}),
     "libretranslate surrogate in target": ("/translate", rb'{"q": "a", "target": "\udfff"}', JSON, {400}),
     "libretranslate surrogate in api_key": ("/translate", rb'{"q": "a", "api_key": "\ud800"}', JSON, {400}),
+    "deepl surrogate in text": (
+        "/v2/translate", rb'{"text": ["ab\ud800cd"], "target_lang": "DE"}', JSON, {400},
+    ),
+    "deepl glossary surrogate in name": (
+        "/v2/glossaries",
+        rb'{"name": "\ud800", "source_lang": "en", "target_lang": "de", "entries": "a\tb"}',
+        JSON, {400},
+    ),
+    "deepl glossary surrogate in entries": (
+        "/v2/glossaries",
+        rb'{"name": "n", "source_lang": "en", "target_lang": "de", "entries": "a\tb\udc00"}',
+        JSON, {400},
+    ),
+    "glossary surrogate in name": (
+        "/v1/glossaries",
+        rb'{"name": "\ud800", "source_lang": "en", "target_lang": "de", "entries": {"a": "b"}}',
+        JSON, {400},
+    ),
+    "memory surrogate in an entry": (
+        "/v1/memories", rb'{"source_lang": "en", "target_lang": "de", "entries": {"a": "\ud800"}}',
+        JSON, {400, 422},
+    ),
     # Form values are decoded with replacement characters (as LibreTranslate's werkzeug does).
     "form surrogate bytes (CESU-8)": ("/translate", b"q=%ED%A0%80&source=en", FORM, {200}),
     "form invalid utf-8": ("/translate", b"q=%FF%FE&source=en", FORM, {200}),
@@ -147,6 +170,53 @@ def test_an_unpaired_surrogate_error_names_the_field_and_the_code_point(http):
     assert "text" in message and "U+DBFF" in message and "text 1" in message
 
 
+def _exchange(sock: socket.socket, request: bytes) -> tuple[int, bytes]:
+    """Send one request on a kept-alive connection and read its whole response."""
+    sock.sendall(request)
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = sock.recv(65536)
+        assert chunk, f"the server closed the connection: {received[:200]!r}"
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection mid-body"
+        body += chunk
+    return int(head.split(b" ", 2)[1]), body
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v2/translate", rb'{"text": "ab\ud800cd", "target_lang": "DE"}'),
+        ("/v2/glossaries", rb'{"name": "\udbff", "source_lang": "EN", "target_lang": "DE"}'),
+    ],
+)
+def test_a_surrogate_on_the_deepl_routes_is_400_and_the_connection_stays_usable(
+    server_url, path, body
+):
+    host, port = urlsplit(server_url).hostname, urlsplit(server_url).port
+
+    def request(path: str, body: bytes) -> bytes:
+        return (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    with socket.create_connection((host, port), timeout=30) as sock:
+        status, answer = _exchange(sock, request(path, body))
+        assert status == 400 and b"U+D" in answer, answer
+        good = json.dumps({"text": ["Save changes"], "target_lang": "DE"}).encode()
+        status, answer = _exchange(sock, request("/v2/translate", good))
+        assert status == 200, answer
+
+
 def _raw_request(url: str, head: bytes, body_chunks: list[bytes], pause_s: float) -> bytes:
     host, port = urlsplit(url).hostname, urlsplit(url).port
     with socket.create_connection((host, port), timeout=30) as sock:
@@ -189,6 +259,41 @@ def test_a_body_that_never_finishes_does_not_hurt_the_server(server_url, http):
         assert http.post("/translate", json={"q": "Save"}).status_code == 200
     # The half-sent request's connection is gone; the service goes on.
     assert http.get("/health").status_code == 200
+
+
+# Runs that made the text path's patterns quadratic, at the largest size a text may have.
+ADVERSARIAL_RUNS = ["a", "1", ".", "%0", " ", "{%", "1,", "<a ", "a@", " \t"]
+
+
+@pytest.mark.parametrize("unit", ADVERSARIAL_RUNS)
+def test_adversarial_text_is_answered_quickly_and_never_a_5xx(http, unit):
+    run = (unit * 5000)[:5000]
+    started = time.monotonic()
+    for path, body in (
+        ("/v1/translate", {"text": [run] * 16, "source_lang": "auto"}),
+        ("/translate", {"q": [run] * 16, "source": "auto", "target": "de"}),
+        ("/detect", {"q": [run] * 16}),
+    ):
+        assert_client_error_is_json_or_success(http.post(path, json=body))
+    assert time.monotonic() - started < 30
+
+
+def _lying_archives() -> list[tuple[str, bytes]]:
+    from tests.text.test_documents import lying_zip
+
+    return [
+        ("bzip2.docx", lying_zip(zipfile.ZIP_BZIP2, 100, 1 << 24)),
+        ("deflate.docx", lying_zip(zipfile.ZIP_DEFLATED, 100, 1 << 24)),
+    ]
+
+
+@pytest.mark.parametrize("path", ["/translate_file", "/v1/documents"])
+def test_archives_that_lie_about_their_sizes_are_refused_at_upload(http, path):
+    for name, content in _lying_archives():
+        data = {"source": "en", "target": "de", "target_lang": "de"}
+        response = http.post(path, data=data, files={"file": (name, content)})
+        assert_client_error_is_json_or_success(response)
+        assert response.status_code == 400, (name, response.text)
 
 
 def test_the_service_is_healthy_and_translates_after_the_hostile_cases(http):

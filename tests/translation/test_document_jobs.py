@@ -305,6 +305,31 @@ def test_finished_jobs_past_their_ttl_are_swept_with_their_files(tmp_path):
         store.get(job.job_id)
 
 
+def test_legacy_upload_folders_without_a_row_are_swept_at_start(tmp_path):
+    """An earlier version kept uploads in ``documents/<id>/`` and, killed between writing one
+    and committing its row, left a folder no job names: the next runner's start deletes it
+    and keeps a job's own."""
+    data = tmp_path / "data"
+    store = DocumentStore(
+        SqliteDatabase(data / "documents.sqlite3", write_ahead_log=True), 3600, legacy_dir=data
+    )
+    job = store.create("a.txt", b"Save", "en", "de", sentences=1, characters=4)
+    store.cancel(job.job_id)  # its row stays; nothing for the runner to translate
+    kept, orphan = data / "documents" / job.job_id, data / "documents" / "0123abcd"
+    for folder in (kept, orphan):
+        folder.mkdir(parents=True)
+        (folder / "upload").write_bytes(b"half")
+
+    async def run() -> None:
+        runner = DocumentRunner(store, lambda job: None, concurrency=1)  # type: ignore[arg-type,return-value]
+        runner.start()
+        await runner.stop()
+
+    asyncio.run(run())
+    assert not orphan.exists()
+    assert (kept / "upload").is_file()
+
+
 # --- the API with the tiny model ---------------------------------------------------------------
 
 
@@ -396,6 +421,37 @@ BAD_DOCUMENTS = [
     ("x.xlf", lambda: XXE_XLIFF, "entities"),
     ("x.pdf", lambda: b"%PDF-1.4", "file format not supported"),
 ]
+
+
+def _po(msgid: str) -> bytes:
+    header = 'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+    return f'{header}msgid "{msgid}"\nmsgstr ""\n'.encode()
+
+
+def test_documents_that_cannot_succeed_are_refused_at_upload_as_translate_file_does(
+    app_settings,
+):
+    cases = [
+        ({"target_lang": "zz"}, ("notes.txt", b"Save the file\n"), 400),  # auto source
+        ({"target_lang": "de"}, ("ui.po", _po("a" * 5001)), 413),
+        ({"target_lang": "de"}, ("notes.txt", ("word " * 1200).encode()), 413),
+    ]
+    with TestClient(create_app(app_settings)) as client:
+        wait_ready(client)
+        for data, upload, status in cases:
+            job = client.post("/v1/documents", data=data, files={"file": upload})
+            direct = client.post(
+                "/translate_file",
+                data={"source": "auto", "target": data["target_lang"]},
+                files={"file": upload},
+            )
+            assert (job.status_code, direct.status_code) == (status, status), (
+                upload[0],
+                job.text,
+                direct.text,
+            )
+        # Nothing queued: not even the jobs' database was created.
+        assert not (app_settings.storage.data_dir / "documents.sqlite3").exists()
 
 
 def test_bad_documents_are_refused_at_upload(app_settings):

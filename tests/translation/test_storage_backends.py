@@ -73,17 +73,26 @@ def test_a_memory_posted_through_one_replica_answers_through_another(replicas):
     a, b = MemoryStore(replicas().main, 100), MemoryStore(replicas().main, 100)
     first = a.add(None, "en", "de", [("Save  changes", "Speichern"), ("Quit", "Beenden")])
     assert first.created and (first.added, first.replaced) == (2, 0)
-    again = b.add(None, "en", "de", [("Save changes", "Änderungen speichern")], owner_key="k")
+    again = b.add(None, "en", "de", [("Save changes", "Änderungen speichern")])
     assert not again.created and (again.added, again.replaced) == (0, 1)
     lookup = a.lookup(PAIR_DEFAULT, "en", "de")
     assert lookup is not None and lookup(" Save changes ") == "Änderungen speichern"
+    # A key's default is its own, read before the shared one, on every replica.
+    own = b.add(None, "en", "de", [("Quit", "Schließen")], owner_key="k")
+    assert own.created and own.info.owner_key == "k"
+    keyed = a.lookup(MemoryChoice(owner_key="k"), "en", "de")
+    assert keyed is not None and (keyed("Quit"), keyed("Save changes")) == (
+        "Schließen",
+        "Änderungen speichern",
+    )
+    assert lookup("Quit") == "Beenden"
     b.add("docs", "en", "fr", [("a", "b")], owner_key="k")
-    assert a.info("docs").owner_key == "k"
+    assert a.info("docs", owner_key="k").owner_key == "k"
     with pytest.raises(MemoryEntriesError):  # another pair: refused, nothing written
-        a.add("docs", "en", "de", [("x", "y")])
+        a.add("docs", "en", "de", [("x", "y")], owner_key="k")
     with pytest.raises(MemoryEntriesError):
-        a.lookup(MemoryChoice("docs"), "en", "de")
-    assert b.entries("docs") == [("a", "b")]
+        a.lookup(MemoryChoice("docs", owner_key="k"), "en", "de")
+    assert b.entries("docs", owner_key="k") == [("a", "b")]
 
 
 def test_usage_is_counted_once_across_replicas(replicas):

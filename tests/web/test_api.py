@@ -347,6 +347,16 @@ def test_libretranslate_errors_use_its_error_shape(client, kwargs, status, says)
     assert says in response.json()["error"]
 
 
+@pytest.mark.parametrize(
+    ("q", "says"),
+    [("a" * 501, "MT_MAX_CHARS_PER_TEXT=500"), (["a"] * 9, "MT_MAX_TEXTS_PER_REQUEST=8")],
+)
+def test_detect_has_the_limits_of_translate(client, q, says):
+    response = post(client, "/detect", json={"q": q})
+    assert response.status_code == 413, response.text
+    assert says in response.json()["error"]
+
+
 def test_unknown_route_and_method_are_json(client):
     assert client.get("/nope").json()["code"] == "http_404"
     response = client.get("/v1/translate")

@@ -28,6 +28,10 @@ from service.text.bulk import TranslateTexts
 _TOKEN_RE = re.compile(r"<(/?)mt-([gx])(\d+)\s*/?>")
 _PAIRED = {"strong_open": "strong_close", "em_open": "em_close", "s_open": "s_close"}
 _LIST_MARKER = re.compile(r"[-*+]|\d{1,9}[.)]")
+# A soft line break with the spaces around it; the spaces before it are read from the first
+# of them (a match ends past the spaces after), so a long run of spaces is read once.
+_SOFT_BREAK = re.compile(r"(?<![ \t])[ \t]*+\n[ \t]*+")
+_LINE_END = re.compile(r"\n[ \t]*+")
 
 
 @dataclass
@@ -62,6 +66,23 @@ def _closing_bracket_end(raw: str, start: int) -> int:
     return after
 
 
+def _hard_break(raw: str, cursor: int) -> tuple[int, int, str] | None:
+    """``(start, end, marker)`` of the first hard break at or after ``cursor``: a backslash or
+    two or more spaces, then a line break and the next line's indent. Found from the line
+    breaks, each space run read once, so a long run of spaces costs its length, not its
+    square."""
+    for line_end in _LINE_END.finditer(raw, cursor):
+        newline = line_end.start()
+        if newline > cursor and raw[newline - 1] == "\\":
+            return newline - 1, line_end.end(), "\\"
+        start = newline
+        while start > cursor and raw[start - 1] == " ":
+            start -= 1
+        if newline - start >= 2:
+            return start, line_end.end(), raw[start:newline]
+    return None
+
+
 def _protect(inline: _Inline, children: list[Token]) -> None:
     """Fill ``inline.text`` and its markup tables from the inline tokens."""
     raw, pieces, cursor, number = inline.raw, [], 0, 0
@@ -70,7 +91,7 @@ def _protect(inline: _Inline, children: list[Token]) -> None:
 
     def emit_until(position: int) -> None:
         nonlocal cursor
-        pieces.append(re.sub(r"[ \t]*\n[ \t]*", " ", raw[cursor:position]))
+        pieces.append(_SOFT_BREAK.sub(" ", raw[cursor:position]))
         cursor = position
 
     def opaque(start: int, end: int) -> None:
@@ -108,10 +129,11 @@ def _protect(inline: _Inline, children: list[Token]) -> None:
                 while index < len(children) and children[index].type != "link_close":
                     index += 1
         elif kind == "hardbreak":
-            match = re.compile(r"(\\| {2,})\n[ \t]*").search(raw, cursor)
-            if match:
-                opaque(match.start(), match.end())
-                inline.opaque[number] = match.group(1) + "\n"  # the indent is the block's
+            hard_break = _hard_break(raw, cursor)
+            if hard_break:
+                start, end, marker = hard_break
+                opaque(start, end)
+                inline.opaque[number] = marker + "\n"  # the indent is the block's
         elif kind in _PAIRED or kind == "link_open":
             marker = "[" if kind == "link_open" else child.markup
             start = raw.find(marker, cursor)

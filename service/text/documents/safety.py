@@ -39,7 +39,9 @@ READ_CHUNK = 64 * 1024
 # The compression methods the supported formats use; others (bzip2, LZMA) inflate whole.
 ALLOWED_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
-_DTD_RE = re.compile(rb"<!DOCTYPE[^>\[]*\[|<!ENTITY", re.IGNORECASE)
+# A DOCTYPE with an internal subset, or an entity. The scan from one DOCTYPE stops at the
+# next one, which goes on from there, so a file of repeated DOCTYPEs is read once.
+_DTD_RE = re.compile(rb"<!DOCTYPE(?:[^>\[<]|<(?!!DOCTYPE))*+\[|<!ENTITY", re.IGNORECASE)
 _DECLARATION_RE = re.compile(rb"^\s*<\?xml[^>]*\?>[ \t\r\n]*")
 
 

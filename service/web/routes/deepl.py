@@ -44,7 +44,9 @@ from service.errors import ApiError, NotFound
 from service.text.glossary import entries_tsv, parse_entries
 from service.translation.dispatch import collect
 from service.translation.document_jobs import DocumentJob
+from service.translation.glossaries import GlossaryInfo
 from service.translation.languages import LanguagePair, language_name
+from service.translation.owners import Owner
 from service.translation.request import TranslationRequest
 from service.translation.routing import source_languages, targets_by_source
 from service.web.access import AccessPolicy
@@ -66,7 +68,7 @@ from service.web.routes.deepl_fields import (
     string_field,
     text_handling,
 )
-from service.web.routes.documents import result_response, submit
+from service.web.routes.documents import owned_job, result_response, submit
 from service.web.routes.glossaries import card, create_glossary
 from service.web.routes.memories import memory_choice
 from service.web.routes.v1 import MODELS_HEADER
@@ -147,8 +149,9 @@ async def translate(
     glossary_id = string_field(fields, "glossary_id")
     if glossary_id is not None and source is None:
         raise ApiError(400, "invalid_request", "a glossary needs source_lang")  # as DeepL
-    glossary = service.glossaries.glossary(glossary_id) if glossary_id else None
-    memory = memory_choice(string_field(fields, "translation_memory_id"))
+    owner = access.owner(request)
+    glossary = service.glossaries.glossary(glossary_id, owner.key) if glossary_id else None
+    memory = memory_choice(owner, string_field(fields, "translation_memory_id"))
     dispatcher = service.require_dispatcher()
     translation = TranslationRequest(
         texts,
@@ -209,9 +212,8 @@ async def usage(request: Request, service: Service, access: Access) -> dict[str,
     }
 
 
-def _v2_card(service: ServiceState, glossary_id: str) -> dict[str, Any]:
-    info = card(service.glossaries.info(glossary_id)).model_dump(exclude={"entries"})
-    return {**info, "ready": True}
+def _v2_card(info: GlossaryInfo) -> dict[str, Any]:
+    return {**card(info).model_dump(exclude={"entries"}), "ready": True}
 
 
 @router.get("/glossary-language-pairs", summary="Pairs glossaries can be made for")
@@ -252,19 +254,22 @@ async def create(request: Request, service: Service, access: Access) -> dict[str
     )
     info = create_glossary(
         service,
+        access.owner(request),
         string_field(fields, "name", required=True) or "",
         deepl_code(string_field(fields, "source_lang", required=True) or ""),
         deepl_code(string_field(fields, "target_lang", required=True) or ""),
         entries,
     )
-    return _v2_card(service, info.glossary_id)
+    return _v2_card(info)
 
 
 @router.get("/glossaries", summary="The stored glossaries (DeepL API v2)")
 async def list_all(request: Request, service: Service, access: Access) -> dict[str, Any]:
     admit(request, access, chars=0)
     return {
-        "glossaries": [_v2_card(service, info.glossary_id) for info in service.glossaries.list()]
+        "glossaries": [
+            _v2_card(info) for info in service.glossaries.list(access.owner(request).key)
+        ]
     }
 
 
@@ -273,20 +278,20 @@ async def get_one(
     glossary_id: str, request: Request, service: Service, access: Access
 ) -> dict[str, Any]:
     admit(request, access, chars=0)
-    return _v2_card(service, glossary_id)
+    return _v2_card(service.glossaries.info(glossary_id, access.owner(request).key))
 
 
 @router.get("/glossaries/{glossary_id}/entries", summary="A glossary's entries as TSV")
 async def entries(glossary_id: str, request: Request, service: Service, access: Access) -> Response:
     admit(request, access, chars=0)
-    tsv = entries_tsv(service.glossaries.entries(glossary_id))
+    tsv = entries_tsv(service.glossaries.entries(glossary_id, access.owner(request).key))
     return Response(tsv, media_type="text/tab-separated-values; charset=utf-8")
 
 
 @router.delete("/glossaries/{glossary_id}", status_code=204, summary="Delete a glossary")
 async def delete(glossary_id: str, request: Request, service: Service, access: Access) -> Response:
     admit(request, access, chars=0)
-    service.glossaries.delete(glossary_id)
+    service.glossaries.delete(glossary_id, access.owner(request).key)
     return Response(status_code=204)
 
 
@@ -296,11 +301,14 @@ async def delete(glossary_id: str, request: Request, service: Service, access: A
 _DEEPL_STATUS = {"queued": "queued", "translating": "translating", "done": "done"}
 
 
-def _document(service: ServiceState, document_id: str, fields: dict[str, Any]) -> DocumentJob:
-    """The job, if ``document_key`` is its key (the id alone does not open a document)."""
+def _document(
+    service: ServiceState, owner: Owner, document_id: str, fields: dict[str, Any]
+) -> DocumentJob:
+    """The job, if ``document_key`` is its key (the id alone does not open a document) and
+    ``owner`` uploaded it."""
     key = string_field(fields, "document_key", required=True)
     try:
-        job = service.documents.get(document_id)
+        job = owned_job(service, document_id, owner)
     except NotFound:
         job = None
     if job is None or not secrets.compare_digest(job.key, key or ""):
@@ -348,7 +356,7 @@ async def document_status(
     document_id: str, request: Request, service: Service, access: Access
 ) -> dict[str, Any]:
     admit(request, access, chars=0)
-    job = _document(service, document_id, await read_fields(request))
+    job = _document(service, access.owner(request), document_id, await read_fields(request))
     status: dict[str, Any] = {
         "document_id": job.job_id,
         "status": _DEEPL_STATUS.get(job.status, "error"),
@@ -372,4 +380,5 @@ async def document_result(
     document_id: str, request: Request, service: Service, access: Access
 ) -> Response:
     admit(request, access, chars=0)
-    return result_response(service, _document(service, document_id, await read_fields(request)))
+    fields = await read_fields(request)
+    return result_response(service, _document(service, access.owner(request), document_id, fields))

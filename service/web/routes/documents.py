@@ -19,10 +19,13 @@ from dataclasses import replace
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
+from service.errors import NotFound
 from service.text.documents.inline import TAG_RE
 from service.text.files import UnsupportedFile, translate_file
 from service.translation.document_jobs import DocumentJob, count_sentences
 from service.translation.languages import LanguageCode, LanguagePair
+from service.translation.owners import Owner
+from service.translation.routing import targets_by_source
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, upload_body
 from service.web.errors import ERROR_RESPONSES, ApiError
@@ -73,12 +76,27 @@ async def submit(
         languages = replace(languages, target=LanguageCode(default))
     if not languages.detects:
         dispatcher.route(languages)  # an unserved pair is refused now
+    elif service.registry is not None:
+        # Detected later, but a target no served language translates into fails whatever
+        # is detected: refused now, as /translate_file refuses it.
+        reachable = targets_by_source(service.registry.by_pair, service.settings.model.pivot_lang)
+        if languages.target.code not in {t for ts in reachable.values() for t in ts}:
+            raise ApiError(
+                400,
+                "unsupported_language",
+                f"Invalid request: target language {languages.target.code} is not supported",
+            )
     source, target = languages.source.code, languages.target.code
     content = await upload.read()
     texts = await read_texts(filename, content, target)
+    # A text the translator would refuse (over MT_MAX_CHARS_PER_TEXT: a long .po msgid, a
+    # paragraph of many runs) fails the job whatever happens: 413 now, not an error later.
+    for text in texts:
+        service.limits.check_request_size([text])
     # Characters of the text itself: formatting boundaries are the service's markup.
     characters = sum(len(TAG_RE.sub("", text)) for text in texts)
     access.charge_characters(request, body_key, chars=characters)
+    owner = access.owner(request, body_key)
     job = await asyncio.to_thread(
         service.documents.create,
         safe_filename(filename),
@@ -87,8 +105,18 @@ async def submit(
         target,
         count_sentences(texts, source if source != "auto" else "en"),
         characters,
+        owner.key,
     )
     service.document_runner.submit(job)
+    return job
+
+
+def owned_job(service: ServiceState, job_id: str, owner: Owner) -> DocumentJob:
+    """The job, 404 for an unknown id and for another key's job alike (a job is its
+    uploader's; keys off or an admin key see every one)."""
+    job = service.documents.get(job_id)
+    if owner.key is not None and job.owner_key != owner.key:
+        raise NotFound(f"no document job with id {job_id!r}", "document_not_found")
     return job
 
 
@@ -170,7 +198,7 @@ async def get_job(
     job_id: str, request: Request, service: Service, access: Access
 ) -> DocumentJobStatus:
     access.admit(request, None, chars=0)
-    return job_status(request, service.documents.get(job_id))
+    return job_status(request, owned_job(service, job_id, access.owner(request)))
 
 
 @router.get(
@@ -182,7 +210,7 @@ async def get_job(
 )
 async def get_result(job_id: str, request: Request, service: Service, access: Access) -> Response:
     access.admit(request, None, chars=0)
-    return result_response(service, service.documents.get(job_id))
+    return result_response(service, owned_job(service, job_id, access.owner(request)))
 
 
 @router.delete(
@@ -195,4 +223,5 @@ async def cancel_job(
     job_id: str, request: Request, service: Service, access: Access
 ) -> DocumentJobStatus:
     access.admit(request, None, chars=0)
+    owned_job(service, job_id, access.owner(request))  # 404 before anything is cancelled
     return job_status(request, service.document_runner.cancel(job_id))

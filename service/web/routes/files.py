@@ -23,6 +23,7 @@ from service.web.deps import Access, Service, run_for_client, upload_body
 from service.web.errors import ApiError
 from service.web.file_store import TranslatedFiles, attachment
 from service.web.lifecycle import ServiceState
+from service.web.routes.memories import memory_choice
 from service.web.schemas import TranslateFileResponse
 
 router = APIRouter()
@@ -88,7 +89,8 @@ async def translate_file(
     options = service.limits.options(None, None)
     # The pair is chosen once for the whole file: a named source is checked now, before any
     # work; "auto" is detected on the file's first texts.
-    translate_chunk = document_translator(dispatcher, languages, options)
+    memory = memory_choice(access.owner(request, body_key))
+    translate_chunk = document_translator(dispatcher, languages, options, memory)
 
     async def translate_texts(texts: list[str]) -> list[str]:
         # Every format hands over all of its texts in one call: the whole file is counted

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from service.text.glossary import Glossary, GlossaryError, parse_entries
 from service.translation.glossaries import GlossaryInfo, GlossaryStore
 from service.translation.languages import LanguageCode, LanguagePair
+from service.translation.owners import Owner
 from service.translation.routing import plan_route
 from service.web.deps import Access, Service, json_body, request_body, sends_form
 from service.web.errors import ERROR_RESPONSES, ApiError, validated
@@ -29,13 +30,14 @@ Body = TypeVar("Body", bound=BaseModel)
 
 
 def request_glossary(
-    service: ServiceState, inline: dict[str, str] | None, glossary_id: str | None
+    service: ServiceState, owner: Owner, inline: dict[str, str] | None, glossary_id: str | None
 ) -> Glossary | None:
-    """The glossary a translation request carries: inline entries or a stored one's id."""
+    """The glossary a translation request carries: inline entries or the id of a stored one
+    ``owner`` reads."""
     if inline is not None and glossary_id is not None:
         raise GlossaryError("glossary_conflict", "send either glossary or glossary_id, not both")
     if glossary_id is not None:
-        return service.glossaries.glossary(glossary_id)
+        return service.glossaries.glossary(glossary_id, owner.key)
     if inline is not None:
         return Glossary.from_entries(inline.items(), service.settings.access.max_glossary_entries)
     return None
@@ -43,6 +45,7 @@ def request_glossary(
 
 def create_glossary(
     service: ServiceState,
+    owner: Owner,
     name: str,
     source_lang: str,
     target_lang: str,
@@ -54,7 +57,7 @@ def create_glossary(
     source, target = pair.source.code, pair.target.code
     if service.registry is not None:
         plan_route(pair, service.registry.by_pair, service.settings.model.pivot_lang)
-    return service.glossaries.create(name, source, target, entries)
+    return service.glossaries.create(name, source, target, entries, owner.key)
 
 
 def iso_time(seconds: float) -> str:
@@ -119,14 +122,18 @@ def entries_of(body: GlossaryCreate | MemoryPost) -> list[tuple[str, str]]:
 async def create(request: Request, service: Service, access: Access) -> GlossaryCard:
     body = await read_entries_body(request, GlossaryCreate, "glossary")
     access.admit(request, None, chars=0)
-    info = create_glossary(service, body.name, body.source_lang, body.target_lang, entries_of(body))
+    owner = access.owner(request)
+    info = create_glossary(
+        service, owner, body.name, body.source_lang, body.target_lang, entries_of(body)
+    )
     return card(info)
 
 
 @router.get("/v1/glossaries", response_model=GlossaryList, summary="The stored glossaries")
 async def list_all(request: Request, service: Service, access: Access) -> GlossaryList:
     access.admit(request, None, chars=0)
-    return GlossaryList(glossaries=[card(info) for info in service.glossaries.list()])
+    owner = access.owner(request)
+    return GlossaryList(glossaries=[card(info) for info in service.glossaries.list(owner.key)])
 
 
 @router.get(
@@ -140,11 +147,12 @@ async def get_one(
 ) -> GlossaryCard:
     access.admit(request, None, chars=0)
     store: GlossaryStore = service.glossaries
-    return card(store.info(glossary_id), store.entries(glossary_id))
+    owner = access.owner(request)
+    return card(store.info(glossary_id, owner.key), store.entries(glossary_id, owner.key))
 
 
 @router.delete("/v1/glossaries/{glossary_id}", status_code=204, summary="Delete a glossary")
 async def delete(glossary_id: str, request: Request, service: Service, access: Access) -> Response:
     access.admit(request, None, chars=0)
-    service.glossaries.delete(glossary_id)
+    service.glossaries.delete(glossary_id, access.owner(request).key)
     return Response(status_code=204)

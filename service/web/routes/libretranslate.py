@@ -34,6 +34,7 @@ from service.web.deps import (
     sends_form,
 )
 from service.web.errors import ERROR_RESPONSES, ApiError, validated
+from service.web.routes.memories import memory_choice
 from service.web.routes.v1 import MODELS_HEADER
 from service.web.schemas import (
     DetectedLanguage,
@@ -78,6 +79,7 @@ async def translate(
         format=body.format,
         output=Output.ALTERNATIVES if n_best else Output.WHOLE,
         alternatives=n_best,
+        memory=memory_choice(access.owner(request, body.api_key)),
     )
     result = await run_for_client(request, service, collect(dispatcher.translate(translation)))
     translated = [t.text for t in result.batch.translations]

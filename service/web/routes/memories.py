@@ -16,11 +16,11 @@ from service.errors import ApiError
 from service.translation.languages import LanguageCode, LanguagePair
 from service.translation.memories import (
     NO_MEMORY,
-    PAIR_DEFAULT,
     MemoryChoice,
     MemoryInfo,
     MemoryUpdate,
 )
+from service.translation.owners import Owner
 from service.translation.routing import plan_route
 from service.web.deps import Access, Service, request_body
 from service.web.errors import ERROR_RESPONSES
@@ -31,17 +31,20 @@ from service.web.schemas import MemoryCard, MemoryEntries, MemoryList, MemoryPos
 router = APIRouter()
 
 
-def memory_choice(memory_id: str | None, use_memory: bool = True) -> MemoryChoice:
-    """The memory a translation request asked for."""
+def memory_choice(
+    owner: Owner, memory_id: str | None = None, use_memory: bool = True
+) -> MemoryChoice:
+    """The memory a translation request asked for, among those ``owner`` reads."""
     if not use_memory:
         if memory_id is not None:
             raise ApiError(400, "memory_conflict", "memory_id with use_memory=false")
         return NO_MEMORY
-    return MemoryChoice(memory_id) if memory_id is not None else PAIR_DEFAULT
+    return MemoryChoice(memory_id, owner_key=owner.key)
 
 
 def add_entries(
     service: ServiceState,
+    owner: Owner,
     memory_id: str | None,
     source_lang: str,
     target_lang: str,
@@ -60,7 +63,7 @@ def add_entries(
                 f"{source}->{target} is not translated (the text is returned as it is), so a "
                 "memory for it would never be used",
             )
-    return service.memories.add(memory_id, source, target, entries)
+    return service.memories.add(memory_id, source, target, entries, owner.key)
 
 
 def card(info: MemoryInfo, update: MemoryUpdate | None = None) -> MemoryCard:
@@ -92,8 +95,9 @@ async def post(
 ) -> MemoryCard:
     body = await read_entries_body(request, MemoryPost, "memory")
     access.admit(request, None, chars=0)
+    owner = access.owner(request)
     update = add_entries(
-        service, body.memory_id, body.source_lang, body.target_lang, entries_of(body)
+        service, owner, body.memory_id, body.source_lang, body.target_lang, entries_of(body)
     )
     response.status_code = 201 if update.created else 200
     return card(update.info, update)
@@ -107,7 +111,8 @@ async def post(
 )
 async def list_all(request: Request, service: Service, access: Access) -> MemoryList:
     access.admit(request, None, chars=0)
-    return MemoryList(memories=[card(info) for info in service.memories.list()])
+    owner = access.owner(request)
+    return MemoryList(memories=[card(info) for info in service.memories.list(owner.key)])
 
 
 @router.get(
@@ -118,7 +123,7 @@ async def list_all(request: Request, service: Service, access: Access) -> Memory
 )
 async def get_one(memory_id: str, request: Request, service: Service, access: Access) -> MemoryCard:
     access.admit(request, None, chars=0)
-    return card(service.memories.info(memory_id))
+    return card(service.memories.info(memory_id, access.owner(request).key))
 
 
 @router.get(
@@ -130,11 +135,11 @@ async def entries(
     memory_id: str, request: Request, service: Service, access: Access
 ) -> MemoryEntries:
     access.admit(request, None, chars=0)
-    return MemoryEntries(entries=service.memories.entries(memory_id))
+    return MemoryEntries(entries=service.memories.entries(memory_id, access.owner(request).key))
 
 
 @router.delete("/v1/memories/{memory_id}", status_code=204, summary="Delete a translation memory")
 async def delete(memory_id: str, request: Request, service: Service, access: Access) -> Response:
     access.admit(request, None, chars=0)
-    service.memories.delete(memory_id)
+    service.memories.delete(memory_id, access.owner(request).key)
     return Response(status_code=204)

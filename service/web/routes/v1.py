@@ -81,14 +81,15 @@ def admit(
     Each text is detected and routed on its own."""
     texts = [body.text] if isinstance(body.text, str) else body.text
     access.admit(request, None, chars=sum(map(len, texts)))
+    owner = access.owner(request)
     dispatcher = service.require_dispatcher()
     translation = TranslationRequest(
         texts,
         LanguagePair.parse(body.source_lang, body.target_lang),
         service.limits.options(body.beam_size, body.max_new_tokens),
         output=output,
-        glossary=request_glossary(service, body.glossary, body.glossary_id),
-        memory=memory_choice(body.memory_id, body.use_memory),
+        glossary=request_glossary(service, owner, body.glossary, body.glossary_id),
+        memory=memory_choice(owner, body.memory_id, body.use_memory),
         routing=Routing.EACH_TEXT,
     )
     return dispatcher, translation
