@@ -223,7 +223,10 @@ def test_two_runners_on_one_store_run_each_job_exactly_once(tmp_path, monkeypatc
         first.start()
         for job in jobs:
             first.submit(job)
-        while not any(stores[1].get(job.job_id).status == "translating" for job in jobs):
+        # Until the first runner has taken a job (it may have finished some already).
+        deadline = time.monotonic() + 30
+        while not any(stores[1].get(job.job_id).status != "queued" for job in jobs):
+            assert time.monotonic() < deadline, "the first runner took no job"
             await asyncio.sleep(0.005)
         second = DocumentRunner(stores[1], counting, concurrency=2)
         second.start()
