@@ -380,9 +380,14 @@ class DocumentStore:
         folders = self.legacy_dir / "documents" if self.legacy_dir is not None else None
         if folders is None or not folders.is_dir():
             return 0
-        with self.database.read() as db:
-            known = {job_id for (job_id,) in db.execute("SELECT id FROM document_jobs")}
-        orphans = [path for path in folders.iterdir() if path.is_dir() and path.name not in known]
+        candidates = [path for path in folders.iterdir() if path.is_dir()]
+        if not candidates:  # nothing to sweep: the jobs' database is not even opened
+            return 0
+        known: set[str] = set()
+        if self.database.exists():
+            with self.database.read() as db:
+                known = {job_id for (job_id,) in db.execute("SELECT id FROM document_jobs")}
+        orphans = [path for path in candidates if path.name not in known]
         for path in orphans:
             shutil.rmtree(path, ignore_errors=True)
         return len(orphans)
