@@ -226,8 +226,7 @@ class DocumentStore:
         return job
 
     def counts(self) -> dict[str, tuple[int, int]]:
-        """State -> (jobs, sentences not yet translated), for /metrics; empty before the first
-        job and while the store cannot be read (the next scrape tries again)."""
+        """State -> (jobs, sentences left), for /metrics; empty while nothing can be read."""
         if not self.database.exists():  # a scrape creates no database
             return {}
         try:
