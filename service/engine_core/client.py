@@ -52,7 +52,7 @@ from service.errors import EngineUnavailable, NotAccepting, QueueFull
 from service.metrics import ServiceMetrics
 from service.runtime.types import DecodeRequest
 from service.scheduling.sentences import RowResult, ScheduledSentence
-from service.scheduling.stream import RowStream
+from service.scheduling.stream import RowStream, all_rows
 
 logger = logging.getLogger(__name__)
 
@@ -130,13 +130,7 @@ class EngineCoreClient:
             return []
         while not self.live_replicas and self._clock() - self._started_at < FIRST_PONG_WAIT_S:
             await asyncio.sleep(0.01)
-        sentences = self._send(rows, timeout_s, background)
-        try:
-            async with asyncio.timeout(timeout_s):
-                return list(await asyncio.gather(*(s.future for s in sentences)))
-        except BaseException:
-            self.abandon(sentences)
-            raise
+        return await all_rows(self, self._send(rows, timeout_s, background), timeout_s)
 
     def submit_as_completed(
         self,

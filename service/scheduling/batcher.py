@@ -49,7 +49,7 @@ from service.scheduling.policies import (
 from service.scheduling.scheduler import COST_TOLERANCE, MAX_STALL_STEPS, Scheduler
 from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
 from service.scheduling.settings import DEFAULT_MAX_QUEUE, BatchingSettings
-from service.scheduling.stream import RowStream
+from service.scheduling.stream import RowStream, all_rows
 
 logger = logging.getLogger(__name__)
 
@@ -188,13 +188,7 @@ class ContinuousBatcher:
         after every waiting interactive one and a few at a time."""
         if not rows:
             return []
-        sentences = self._put(rows, background)
-        try:
-            async with asyncio.timeout(timeout_s):
-                return list(await asyncio.gather(*(s.future for s in sentences)))
-        except BaseException:
-            self.abandon(sentences)
-            raise
+        return await all_rows(self, self._put(rows, background), timeout_s)
 
     def submit_as_completed(
         self,

@@ -1,4 +1,5 @@
-"""Results of one ``submit_as_completed`` call, in the order its sentences finish."""
+"""Results of one ``submit`` call, all at once (``all_rows``), or of one
+``submit_as_completed`` call, in the order its sentences finish (``RowStream``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,19 @@ from service.scheduling.sentences import RowResult, ScheduledSentence
 
 class Abandons(Protocol):
     def abandon(self, sentences: Sequence[ScheduledSentence]) -> None: ...
+
+
+async def all_rows(
+    batcher: Abandons, sentences: list[ScheduledSentence], timeout_s: float | None
+) -> list[RowResult]:
+    """Every row's result, in the order of ``sentences``. On timeout (``TimeoutError``) or
+    cancellation (client gone) the unfinished rows are abandoned."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return list(await asyncio.gather(*(s.future for s in sentences)))
+    except BaseException:
+        batcher.abandon(sentences)
+        raise
 
 
 class RowStream:
