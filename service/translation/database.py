@@ -46,6 +46,20 @@ _DOCUMENTS_FILE_NAME = "documents.sqlite3"
 _DOCUMENTS_DIR = "documents"
 
 
+def _switch_to_wal(connection: sqlite3.Connection, patience_s: float = 10.0) -> None:
+    """``PRAGMA journal_mode = WAL``, retried: the switch takes the file's exclusive lock
+    without waiting for it, so processes that open a new file together find it locked."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def store_problem(data_dir: Path) -> str | None:
     """Why the store under ``data_dir`` cannot be written, or None when it can: the directory
     and its ``documents/`` are created if missing and a file is written and removed in each,
@@ -255,7 +269,7 @@ class SqliteDatabase(Database):
                 ) from error
             connection.execute("PRAGMA foreign_keys = ON")
             if self.write_ahead_log:
-                connection.execute("PRAGMA journal_mode = WAL")
+                _switch_to_wal(connection)
                 connection.execute("PRAGMA synchronous = NORMAL")
             for component in self._migrations:
                 self._apply(connection, component)
