@@ -31,6 +31,7 @@ from contextlib import AbstractContextManager
 
 from service.metrics import ServiceMetrics
 from service.runtime.types import DecodeRequest
+from service.scheduling.chooser import COST_TOLERANCE, MAX_STALL_STEPS, AdmissionChooser
 from service.scheduling.engine_api import DecodeEngine
 from service.scheduling.engine_loop import EngineLoop
 from service.scheduling.overlap import (
@@ -46,7 +47,6 @@ from service.scheduling.policies import (
     IdleWait,
     StaticPolicy,
 )
-from service.scheduling.scheduler import COST_TOLERANCE, MAX_STALL_STEPS, Scheduler
 from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
 from service.scheduling.settings import DEFAULT_MAX_QUEUE, BatchingSettings
 from service.scheduling.stream import RowStream, all_rows
@@ -128,7 +128,7 @@ class ContinuousBatcher:
             if encoder_overlap and config.batching == "continuous"
             else None
         )
-        scheduler = Scheduler(
+        scheduler = AdmissionChooser(
             engine,
             config,
             cost_tolerance=cost_tolerance,

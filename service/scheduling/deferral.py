@@ -57,7 +57,7 @@ class Deferral:
 
     queue: int | None  # the queue's version, or its head unit where the head was refused
     head_refused: bool
-    head_over_stall: bool  # the head was refused over the stall bound (``Scheduler``)
+    head_over_stall: bool  # the head was refused over the stall bound (``AdmissionChooser``)
     batch: BatchChanges  # the batch's counts then (a copy)
     step: int
     deficit: Deficit | None  # deferred by the latency budget: how far from joining

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from service.errors import EngineFailure, NotAccepting
 from service.metrics import ServiceMetrics
 from service.runtime.types import FinishedRequest
+from service.scheduling.chooser import AdmissionChooser
 from service.scheduling.deferral import BatchChanges, DeferralHold
 from service.scheduling.engine_api import DecodeEngine
 from service.scheduling.joins import BatchJoins
 from service.scheduling.overlap import EncoderOverlap
 from service.scheduling.policies import AdmissionPolicy
-from service.scheduling.scheduler import Scheduler
 from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
 from service.scheduling.timeline import PhaseClock
 
@@ -49,7 +49,7 @@ class EngineLoop:
         engine: DecodeEngine,
         queue: SentenceQueue,
         policy: AdmissionPolicy,
-        scheduler: Scheduler,
+        scheduler: AdmissionChooser,
         overlap: EncoderOverlap | None,
         metrics: ServiceMetrics,
         *,

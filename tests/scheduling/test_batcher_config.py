@@ -23,7 +23,7 @@ def test_unknown_batching_policy_is_refused():
 
 def test_the_batcher_takes_the_settings_batching_group_as_it_is():
     from service.config import Settings
-    from service.scheduling.scheduler import MAX_STALL_STEPS
+    from service.scheduling.chooser import MAX_STALL_STEPS
 
     settings = Settings(max_batch_rows=7, admission_cost_aware=False)
     batcher = ContinuousBatcher(FakeEngine(), settings.scheduling)

@@ -40,7 +40,7 @@ COST_TOLERANCE = 0.05
 MAX_STALL_STEPS = 2.0
 
 
-class Scheduler:
+class AdmissionChooser:
     """Chooses each admission (engine thread only)."""
 
     # Units that may be tried in a row without one fitting before admission stops looking:
