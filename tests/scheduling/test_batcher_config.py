@@ -29,7 +29,7 @@ def test_the_batcher_takes_the_settings_batching_group_as_it_is():
     batcher = ContinuousBatcher(FakeEngine(), settings.scheduling)
     assert batcher.config is settings.scheduling
     assert (batcher.max_batch_rows, batcher.config.admission_cost_aware) == (7, False)
-    assert batcher._loop.scheduler.max_stall_steps == MAX_STALL_STEPS  # a fixed bound
+    assert batcher._loop.scheduler.chooser.max_stall_steps == MAX_STALL_STEPS  # a fixed bound
 
 
 @pytest.mark.parametrize(
