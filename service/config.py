@@ -43,8 +43,8 @@ ENV_PREFIX = "MT_"
 # Variables that were settings and are now fixed bounds, named constants beside the code that
 # uses them: a value set for them is ignored, with a warning at start-up.
 FIXED_NOW = {
-    "ADMISSION_COST_TOLERANCE": "service/scheduling/scheduler.py COST_TOLERANCE",
-    "ADMISSION_MAX_STALL_STEPS": "service/scheduling/scheduler.py MAX_STALL_STEPS",
+    "ADMISSION_COST_TOLERANCE": "service/scheduling/chooser.py COST_TOLERANCE",
+    "ADMISSION_MAX_STALL_STEPS": "service/scheduling/chooser.py MAX_STALL_STEPS",
     "ENCODER_IDLE_PRIORITY": "service/scheduling/overlap.py ENCODER_IDLE_PRIORITY",
     "ENCODER_MAX_LAG_MS": "service/scheduling/overlap.py ENCODER_MAX_LAG_S",
 }

@@ -24,8 +24,8 @@ Three parts, each with one job:
     How many steps a sentence takes, learned from the ones that finished (generated tokens
     per source token), for the remaining steps of the running rows and the newcomers.
 
-The static and continuous policies (service/scheduling/policies.py) decide *when* an admission
-is open; these decide *who*.
+The static and continuous policies (service/scheduling/scheduler.py) decide *when* an
+admission is open; these decide *who*.
 """
 
 from __future__ import annotations

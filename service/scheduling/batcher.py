@@ -1,11 +1,9 @@
 """Continuous (iteration-level) batching: one engine thread serves every HTTP request.
 
 The engine is not thread-safe and a decoder step is the unit of work, so one thread owns it
-and loops, like vLLM's ``step()``::
-
-    schedule   drop cancelled sentences; choose who joins (policy, admitter, budget)
-    execute    encode and place the newcomers (in line, or on the encoder thread); one step
-    update     resolve the futures of the sentences that finished
+and loops, like vLLM's ``step()``: schedule, execute, update (``EngineLoop``:
+service/scheduling/engine_loop.py, carrying out what its ``Scheduler`` decides:
+service/scheduling/scheduler.py).
 
 A sentence that arrives while others decode joins at a step boundary; a finished row leaves
 at once, so a short request never waits for an unrelated long one. The event loop never runs
@@ -13,10 +11,11 @@ inference: ``submit`` queues ``ScheduledSentence``s (service/scheduling/sentence
 futures that the engine thread resolves with ``loop.call_soon_threadsafe``.
 
 The parts: when admission is open (``ContinuousPolicy``, ``StaticPolicy``:
-service/scheduling/policies.py), who joins and whether joining now beats waiting (``Admitter``,
-``LatencyBudget``: service/scheduling/admission.py), encoder calls on a spare core
-(``EncoderOverlap``: service/scheduling/overlap.py). The batcher works on token ids; text is the
-translator's business (service/translation/translator.py).
+service/scheduling/scheduler.py), who joins and whether joining now beats waiting
+(``AdmissionChooser``: service/scheduling/chooser.py, with ``Admitter`` and ``LatencyBudget``:
+service/scheduling/admission.py), encoder calls on a spare core (``EncoderOverlap``:
+service/scheduling/overlap.py). The batcher works on token ids; text is the translator's
+business (service/translation/translator.py).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from contextlib import AbstractContextManager
 
 from service.metrics import ServiceMetrics
 from service.runtime.types import DecodeRequest
+from service.scheduling.chooser import COST_TOLERANCE, MAX_STALL_STEPS
 from service.scheduling.engine_api import DecodeEngine
 from service.scheduling.engine_loop import EngineLoop
 from service.scheduling.overlap import (
@@ -39,17 +39,11 @@ from service.scheduling.overlap import (
     EncoderCpuShare,
     EncoderOverlap,
 )
-from service.scheduling.policies import (
-    AdmissionPolicy,
-    BatchingPolicy,
-    ContinuousPolicy,
-    IdleWait,
-    StaticPolicy,
-)
-from service.scheduling.scheduler import COST_TOLERANCE, MAX_STALL_STEPS, Scheduler
+from service.scheduling.scheduler import Scheduler
 from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
-from service.scheduling.settings import DEFAULT_MAX_QUEUE, BatchingSettings
+from service.scheduling.settings import DEFAULT_MAX_QUEUE, BatchingPolicy, BatchingSettings
 from service.scheduling.stream import RowStream, all_rows
+from service.scheduling.timeline import PhaseClock
 
 logger = logging.getLogger(__name__)
 
@@ -96,22 +90,10 @@ class ContinuousBatcher:
         self.metrics = metrics if metrics is not None else ServiceMetrics().for_model("default")
         self._clock = clock
         self._turn = turn
-        self.policy: AdmissionPolicy
         encoder_overlap = config.encoder_overlap and spare_core
-        self.idle_wait_s = config.idle_wait_s(encoder_overlap)
-        if config.batching == "continuous":
-            wait_s = self.idle_wait_s
-            self.policy = ContinuousPolicy(
-                IdleWait(config.max_batch_rows, wait_s, clock) if wait_s > 0 else None
-            )
-        else:
-            self.policy = StaticPolicy(config.max_batch_rows, config.static_max_wait_s, clock)
         self.batching: BatchingPolicy = config.batching
         self.max_batch_rows = config.max_batch_rows
         self.max_queue = config.max_queue or DEFAULT_MAX_QUEUE
-        # How far past the head of the queue admission looks for sentences that fit the
-        # running batch's width; bounded, so a sentence is overtaken only so often.
-        self.admission_window = admission_window or 4 * config.max_batch_rows
         self.queue = SentenceQueue(self.max_queue, clock)
         self._idle = threading.Event()
         self._idle.set()
@@ -130,26 +112,19 @@ class ContinuousBatcher:
         )
         scheduler = Scheduler(
             engine,
-            config,
-            cost_tolerance=cost_tolerance,
-            max_stall_steps=max_stall_steps,
-            judges_cost=self.policy.judges_cost and config.admission_cost_aware,
-            encode_in_line=overlap is None,
-            metrics=self.metrics,
-        )
-        self._loop = EngineLoop(
-            engine,
             self.queue,
-            self.policy,
-            scheduler,
+            config,
             overlap,
             self.metrics,
+            phases=PhaseClock(self.metrics.engine_phase, busy=self.metrics.engine_busy),
             idle=self._idle,
             clock=clock,
-            turn=turn,
-            admission_window=self.admission_window,
-            track_knee=config.admission_cost_aware,
+            admission_window=admission_window,
+            cost_tolerance=cost_tolerance,
+            max_stall_steps=max_stall_steps,
         )
+        self.idle_wait_s = scheduler.idle_wait_s
+        self._loop = EngineLoop(engine, scheduler, clock=clock, turn=turn)
 
     # --- event-loop side -------------------------------------------------------------------
 

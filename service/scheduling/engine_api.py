@@ -1,6 +1,6 @@
 """The engine as the scheduling package sees it: the protocols its parts call.
 
-``CostedEngine`` is what choosing newcomers asks (service/scheduling/scheduler.py);
+``CostedEngine`` is what choosing newcomers asks (service/scheduling/chooser.py);
 ``DecodeEngine`` adds the batch operations the engine thread runs
 (service/scheduling/engine_loop.py). ``service.runtime.engine.Engine`` is the one
 implementation; tests hand in fakes.

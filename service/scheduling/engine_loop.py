@@ -1,90 +1,62 @@
-"""The engine thread: one loop that owns the engine, like vLLM's ``step()``::
+"""The engine thread: one loop that owns the engine, each turn of it vLLM v1's ``step()``::
 
-    schedule   wait for work; drop cancelled sentences; choose who joins (policy, scheduler)
-    execute    encode and place the newcomers (in line, or on the encoder thread); one step
-    update     resolve the futures of the sentences that finished
+    schedule   ``Scheduler.schedule``: this boundary's plan, complete (drops, newcomers, where
+               their encoder call runs; service/scheduling/scheduler.py)
+    execute    carry it out: drop, join the newcomers (``BatchJoins``), one decoder step
+    update     ``Scheduler.update``: the finished sentences get their results
 
-Engine errors fail the sentences they concern and the loop goes on; a bug in the loop itself
-fails everything and refuses new work (``queue.death``), which the health checks see.
+The loop decides nothing itself. Engine errors fail the sentences they concern and the loop
+goes on; a bug in the loop itself fails everything and refuses new work (``queue.death``),
+which the health checks see. Its time is told by the scheduler's ``PhaseClock``
+(service/scheduling/timeline.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 
-from service.errors import EngineFailure, NotAccepting
-from service.metrics import ServiceMetrics
-from service.runtime.types import FinishedRequest
-from service.scheduling.deferral import BatchChanges, DeferralHold
+from service.errors import EngineFailure, InvalidRow, NotAccepting
+from service.runtime.types import FinishedRequest, RejectedRequest
 from service.scheduling.engine_api import DecodeEngine
-from service.scheduling.joins import BatchJoins
-from service.scheduling.overlap import EncoderOverlap
-from service.scheduling.policies import AdmissionPolicy
-from service.scheduling.scheduler import Scheduler
-from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
+from service.scheduling.overlap import EncoderOverlap, EncodingFailed
+from service.scheduling.scheduler import EncoderCall, Scheduler, SchedulerOutput
+from service.scheduling.sentences import ScheduledSentence
 from service.scheduling.timeline import PhaseClock
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class Schedule:
-    """What the engine thread does between two boundaries."""
-
-    dropped: list[int]
-    newcomers: list[ScheduledSentence]
-
-
 class EngineLoop:
-    """The engine thread's state and loop (every method runs on the engine thread)."""
+    """The engine thread's loop (every method runs on the engine thread)."""
 
     def __init__(
         self,
         engine: DecodeEngine,
-        queue: SentenceQueue,
-        policy: AdmissionPolicy,
         scheduler: Scheduler,
-        overlap: EncoderOverlap | None,
-        metrics: ServiceMetrics,
         *,
-        idle: threading.Event,
         clock: Callable[[], float],
         turn: Callable[[], AbstractContextManager[object]],
-        admission_window: int,
-        track_knee: bool,
     ) -> None:
+        """``turn``: several models on one device take turns (service/scheduling/turns.py),
+        held around each execute and update."""
         self.engine = engine
-        self.queue = queue
-        self.policy = policy
         self.scheduler = scheduler
-        self.overlap = overlap
-        self.metrics = metrics
-        self._idle = idle  # set while there is no work at all
-        self._clock = clock
+        self.queue = scheduler.queue
+        self.overlap = scheduler.overlap
+        self.metrics = scheduler.metrics
+        self.phases = scheduler.phases
         self._turn = turn
-        # How far past the head of the queue admission looks for sentences that fit the
-        # running batch's width; bounded, so a sentence is overtaken only so often.
-        self.admission_window = admission_window
-        self._track_knee = track_knee
-        self._running: dict[int, ScheduledSentence] = {}
-        self.batch_changes = BatchChanges()
-        # the last choice, where it deferred everyone: choosing again is skipped while it holds
-        self.hold = DeferralHold(self.batch_changes)
-        self.clock = PhaseClock(metrics.engine_phase)  # where this thread's time goes
-        self.joins = BatchJoins(
-            engine, self._running, self.batch_changes, metrics, self.clock, clock, self._drop
-        )
+        self.joins = BatchJoins(engine, scheduler, self.phases, clock, self._drop)
 
     def run(self) -> None:
         self.metrics.threads.register("engine")
         try:
-            self._serve()
+            while self.step():
+                pass
+            self._stop(NotAccepting("shutting_down"))
         except BaseException as error:
             # A bug in the loop itself (engine errors are caught where they happen): nothing
             # would ever resolve the futures. Fail them all, refuse new work, let ``alive``
@@ -96,159 +68,59 @@ class EngineLoop:
             failure = EngineFailure(f"the engine thread stopped ({type(error).__name__})")
             self._stop(failure)
 
-    def _serve(self) -> None:
-        while (schedule := self._schedule()) is not None:
-            if schedule.dropped:
-                self._drop(schedule.dropped)
-            if schedule.newcomers or self._running or self._encoding:
-                asked = time.perf_counter()
-                with self._turn():
-                    busy_since = time.perf_counter()
-                    self.clock.add("turn", busy_since - asked)
-                    self._execute(schedule.newcomers)
-                    self.metrics.engine_busy.inc(time.perf_counter() - busy_since)
-        self._stop(NotAccepting("shutting_down"))
+    def step(self) -> bool:
+        """One step boundary: schedule, execute, update. False once the loop is to stop."""
+        output = self.scheduler.schedule()
+        if output is None:
+            return False
+        self._drop(output.dropped)
+        if output.busy:
+            with self.phases.turn(self._turn()):
+                finished = self._execute(output)
+                if finished is not None:
+                    with self.phases.phase("update"):
+                        self.scheduler.update(finished)
+                        self.metrics.inflight_rows.set(self.engine.active_rows)
+        return True
 
-    @property
-    def _encoding(self) -> bool:
-        return self.overlap is not None and self.overlap.in_flight is not None
-
-    def _schedule(self) -> Schedule | None:
-        """Wait for work; the sentences to drop and to admit at this boundary (None: stop)."""
-        queue, clock, engine = self.queue, self.clock, self.engine
-        with queue.cond:
-            while not (self._running or self._encoding or queue.to_drop or queue.stopping):
-                waited = time.perf_counter()
-                if not queue.waiting:
-                    self._idle.set()
-                    queue.cond.wait()
-                    clock.add("idle", time.perf_counter() - waited)
-                elif (wait_s := self.policy.wait_s(queue)) > 0:
-                    queue.cond.wait(wait_s)  # a submit wakes it earlier
-                    clock.add("wait", time.perf_counter() - waited)
-                else:
-                    break
-            chosen = time.perf_counter()
-            if queue.stopping:
-                return None
-            dropped = [sentence_id for sentence_id in queue.to_drop if sentence_id in self._running]
-            # ids of an admission still being encoded are dropped once it has joined
-            encoding = self.overlap.in_flight if self.overlap is not None else None
-            in_flight = encoding.sentence_ids if encoding is not None else set()
-            queue.to_drop = {i for i in queue.to_drop if i in in_flight}
-            version, arrived_rows, row_rate = queue.version, queue.arrived_rows, queue.row_rate
-            units = (
-                queue.units(self.admission_window)
-                if encoding is None
-                and not (self._running and not dropped and self.hold.holds(engine.steps, queue))
-                and self.policy.open(queue, self._running_rows(dropped))
-                else {}
-            )
-        staying = [s for i, s in self._running.items() if i not in dropped]
-        newcomers: list[ScheduledSentence] = []
-        if units:
-            # CPU, not wall: on one core the event loop takes the core mid-choice
-            scheduler, choice_cpu = self.scheduler, time.thread_time()
-            newcomers = scheduler.choose(list(units.values()), staying, row_rate)
-            self.metrics.admission_choice_cpu.inc(time.thread_time() - choice_cpu)
-            if newcomers:
-                self.hold.clear()
+    def _execute(self, output: SchedulerOutput) -> list[FinishedRequest] | None:
+        """The newcomers join as ``output`` says, then one step over the running rows; what
+        it finished (None: no step ran, or it failed)."""
+        if output.encoded_joins:
+            self.joins.encoded(wait=output.await_encoder)
+        if output.newcomers:
+            if output.encoder is EncoderCall.OVERLAPPED:
+                assert self.overlap is not None
+                self.overlap.start(output.newcomers)
             else:
-                self.hold.record(
-                    next(iter(units)) if scheduler.head_refused else version,  # the head first
-                    head_refused=scheduler.head_refused,
-                    head_over_stall=scheduler.head_over_stall,
-                    step=engine.steps,
-                    deficit=scheduler.deficit,
-                    arrived_rows=arrived_rows,
-                )
-        if newcomers:
-            with queue.cond:
-                newcomers = queue.take(newcomers)
-                self.metrics.queue_depth.set(len(queue))
-        clock.add("schedule", time.perf_counter() - chosen)
-        return Schedule(dropped, newcomers)
+                self.joins.in_line(output.newcomers)
+        return self._decode() if self.scheduler.running else None
 
-    def _running_rows(self, dropped: Sequence[int] = ()) -> int:
-        return sum(s.rows for i, s in self._running.items() if i not in dropped)
-
-    def _execute(self, newcomers: list[ScheduledSentence]) -> None:
-        """Admit (in line or on the encoder thread), then one step over the running rows."""
-        overlap = self.overlap
-        if overlap is not None and overlap.in_flight is not None:
-            if not self._running or overlap.lagging():
-                # nothing to step meanwhile, or the encoder call is not getting a core
-                with self.clock.phase("wait"):
-                    overlap.wait()
-            if overlap.done:
-                self.joins.place_encoded(overlap)
-        if newcomers:
-            if overlap is not None and self._running:
-                overlap.start(newcomers)
-            else:
-                self.joins.in_line(newcomers)
-        if self._running:
-            self._step()
-
-    def _step(self) -> None:
-        rows_in_step, calls_in_step = self.engine.active_rows, self.engine.groups
-        started, decoder_before = time.perf_counter(), self.engine.decoder_seconds
+    def _decode(self) -> list[FinishedRequest] | None:
+        engine, metrics = self.engine, self.metrics
+        rows_in_step, calls_in_step = engine.active_rows, engine.groups
         try:
-            finished = self.engine.step()
-            decoder_s = self.engine.decoder_seconds - decoder_before
-            self.clock.add("decoder", decoder_s)
-            self.clock.add("step_host", time.perf_counter() - started - decoder_s)
+            with self.phases.decoder_step(lambda: engine.decoder_seconds):
+                finished = engine.step()
         except Exception as error:
             # The batch state is unknown now: fail every row in it and start afresh.
             logger.exception("engine.step failed with %d rows", rows_in_step)
-            self.metrics.engine_errors.inc()
-            failed = list(self._running.values())
-            self._drop(list(self._running))
+            metrics.engine_errors.inc()
+            failed = list(self.scheduler.running.values())
+            self._drop(list(self.scheduler.running))
             name = type(error).__name__
             for sentence in failed:
                 sentence.deliver(None, EngineFailure(f"the engine failed during decoding ({name})"))
-            return
-        self.metrics.batch_rows.observe(rows_in_step)
-        self.metrics.decode_steps.inc()
-        self.metrics.decoder_calls.inc(calls_in_step)
-        with self.clock.phase("update"):
-            self._update(finished)
-
-    def _update(self, finished: list[FinishedRequest]) -> None:
-        """Finished sentences get their results."""
-        finished_step = self.engine.steps
-        for done in finished:
-            sentence = self._running.pop(done.request_id, None)  # type: ignore[call-overload]
-            if sentence is None:
-                continue  # dropped meanwhile
-            self.batch_changes.left(sentence.rows)
-            tokens = list(done.tokens)
-            self.scheduler.lengths.observe(sentence.src_len, done.steps)
-            self.metrics.generated_tokens.inc(len(tokens))
-            self.metrics.sentences.inc()
-            sentence.deliver(
-                RowResult(
-                    tokens,
-                    sentence.admitted_step,
-                    finished_step,
-                    sentence.queue_wait_s,
-                    list(done.hypotheses),
-                )
-            )
-        self.metrics.inflight_rows.set(self.engine.active_rows)
-        if self._track_knee and finished_step % 16 == 0:
-            scheduler = self.scheduler
-            knee = self.engine.estimate(
-                (), scheduler.config.max_batch_rows, scheduler.cost_tolerance
-            )
-            self.metrics.row_limit.set(knee.row_limit or 0)
+            return None
+        metrics.batch_rows.observe(rows_in_step)
+        metrics.decode_steps.inc()
+        metrics.decoder_calls.inc(calls_in_step)
+        return finished
 
     def _drop(self, sentence_ids: list[int]) -> None:
         if not sentence_ids:
             return
-        for sentence_id in sentence_ids:
-            sentence = self._running.pop(sentence_id, None)
-            self.batch_changes.left(sentence.rows if sentence is not None else 0)
+        self.scheduler.remove(sentence_ids)
         try:
             self.engine.drop(sentence_ids)
         except Exception:
@@ -262,10 +134,107 @@ class EngineLoop:
             leftovers = self.queue.drain()
         if self.overlap is not None:
             leftovers += self.overlap.close()
-        leftovers += list(self._running.values())
+        running = self.scheduler.running
+        leftovers += list(running.values())
         with contextlib.suppress(Exception):
-            self._drop(list(self._running))
+            self._drop(list(running))
         for sentence in leftovers:
             sentence.deliver(None, error)
         self.metrics.queue_depth.set(0)
-        self._idle.set()
+        self.scheduler.idle.set()
+
+
+class BatchJoins:
+    """Chosen newcomers join the running batch: encoded in line or on the encoder thread,
+    placed between two steps, then running (``Scheduler.joined``) or failed with the engine's
+    error."""
+
+    def __init__(
+        self,
+        engine: DecodeEngine,
+        scheduler: Scheduler,
+        phases: PhaseClock,
+        clock: Callable[[], float],
+        drop: Callable[[list[int]], None],
+    ) -> None:
+        self.engine = engine
+        self.scheduler = scheduler
+        self.metrics = scheduler.metrics
+        self.phases = phases
+        self._clock = clock
+        self._drop = drop  # sentences leave the batch (the engine loop's ``_drop``)
+
+    def in_line(self, newcomers: list[ScheduledSentence]) -> None:
+        """Encode and place the newcomers now, the running rows waiting."""
+        admitted_step, now = self.engine.steps, self._clock()
+        try:
+            with self.phases.phase("encode") as encoding:
+                encoded = self.engine.encode([s.row for s in newcomers])
+            with self.phases.phase("place") as placing:
+                self.engine.place(encoded)
+        except Exception as error:
+            self._fail(newcomers, error)
+            return
+        if self.scheduler.running:  # the rows this admission kept waiting
+            self.metrics.admission_stall.observe(encoding.seconds + placing.seconds)
+        self._admitted(newcomers, encoded.rejected, admitted_step, now)
+
+    def encoded(self, wait: bool) -> None:
+        """The admission on the encoder thread joins if its encoder call is done, waited for
+        where ``wait`` (nothing runs meanwhile) or where it lags (``EncoderOverlap.lagging``:
+        waiting frees the engine thread's core for it)."""
+        overlap = self.scheduler.overlap
+        assert overlap is not None
+        if wait or overlap.lagging():
+            with self.phases.phase("wait"):
+                overlap.wait()
+        if overlap.done:
+            self._place_encoded(overlap)
+
+    def _place_encoded(self, overlap: EncoderOverlap) -> None:
+        try:
+            encoding, encoded = overlap.finish()
+            with self.phases.phase("place") as placing:
+                self.engine.place(encoded)
+            if self.scheduler.running:
+                self.metrics.admission_stall.observe(placing.seconds)
+        except EncodingFailed as failure:
+            self._fail(failure.encoding.sentences, failure.__cause__)
+            return
+        except Exception as error:
+            self._fail(encoding.sentences, error)
+            return
+        # the queue wait ends when the admission was chosen; the rows join the batch now
+        self._admitted(
+            encoding.sentences, encoded.rejected, self.engine.steps, encoding.admitted_at
+        )
+
+    def _fail(self, newcomers: list[ScheduledSentence], error: BaseException | None) -> None:
+        logger.error("admitting %d sentences failed", len(newcomers), exc_info=error)
+        self.metrics.engine_errors.inc()
+        self._drop([s.sentence_id for s in newcomers])
+        name = type(error).__name__
+        for sentence in newcomers:
+            sentence.deliver(None, EngineFailure(f"the engine failed to encode the input ({name})"))
+
+    def _admitted(
+        self,
+        newcomers: list[ScheduledSentence],
+        rejected: Sequence[RejectedRequest],
+        admitted_step: int,
+        admitted_at: float,
+    ) -> None:
+        refused = {rejection.request_id: rejection.reason for rejection in rejected}
+        for sentence in newcomers:
+            if sentence.sentence_id in refused:
+                reason = refused[sentence.sentence_id]
+                sentence.deliver(None, InvalidRow(f"the sentence cannot be decoded: {reason}"))
+                continue
+            sentence.admitted_step = admitted_step
+            sentence.queue_wait_s = admitted_at - sentence.enqueued_at
+            self.scheduler.joined(sentence)
+            self.metrics.queue_wait.observe(sentence.queue_wait_s)
+            self.metrics.input_tokens.inc(sentence.src_len)
+        self.metrics.admitted_rows.observe(
+            sum(s.rows for s in newcomers if s.sentence_id not in refused)
+        )

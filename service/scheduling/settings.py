@@ -1,17 +1,21 @@
 """The batching settings (``MT_MAX_BATCH_ROWS`` ... ``MT_ENCODER_OVERLAP``): the knobs of the
 continuous batcher, in the units the environment gives them.
 
-The batcher (service/scheduling/batcher.py) takes this object itself; service/config.py reads
-it from the environment as part of ``Settings``. The scheduler's fixed bounds (the knee's
+The batcher (service/scheduling/batcher.py) and its scheduler (service/scheduling/scheduler.py)
+take this object itself; service/config.py reads it from the environment as part of
+``Settings``. The scheduler's fixed bounds (the knee's
 tolerance, the in-line stall bound, the encoder thread's priority and lag bound) are named
 constants beside the code that uses them, not settings.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.scheduling.policies import BatchingPolicy
+# When queued sentences may join the batch (``MT_BATCHING``; the policies are the scheduler's).
+BatchingPolicy = Literal["continuous", "static"]
 
 # MT_MAX_QUEUE's floor, and its value where nothing else is known.
 DEFAULT_MAX_QUEUE = 256

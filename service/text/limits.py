@@ -22,7 +22,7 @@ class DecodingOptions:
     max_new_tokens: int | None  # None: proportional to each sentence's length
     length_penalty: float
     # A document job's sentences: the batcher admits them after interactive ones, a few rows
-    # at a time (service/scheduling/scheduler.py). Changes no output.
+    # at a time (service/scheduling/chooser.py). Changes no output.
     background: bool = False
 
 

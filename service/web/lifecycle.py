@@ -123,7 +123,7 @@ class ServiceState:
         async def translate(texts: list[str]) -> list[str]:
             if not bound:
                 dispatcher = self.require_dispatcher()
-                # background: admitted after interactive requests (service/scheduling/scheduler.py)
+                # background: admitted after interactive requests (service/scheduling/chooser.py)
                 options = replace(self.limits.options(None, None), background=True)
                 languages = LanguagePair.parse(job.source_lang, job.target_lang)
                 memory = MemoryChoice(owner_key=job.owner_key)  # the uploader's memories

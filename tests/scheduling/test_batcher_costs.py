@@ -115,14 +115,14 @@ async def test_a_head_whose_first_sentence_alone_exceeds_the_stall_bound_is_mark
     engine = GatedEngine()
     one_core_costs(engine)
     batcher = make_batcher(engine, max_stall_steps=2.0)
-    scheduler = batcher._loop.scheduler
+    chooser = batcher._loop.scheduler.chooser
     running = asyncio.ensure_future(batcher.submit([sentence(40, first=1)]))
     await wait_until(lambda: engine.active_rows == 1 and engine.waiting.is_set(), "1 running")
     head = asyncio.ensure_future(batcher.submit([sentence(6, first=100)]))
     await wait_until(lambda: batcher.queue_depth == 1, "head queued")
     engine.allow(1)
     await wait_until(lambda: engine.steps == 1 and engine.waiting.is_set(), "one step")
-    assert scheduler.head_refused and scheduler.head_over_stall
+    assert chooser.head_refused and chooser.head_over_stall
     engine.allow(10**6)
     [late], [long] = await asyncio.gather(head, running)
     assert late.admitted_step == long.finished_step

@@ -24,14 +24,15 @@ async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batche
     ``RECHECK_STEPS`` steps."""
     engine = GatedEngine()
     batcher = make_batcher(engine)
-    loop = batcher._loop
-    scheduler_choose, calls, defer = loop.scheduler.choose, [], [True]
+    scheduler = batcher._loop.scheduler
+    chooser, recheck = scheduler.chooser, scheduler.hold.RECHECK_STEPS
+    chooser_choose, calls, defer = chooser.choose, [], [True]
 
     def choose(units, staying, row_rate=0.0):
         calls.append(engine.steps)
-        return [] if defer[0] and staying else scheduler_choose(units, staying, row_rate)
+        return [] if defer[0] and staying else chooser_choose(units, staying, row_rate)
 
-    loop.scheduler.choose = choose  # type: ignore[method-assign]
+    chooser.choose = choose  # type: ignore[method-assign]
     long_task, waiting_task = await a_running_row_and_a_newcomer(
         batcher, engine, sentence(80), sentence(3, first=100), steps_first=2
     )
@@ -39,7 +40,7 @@ async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batche
     await wait_until(lambda: engine.steps == 42 and engine.waiting.is_set(), "40 more steps")
     deferred = [step for step in calls if step >= 2]
     # the first choice at step 3, then one each RECHECK_STEPS steps: not one per step
-    assert deferred == [3, 3 + loop.hold.RECHECK_STEPS, 3 + 2 * loop.hold.RECHECK_STEPS], calls
+    assert deferred == [3, 3 + recheck, 3 + 2 * recheck], calls
 
     other_task = asyncio.ensure_future(batcher.submit([sentence(4, first=200)]))
     await wait_until(lambda: batcher.queue_depth == 2, "another unit queued")
@@ -52,23 +53,23 @@ async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batche
     [waited], [other], [long] = await asyncio.gather(waiting_task, other_task, long_task)
     assert waited.tokens == FakeEngine.expected(sentence(3, first=100).src_ids)
     # the deferral made at step 43 held for its RECHECK_STEPS, then both joined
-    assert waited.admitted_step == other.admitted_step == 43 + loop.hold.RECHECK_STEPS
+    assert waited.admitted_step == other.admitted_step == 43 + recheck
     assert other.admitted_step < long.finished_step
 
 
 def refuse_the_head_while_rows_run(batcher, engine, over_stall: bool = False) -> list[int]:
-    """Replace the scheduler's choice: while rows run the head is refused (over the stall
-    bound where ``over_stall``), into an empty batch everyone joins. Returns the steps at
-    which it was asked, as it is asked."""
-    scheduler, calls = batcher._loop.scheduler, []
+    """Replace the admission chooser's choice: while rows run the head is refused (over the
+    stall bound where ``over_stall``), into an empty batch everyone joins. Returns the steps
+    at which it was asked, as it is asked."""
+    chooser, calls = batcher._loop.scheduler.chooser, []
 
     def choose(units, staying, row_rate=0.0):
         calls.append(engine.steps)
-        scheduler.head_refused = bool(staying)
-        scheduler.head_over_stall = over_stall and bool(staying)
+        chooser.head_refused = bool(staying)
+        chooser.head_over_stall = over_stall and bool(staying)
         return [] if staying else [s for unit in units for s in unit]
 
-    scheduler.choose = choose
+    chooser.choose = choose
     return calls
 
 

@@ -1,11 +1,11 @@
-"""DeferralHold: when the engine loop may skip a choice because it would defer again."""
+"""DeferralHold: when the scheduler may skip a choice because it would defer again."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from service.scheduling.admission import Deficit
-from service.scheduling.deferral import BatchChanges, DeferralHold
+from service.scheduling.chooser import BatchChanges, DeferralHold
 
 
 @dataclass

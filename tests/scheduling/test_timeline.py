@@ -3,6 +3,7 @@ seconds from schedstat (service/scheduling/timeline.py, service/metrics.py ``Thr
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -78,6 +79,35 @@ def test_phase_clock_adds_wall_seconds_by_phase():
     assert counter.labels(phase="encode")._value.get() == 0.5
     with pytest.raises(KeyError):
         clock.add("lunch", 1.0)
+
+
+def test_a_phase_inside_another_is_charged_alone_and_a_failed_one_nowhere():
+    counter = Counter("phase_seconds", "test", ["phase"], registry=CollectorRegistry())
+    busy = Counter("busy_seconds", "test", registry=CollectorRegistry())
+    clock = PhaseClock(counter, busy=busy)
+
+    def seconds(phase: str) -> float:
+        return counter.labels(phase=phase)._value.get()
+
+    with clock.phase("schedule") as scheduling, clock.phase("idle") as idling:
+        time.sleep(0.03)
+    assert idling.seconds >= 0.03 and scheduling.seconds >= idling.seconds
+    assert seconds("idle") == pytest.approx(idling.seconds)
+    assert seconds("schedule") == pytest.approx(scheduling.seconds - idling.seconds, abs=1e-9)
+
+    with pytest.raises(RuntimeError), clock.phase("encode"):
+        raise RuntimeError("the encoder call failed")
+    assert seconds("encode") == 0.0
+
+    inside_decoder = [0.0]  # the engine's running total of seconds inside decoder calls
+    started = time.perf_counter()
+    with clock.turn(contextlib.nullcontext()), clock.decoder_step(lambda: inside_decoder[0]):
+        time.sleep(0.02)
+        inside_decoder[0] += 0.015
+    took = time.perf_counter() - started
+    assert seconds("decoder") == 0.015
+    assert 0.02 - 0.015 <= seconds("step_host") <= took - 0.015
+    assert 0.02 <= busy._value.get() <= took
 
 
 @pytest.fixture
