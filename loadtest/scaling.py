@@ -27,12 +27,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from loadtest.client import (
+    REPO_ROOT,
     RESULTS_DIR,
     cpu_list,
     parse_env_pairs,
@@ -100,6 +102,22 @@ def logged_plan(log_path: Path) -> str | None:
     except OSError:
         return None
     return match.group(1).strip() if match else None
+
+
+def revision(checkout: Path) -> str | None:
+    """The commit the service ran from (with ``+`` where its tree had changes)."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return None
+    return (head + ("+" if dirty else "")) or None
 
 
 def sampler(args: argparse.Namespace, seed: int) -> InputSampler:
@@ -192,6 +210,7 @@ def run_shape(args: argparse.Namespace, shape: dict[str, str], facts: dict[str, 
         extra_env=env,
         log_path=log_path,
         ready_timeout_s=args.ready_timeout,
+        cwd=args.code,
     ) as (url, process):
         plan = run_async(process_plan(url))
         print(f"  plan {plan} ({logged_plan(log_path)})", flush=True)
@@ -203,6 +222,7 @@ def run_shape(args: argparse.Namespace, shape: dict[str, str], facts: dict[str, 
         "shape": shape,
         "plan": plan,
         "plan_logged": logged_plan(log_path),
+        "code": revision(args.code or REPO_ROOT),
         "config": {key: value for key, value in vars(args).items() if key not in ("shapes", "mix")}
         | {"mix": args.mix, "server_env": env},
         **result,
@@ -233,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=30.0, help="per request, s")
     parser.add_argument("--ready-timeout", type=float, default=300.0)
     parser.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--code",
+        type=Path,
+        metavar="DIR",
+        help="serve from this checkout (e.g. `git worktree add DIR main`: old against new)",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR / "scaling")
     return parser
 
