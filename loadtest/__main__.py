@@ -1,4 +1,4 @@
-"""``python -m loadtest {open,closed,sweep,compare,stub} [options]``: one entry point for the scripts.
+"""``python -m loadtest {open,closed,sweep,compare,scaling,stub,...} [options]``: one entry point for the scripts.
 
 Each subcommand is also runnable on its own (``python -m loadtest.open_loop`` ...); ``--help``
 on any of them lists its options. See loadtest/README.md.
@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "faults": (
         "loadtest.faults",
         "engine error in one step, dead engine thread, SIGTERM: each under load",
+    ),
+    "scaling": (
+        "loadtest.scaling",
+        "per machine shape: plan, capacity, p50/p99 at 50/85/95 %, CPU-s per request by process",
     ),
     "stub": ("loadtest.stub_server", "a stand-in service for trying the tools without a model"),
 }

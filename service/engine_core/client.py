@@ -36,6 +36,7 @@ import zmq.asyncio
 from service.engine_core.links import PendingRequest, Replica, ReplicaLinks
 from service.engine_core.protocol import (
     Abort,
+    Accepted,
     EngineCoreInfo,
     Failed,
     FromCore,
@@ -130,7 +131,7 @@ class EngineCoreClient:
             return []
         while not self.live_replicas and self._clock() - self._started_at < FIRST_PONG_WAIT_S:
             await asyncio.sleep(0.01)
-        return await all_rows(self, self._send(rows, timeout_s, background), timeout_s)
+        return await all_rows(self, self._send(rows, timeout_s, background, False), timeout_s)
 
     def submit_as_completed(
         self,
@@ -140,8 +141,11 @@ class EngineCoreClient:
     ) -> RowStream:
         """As ``ContinuousBatcher.submit_as_completed``. A refusal known here (shutting down,
         no replica, a queue the replica reported full) raises at once; the engine core's own
-        refusal arrives as the stream's first error."""
-        return RowStream(self, self._send(rows, timeout_s, background) if rows else [], timeout_s)
+        (its queue full with other front-ends' rows) from the stream's ``started()``."""
+        if not rows:
+            return RowStream(self, [], timeout_s)
+        sentences = self._send(rows, timeout_s, background, ack=True)
+        return RowStream(self, sentences, timeout_s, self._requests[sentences[0].unit].queued)
 
     def abandon(self, sentences: Sequence[ScheduledSentence]) -> None:
         """Sentences nobody waits for any more: the engine core drops them."""
@@ -179,7 +183,7 @@ class EngineCoreClient:
     # --- sending -----------------------------------------------------------------------------
 
     def _send(
-        self, rows: Sequence[DecodeRequest], timeout_s: float | None, background: bool
+        self, rows: Sequence[DecodeRequest], timeout_s: float | None, background: bool, ack: bool
     ) -> list[ScheduledSentence]:
         if not self._accepting:
             raise NotAccepting("shutting_down")
@@ -197,8 +201,9 @@ class EngineCoreClient:
             )
             for row in rows
         ]
-        request = PendingRequest(request_id, replica, sentences)
-        if not self._links.post(replica, submit(request_id, rows, background, timeout_s)):
+        accepted = loop.create_future() if ack else None
+        request = PendingRequest(request_id, replica, sentences, accepted)
+        if not self._links.post(replica, submit(request_id, rows, background, timeout_s, ack)):
             self._lost(replica, "its socket refused a message")
             raise EngineUnavailable(self._unavailable())
         self._requests[request_id] = request
@@ -226,6 +231,8 @@ class EngineCoreClient:
     def received(self, replica: Replica, message: FromCore) -> None:
         if isinstance(message, RowDone):
             self._row_done(replica, message)
+        elif isinstance(message, Accepted) and (known := replica.requests.get(message.request_id)):
+            known.accept()
         elif isinstance(message, Failed):
             request = replica.requests.get(message.request_id)
             if request is not None:

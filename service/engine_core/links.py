@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 import zmq
@@ -39,10 +39,36 @@ class PendingRequest:
     request_id: int
     replica: Replica
     sentences: list[ScheduledSentence]
+    accepted: asyncio.Future[None] | None = None  # set on the core's Accepted, where asked
     rows_left: int = field(init=False)  # rows (beams) of the sentences not yet answered
 
     def __post_init__(self) -> None:
         self.rows_left = sum(sentence.rows for sentence in self.sentences)
+
+    def accept(self) -> None:
+        """The engine core's ``Accepted``: the rows are queued there."""
+        if self.accepted is not None and not self.accepted.done():
+            self.accepted.set_result(None)
+
+    async def queued(self) -> None:
+        """Until the engine core has queued the rows (``Accepted``, or a row answered); its
+        refusal, or the loss of the core, raises here: either fails every row, so the first
+        row's error is the request's."""
+        assert self.accepted is not None, "the Submit asked for no Accepted"
+        futures: list[asyncio.Future[Any]] = [self.accepted]
+        futures += [sentence.future for sentence in self.sentences]
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+        if self.accepted.done():
+            return
+        # every failed row's error read (none is left to be logged as never retrieved)
+        errors = [
+            error
+            for sentence in self.sentences
+            if sentence.future.done() and not sentence.future.cancelled()
+            if (error := sentence.future.exception()) is not None
+        ]
+        if errors:
+            raise errors[0]
 
 
 @dataclass(eq=False)

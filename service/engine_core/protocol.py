@@ -4,6 +4,7 @@ v1's engine core speaks to its API servers over ZeroMQ.
 Only token ids and decoding options cross; text never does (the front-end tokenizes and
 detokenizes). A front-end sends ``Submit`` (one request's rows), ``Abort`` (the rows nobody
 waits for any more: the client timed out or hung up) and ``Ping``; the engine core answers with
+``Accepted`` once the rows are queued (where the ``Submit`` asks: a stream starts only then),
 ``RowDone`` as each row finishes, ``Failed`` once for a request it refuses or cannot finish,
 and ``Pong``. A failure carries a kind, from which the client raises the same domain exception
 the in-process batcher raises (``error_of``), so the web layer answers both alike.
@@ -60,6 +61,9 @@ class Submit(msgspec.Struct, tag="submit", array_like=True):
     rows: list[Row]
     background: bool
     timeout_s: float | None
+    # answer ``Accepted`` once queued: a stream's response starts only then, so that a full
+    # queue is still the response's status (429) rather than the stream's first event
+    acknowledge: bool = False
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True):
@@ -100,6 +104,12 @@ class RowDone(msgspec.Struct, tag="row", array_like=True):
         )
 
 
+class Accepted(msgspec.Struct, tag="accepted", array_like=True):
+    """The request's rows are queued (sent where its ``Submit`` asked)."""
+
+    request_id: int
+
+
 class Failed(msgspec.Struct, tag="failed", array_like=True):
     """The request's unfinished rows fail with this (the rows already answered stand)."""
 
@@ -131,7 +141,7 @@ class Pong(msgspec.Struct, tag="pong", array_like=True):
 
 
 ToCore = Submit | Abort | Ping
-FromCore = RowDone | Failed | Pong
+FromCore = RowDone | Accepted | Failed | Pong
 
 _encoder = msgspec.msgpack.Encoder()
 _to_core = msgspec.msgpack.Decoder(ToCore)
@@ -151,9 +161,13 @@ def decode_from_core(data: bytes) -> FromCore:
 
 
 def submit(
-    request_id: int, rows: Sequence[DecodeRequest], background: bool, timeout_s: float | None
+    request_id: int,
+    rows: Sequence[DecodeRequest],
+    background: bool,
+    timeout_s: float | None,
+    acknowledge: bool = False,
 ) -> Submit:
-    return Submit(request_id, [Row.of(row) for row in rows], background, timeout_s)
+    return Submit(request_id, [Row.of(row) for row in rows], background, timeout_s, acknowledge)
 
 
 # --- failures ---------------------------------------------------------------------------------

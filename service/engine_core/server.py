@@ -4,7 +4,7 @@
 Every front-end connects a DEALER to the ROUTER, so the rows of every front-end's clients
 meet in one queue and one running batch. The event loop here only relays: a ``Submit`` goes to
 ``submit_as_completed`` (a refusal answers at once with ``Failed``), and a task per request
-sends a ``RowDone`` as each row finishes; an ``Abort`` cancels that task, which drops the rows
+sends a ``RowDone`` as each row finishes (after an ``Accepted`` where the submission asks); an ``Abort`` cancels that task, which drops the rows
 still queued or running (as a client's timeout or hang-up does in process). The batcher's
 engine thread does the work, as it does in the one-process service.
 
@@ -26,9 +26,9 @@ import zmq.asyncio
 
 from service.engine_core.protocol import (
     Abort,
+    Accepted,
     CoreLoad,
     EngineCoreInfo,
-    Failed,
     FromCore,
     Ping,
     Pong,
@@ -151,6 +151,8 @@ class EngineCoreServer:
         except Exception as error:  # QueueFull, NotAccepting: the whole request
             self._send(peer, failure_of(message.request_id, error))
             return
+        if message.acknowledge:  # ahead of every RowDone: one outbox, in order
+            self._send(peer, Accepted(message.request_id))
         key = (peer, message.request_id)
         self._relays[key] = asyncio.create_task(self._relay(key, stream))
 
@@ -169,7 +171,7 @@ class EngineCoreServer:
 
     # --- sending --------------------------------------------------------------------------
 
-    def _send(self, peer: bytes, message: RowDone | Failed | Pong | FromCore) -> None:
+    def _send(self, peer: bytes, message: FromCore) -> None:
         self._outbox.put_nowait((peer, encode(message)))
 
     async def _write(self, router: zmq.asyncio.Socket) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from service.scheduling.sentences import RowResult, ScheduledSentence
@@ -34,13 +34,21 @@ class RowStream:
 
     An async iterator with ``aclose()`` (use ``contextlib.aclosing``): closing it before the
     end abandons the unfinished rows, whether or not iteration ever started.
+
+    ``accepted``: where the rows are queued elsewhere (an engine core), waits until they are
+    and raises its refusal; :meth:`started` awaits it.
     """
 
     def __init__(
-        self, batcher: Abandons, sentences: list[ScheduledSentence], timeout_s: float | None
+        self,
+        batcher: Abandons,
+        sentences: list[ScheduledSentence],
+        timeout_s: float | None,
+        accepted: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._batcher = batcher
         self._sentences = sentences
+        self._accepted = accepted
         self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._index_of = {s.future: index for index, s in enumerate(sentences)}
         self._pending: set[asyncio.Future[RowResult]] = set(self._index_of)
@@ -48,6 +56,20 @@ class RowStream:
 
     def __aiter__(self) -> RowStream:
         return self
+
+    async def started(self) -> None:
+        """Once the rows are queued: at once in this process; with an engine core, when it
+        has taken them. Its refusal (a full queue) raises here, before a response starts,
+        and the rows are abandoned."""
+        if self._accepted is None:
+            return
+        wait_s = None if self._deadline is None else self._deadline - time.monotonic()
+        try:
+            async with asyncio.timeout(wait_s):
+                await self._accepted()
+        except BaseException:
+            self.close()
+            raise
 
     async def __anext__(self) -> tuple[int, RowResult]:
         try:

@@ -156,6 +156,7 @@ class Translator:
             rows_done = self.batcher.submit_as_completed(
                 rows, timeout_s=self.limits.request_timeout_s, background=options.background
             )
+            await rows_done.started()  # an engine core's refusal is the response's status
             return TranslationStream(self, plans, to_decode, rows_done, options)
         alternatives = request.alternatives if output is Output.ALTERNATIVES else 0
         return once(lambda: self._whole(plans, options, deadline, then, alternatives))

@@ -22,6 +22,7 @@ from service.cpus import CpuBudget
 from service.engine_core.client import EngineCoreClient, probe
 from service.engine_core.plan import ProcessPlan, plan_processes
 from service.engine_core.protocol import (
+    Accepted,
     Failed,
     Row,
     RowDone,
@@ -72,6 +73,9 @@ def test_a_submit_round_trips_ids_and_options():
     assert message.request_id == 7 and message.background and message.timeout_s == 2.5
     assert message.rows == [Row.of(row)]
     assert message.rows[0].request() == row
+    assert not message.acknowledge
+    assert decode_to_core(encode(submit(7, [row], False, None, acknowledge=True))).acknowledge
+    assert decode_from_core(encode(Accepted(7))) == Accepted(7)
 
 
 def test_a_finished_row_round_trips():
@@ -243,6 +247,7 @@ async def test_engine_cores_answer_what_the_in_process_batcher_answers(
         assert same([result for [result] in each], in_process)
         streamed = {}
         async with contextlib.aclosing(client.submit_as_completed(rows, timeout_s=60)) as done:
+            await done.started()  # the core's Accepted
             async for index, result in done:
                 streamed[index] = result
         assert same([streamed[i] for i in range(len(rows))], in_process)

@@ -1,0 +1,141 @@
+"""A front-end of the multi-process service refuses a streamed request the way the one-process
+service does when the engine core's queue is full: a plain 429 with Retry-After before the
+stream starts, not a started stream whose first event is the error.
+
+The front-end's view of the queue comes from the engine core's pongs (a tenth of a second old,
+and blind to the other front-ends' rows), so the engine core may refuse rows the front-end sent;
+that refusal must still come back as the response's status. A stand-in engine core (a ZeroMQ
+ROUTER in a thread of this process) answers pings as an idle core does and refuses every
+submission with ``queue_full``; the front-end is the real app."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import zmq
+
+from service.config import Settings
+from service.engine_core.plan import ProcessPlan
+from service.engine_core.protocol import (
+    CoreLoad,
+    EngineCoreInfo,
+    Failed,
+    Ping,
+    Pong,
+    Submit,
+    decode_to_core,
+    encode,
+)
+from service.engine_core.server import tuned
+from service.translation.registry import discover_models
+from service.wiring import create_app
+from tests.service_fixtures import only_model, tiny_model
+
+QUEUE_FULL = "the queue is full (4 of MT_MAX_QUEUE=4 sentences waiting; this request has 1)"
+
+
+class RefusingCore:
+    """An engine core that is up, idle by its pongs, and refuses every submission."""
+
+    def __init__(self, address: str, model_id: str) -> None:
+        self.address = address
+        self.info = EngineCoreInfo(model_id, "cpu", None, max_queue=4)
+        self.submissions = 0
+        self._stop = threading.Event()
+        self._bound = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> RefusingCore:
+        self._thread.start()
+        assert self._bound.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _serve(self) -> None:
+        context = zmq.Context()
+        router = context.socket(zmq.ROUTER)
+        tuned(router)
+        router.bind(self.address)
+        self._bound.set()
+        try:
+            while not self._stop.is_set():
+                if not router.poll(20):
+                    continue
+                peer, payload = router.recv_multipart()
+                message = decode_to_core(payload)
+                if isinstance(message, Ping):
+                    load = CoreLoad(os.getpid(), accepting=True, queue_depth=0, active_rows=0)
+                    router.send_multipart([peer, encode(Pong(message.sent_at, self.info, load))])
+                elif isinstance(message, Submit):
+                    self.submissions += 1
+                    refusal = Failed(message.request_id, "queue_full", QUEUE_FULL)
+                    router.send_multipart([peer, encode(refusal)])
+        finally:
+            router.close(linger=0)
+            context.term()
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def run_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="mt-refuse-"))  # short: ipc paths are bounded
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@asynccontextmanager
+async def frontend(model_dir: Path, data_dir: Path, address: str, model_id: str):
+    settings = Settings(
+        model_dir=model_dir,
+        provider="cpu",
+        data_dir=data_dir,
+        language_detection=False,
+        retry_after_s=3,
+    )
+    plan = ProcessPlan(1, 1, 1, 2, {model_id: [address]})
+    app = create_app(settings, engine_cores=plan)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mt") as client:
+            for _ in range(1000):  # ready, and the first pong heard
+                ready = (await client.get("/ready")).status_code == 200
+                if ready and only_model(app).batcher.live_replicas:
+                    break
+                await asyncio.sleep(0.01)
+            yield client
+
+
+@pytest.mark.anyio
+async def test_a_stream_the_engine_core_refuses_gets_a_plain_429(
+    tmp_path_factory, tmp_path, run_dir
+):
+    model_dir = tiny_model(tmp_path_factory)
+    [spec] = discover_models([], None, model_dir, None)
+    address = f"ipc://{run_dir / 'core.sock'}"
+    with RefusingCore(address, spec.model_id) as core:
+        async with frontend(model_dir, tmp_path / "data", address, spec.model_id) as client:
+            streamed = await client.post("/v1/translate/stream", json={"text": "Save changes"})
+            whole = await client.post("/v1/translate", json={"text": "Save changes"})
+        assert core.submissions == 2
+    for response in (streamed, whole):
+        assert response.status_code == 429, response.text
+        assert response.headers["retry-after"] == "3"
+        assert response.headers["content-type"].startswith("application/json")
+        assert response.json()["code"] == "queue_full"
+        assert "MT_MAX_QUEUE=4" in response.json()["error"]
