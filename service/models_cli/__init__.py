@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from service.config import Settings, get_settings
-from service.models_cli.build import Variant
 from service.models_cli.catalog import known_names
 from service.models_cli.errors import ModelsError
 from service.models_cli.hub import Downloader, HubDownloader
 from service.models_cli.pull import Puller, describe_languages
 from service.models_cli.store import InstalledModel, ModelStore
+from service.runtime.contract import Variant
 
 
 def default_models_dir(settings: Settings) -> Path:

@@ -468,3 +468,16 @@ def test_export_of_a_hub_id_says_how_to_pull_it(tmp_path, capsys):
     assert "no model directory at Helsinki-NLP/opus-mt-en-fr" in err
     assert f"python -m service models pull {HUB_ID}" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_pull_and_the_exporter_share_one_variant_type():
+    """The variants a pull offers are the exporter's: one definition, in the runtime contract
+    both sides import."""
+    from typing import get_args
+
+    import export.checkpoint_build
+    import service.models_cli.build
+    from service.runtime.contract import Variant
+
+    assert export.checkpoint_build.Variant is Variant is service.models_cli.build.Variant
+    assert get_args(Variant) == ("fp32", "int8", "fp16")
