@@ -471,13 +471,23 @@ def test_export_of_a_hub_id_says_how_to_pull_it(tmp_path, capsys):
 
 
 def test_the_pull_and_the_exporter_share_one_variant_type():
-    """The variants a pull offers are the exporter's: one definition, in the runtime contract
-    both sides import."""
+    """The variants a pull offers are the exporter's: spelled once, in the runtime contract
+    that both sides import."""
     from typing import get_args
 
     import export.checkpoint_build
     import service.models_cli.build
     from service.runtime.contract import Variant
 
+    root = Path(__file__).resolve().parents[2]
+    spelled = [
+        path
+        for folder in ("service", "export")
+        for path in (root / folder).rglob("*.py")
+        if '"fp32", "int8", "fp16"' in path.read_text()
+    ]
+    assert [path.relative_to(root).as_posix() for path in spelled] == [
+        "service/runtime/contract.py"
+    ]
     assert export.checkpoint_build.Variant is Variant is service.models_cli.build.Variant
     assert get_args(Variant) == ("fp32", "int8", "fp16")
