@@ -27,6 +27,7 @@ from service.models_cli.errors import ModelsError
 from service.models_cli.store import MANIFEST_FILE, sha256_of
 from service.translation.registry import RegistryError, discover_models
 from tests.conftest import build_random_marian
+from tests.hub_cache import seed, use_offline
 from tests.live_server import live_server
 from tests.service_fixtures import VOCAB_SIZE, train_tiny_tokenizer
 
@@ -36,19 +37,6 @@ FIRST = hashlib.sha1(b"first revision").hexdigest()  # a commit hash, as the Hub
 SECOND = hashlib.sha1(b"second revision").hexdigest()
 MAX_NEW = 12
 TEXT = "Save the file"
-
-
-def repo_folder(cache: Path, hub_id: str) -> Path:
-    return cache / f"models--{hub_id.replace('/', '--')}"
-
-
-def seed(cache: Path, hub_id: str, files: Path, commit: str) -> Path:
-    """Put ``files`` in the cache as ``hub_id`` at ``commit`` and point ``main`` at it."""
-    folder = repo_folder(cache, hub_id)
-    shutil.copytree(files, folder / "snapshots" / commit)
-    (folder / "refs").mkdir(parents=True, exist_ok=True)
-    (folder / "refs" / "main").write_text(commit)
-    return folder / "snapshots" / commit
 
 
 def tiny_opus_mt(directory: Path, seed_value: int):
@@ -91,11 +79,7 @@ def hub_cache(tmp_path_factory, checkpoint):
 
 @pytest.fixture(autouse=True)
 def offline_hub(monkeypatch, hub_cache):
-    """huggingface_hub reads its cache and offline mode from these, at call time."""
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub_cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    use_offline(monkeypatch, hub_cache)
 
 
 @pytest.fixture(scope="module")
