@@ -50,6 +50,15 @@ class ModelSettings(BaseModel):
         "is logged and the process exits with status 1. Pulling needs the export extras "
         "(torch; the `models` image). Empty: nothing is downloaded.",
     )
+    reload_poll_s: float = Field(
+        10.0,
+        ge=0,
+        description="How often the one-process service (MT_PROCESS_MODE=single) checks the "
+        "loaded installed models for a new revision (`python -m service models update`) and "
+        "swaps it in: it loads beside the old one (twice the model's memory meanwhile), and "
+        "no request fails for the swap. Engine-core processes (`multi`) serve a new revision "
+        "from the next restart. 0: never.",
+    )
     load_only: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated languages (`en,de,fr`; LibreTranslate's --load-only): "

@@ -132,6 +132,9 @@ def test_a_failed_pull_at_start_up_is_one_log_line_and_exit_status_1(
         raise AssertionError("served after a failed pull")
 
     monkeypatch.setattr(service.__main__, "create_app", serve)
+    # the process's logging set-up, global: left out here, as other tests' servers set theirs
+    monkeypatch.setattr(service.__main__, "configure_logging", lambda *args: None)
+    monkeypatch.setattr(service.__main__, "install_request_id_logging", lambda: None)
     monkeypatch.setattr("service.processes.supervisor.build_supervisor", serve)
     with caplog.at_level(logging.ERROR, logger="service.__main__"):
         assert service.__main__.main(["--port", "0"]) == 1
@@ -159,3 +162,30 @@ def test_sync_pulls_the_missing_models_for_an_init_container(
     assert models_main(["--models-dir", str(models_dir), "sync"]) == 0
     assert "nothing to pull" in capsys.readouterr().out
     assert builds == ["opus-mt-en-fr"]
+
+
+def test_engine_cores_start_only_for_the_load_only_models(tmp_path):
+    """MT_LOAD_ONLY saves the memory of the other models in the multi-process mode too: the
+    supervisor starts no engine core for them."""
+    import shutil
+
+    from service.processes.supervisor import build_supervisor
+
+    root = tmp_path / "models"
+    for source, target in (("en", "de"), ("en", "fr")):
+        (root / f"{source}-{target}").mkdir(parents=True)
+        config = {"source_lang": source, "target_lang": target}
+        (root / f"{source}-{target}" / "config.json").write_text(json.dumps(config))
+    settings = Settings(
+        models_dir=root, load_only="en,de", provider="cpu", host="127.0.0.1", port=0
+    )
+    supervisor = build_supervisor(settings)
+    assert supervisor is not None
+    try:
+        assert [spec.model_id for spec in supervisor.specs] == ["en-de"]
+        assert [child.name for child in supervisor.engines] == ["engine core en-de/0"] * len(
+            supervisor.engines
+        )
+    finally:
+        supervisor.listener.close()
+        shutil.rmtree(supervisor.run_dir, ignore_errors=True)
