@@ -1,10 +1,12 @@
 # syntax=docker/dockerfile:1.7
 #
-# mtserve container images. Three stages:
+# mtserve container images. Four stages:
 #
 #   build  python:3.11-slim + torch (CPU wheel): exports the shipped weights in
 #          the shipped models (models/default: en→de, models/de-en) to ONNX and builds the
 #          mtserve wheel. Never shipped.
+#   models the build stage as a tool: `python -m service models pull|sync|update|list|remove`
+#          into the models volume (it needs torch to export a pull; never serves). (--target models)
 #   gpu    NVIDIA CUDA 13 + cuDNN 9 runtime, Python 3.11, onnxruntime-gpu.   (--target gpu)
 #   cpu    python:3.11-slim, onnxruntime.                                    (--target cpu)
 #
@@ -74,6 +76,19 @@ RUN python -m export --model models/default --output /export/default \
  && pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 # =============================================================================================
+# models: pulls models by name into /models/pulled, which the runtime images serve
+# (MT_MODELS_DIR); the Hugging Face cache is its own volume at HF_HOME (docs/models.md)
+# =============================================================================================
+FROM build AS models
+RUN useradd --system --uid 10001 --user-group --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin mtserve \
+ && install -d -o 10001 -g 10001 -m 0750 /models/pulled /var/cache/huggingface
+ENV MT_MODELS_DIR=/models/pulled \
+    HF_HOME=/var/cache/huggingface
+USER 10001:10001
+CMD ["python", "-m", "service", "models", "list"]
+
+# =============================================================================================
 # gpu: CUDA + cuDNN runtime, onnxruntime-gpu
 # =============================================================================================
 FROM ${CUDA_IMAGE} AS gpu
@@ -111,7 +126,9 @@ COPY --chmod=0755 docker/healthcheck.py /usr/local/bin/mt-healthcheck
 # The exported shipped models (en→de, de→en), both served (MT_MODEL_DIRS). Serve another one
 # by mounting its export directory (read-only) and pointing MT_MODEL_DIR at it with
 # MT_MODEL_DIRS set empty (or add it to MT_MODEL_DIRS); the models are no VOLUME, because a
-# VOLUME would copy them into a stray anonymous volume on every `docker run`.
+# VOLUME would copy them into a stray anonymous volume on every `docker run`. Models pulled by
+# name (the models image) are served from /models/pulled (MT_MODELS_DIR), empty unless a
+# volume is mounted there; one of them replaces a shipped model of its pair.
 # The GPU image serves the fp32 exports: on an H100 the fp16 variant was at most 1.2x faster per
 # step (the step's time is the host's, not the kernels') and changed 0.4 % of translations
 # (BENCHMARKS.md § GPU). ORT_VERSION 1.31.1 over CUDA 13.0 + cuDNN 9 is the pairing that ran
@@ -125,12 +142,13 @@ ENV MT_MODEL_DIRS=/models/default,/models/de-en \
     MT_PROVIDER=cuda \
     MT_HOST=0.0.0.0 \
     MT_PORT=8000 \
-    MT_DATA_DIR=/var/lib/mtserve
+    MT_DATA_DIR=/var/lib/mtserve \
+    MT_MODELS_DIR=/models/pulled
 
 # Stored glossaries, memories and document jobs: the one place the server writes. It belongs
 # to the server's user and is a declared volume, so it survives the container and stays
 # writable under a read-only root filesystem (compose and Kubernetes mount one there).
-RUN install -d -o 10001 -g 10001 -m 0750 /var/lib/mtserve
+RUN install -d -o 10001 -g 10001 -m 0750 /var/lib/mtserve /models/pulled
 VOLUME ["/var/lib/mtserve"]
 
 WORKDIR /srv/mtserve
@@ -180,9 +198,10 @@ ENV MT_MODEL_DIRS=/models/default,/models/de-en \
     MT_PROVIDER=cpu \
     MT_HOST=0.0.0.0 \
     MT_PORT=8000 \
-    MT_DATA_DIR=/var/lib/mtserve
+    MT_DATA_DIR=/var/lib/mtserve \
+    MT_MODELS_DIR=/models/pulled
 
-RUN install -d -o 10001 -g 10001 -m 0750 /var/lib/mtserve
+RUN install -d -o 10001 -g 10001 -m 0750 /var/lib/mtserve /models/pulled
 VOLUME ["/var/lib/mtserve"]
 
 WORKDIR /srv/mtserve

@@ -18,7 +18,7 @@ PORT   ?= $(or $(MT_PORT),8000)
 # replaces a shipped model of its pair.
 MT_MODELS_DIR ?= $(or $(MT_DATA_DIR),data)/models
 
-.PHONY: serve test lint typecheck onnx venv clean fuzz
+.PHONY: serve test lint typecheck onnx venv clean fuzz pull
 
 # Two install stamps: serving needs the runtime and the exporter (torch, to build the ONNX
 # files once); the tests, the linters and the type checker add the dev extras on top.
@@ -51,6 +51,12 @@ serve: onnx
 	mkdir -p $(MT_MODELS_DIR)
 	MT_MODEL_DIRS=$(subst $(space),$(comma),$(EXPORTS)) MT_MODELS_DIR=$(MT_MODELS_DIR) \
 		$(PY) -m service --host $(HOST) --port $(PORT)
+
+# A model by name into MT_MODELS_DIR, which `make serve` serves (docs/models.md):
+# `make pull MODEL=opus-mt-en-fr`. The venv is created first on a fresh machine.
+pull: $(VENV)/.installed-serve
+	@test -n "$(MODEL)" || { echo "usage: make pull MODEL=opus-mt-en-fr (docs/models.md)"; exit 2; }
+	$(PY) -m service models --models-dir $(MT_MODELS_DIR) pull $(MODEL)
 
 # The type checker over the service and the exporter (settings in pyproject.toml [tool.mypy]);
 # `lint` and `test` (what CI runs) both run it.

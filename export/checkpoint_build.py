@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Literal
 
-Variant = Literal["fp32", "int8", "fp16"]
+from service.runtime.contract import Variant
+
 # Source lengths of the parity check's sentences (random ids, as export/verify.py makes them).
 PARITY_LENGTHS = [5, 9, 12, 7]
 PARITY_MAX_NEW_TOKENS = 16

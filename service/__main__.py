@@ -1,6 +1,7 @@
 """``python -m service [--host HOST] [--port PORT] [--model-dir DIR]``: serve the app with uvicorn.
 
-``python -m service models ...`` manages the installed models instead (service/models_cli).
+``python -m service models ...`` manages the installed models instead (service/models_cli);
+``MT_MODELS`` names models to pull before serving, when they are not installed.
 
 Settings come from ``MT_*`` environment variables (service/config.py); the flags override
 the matching ones. On SIGTERM (or Ctrl-C) new translation requests get 503 at once, requests
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +30,8 @@ from service.config import Settings, get_settings
 from service.web.request_id import install_request_id_logging
 from service.web.request_log import configure_logging, use_json_format
 from service.wiring import create_app
+
+logger = logging.getLogger(__name__)
 
 
 class GracefulServer(uvicorn.Server):
@@ -66,6 +70,19 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
     )
 
 
+def models_at_startup(settings: Settings) -> Settings | None:
+    """The settings after ``MT_MODELS``' pulls (service/models_cli/startup.py); None when a
+    pull failed, after a log line that says why (the process then exits with status 1)."""
+    from service.models_cli.startup import startup_settings
+
+    try:
+        return startup_settings(settings)
+    except Exception as error:  # a sentence in the log; MT_LOG_LEVEL=debug adds where
+        logger.debug("MT_MODELS: the pull failed", exc_info=True)
+        logger.error("MT_MODELS: %s; not starting", error)
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["models"]:  # python -m service models pull|list|update|remove
@@ -94,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings.replace(**update)
     configure_logging(settings.process.log_level, settings.process.log_format)
     install_request_id_logging()  # the app logs while it is assembled
+    if args.model_dir is None:  # MT_MODELS' pulls, before any model loads
+        ready = models_at_startup(settings)
+        if ready is None:
+            return 1
+        settings = ready
     if settings.process.process_mode == "multi":  # front-ends and engine cores (issue 53)
         from service.processes.supervisor import build_supervisor
 

@@ -31,13 +31,13 @@ from service.scheduling.turns import RoundRobinTurns
 from service.text.tokenizer import Tokenizer
 from service.translation.detection import LanguageDetector
 from service.translation.dispatch import Dispatcher
+from service.translation.exports import ModelSpec
 from service.translation.glossaries import GlossaryStore
 from service.translation.memories import MemoryStore
 from service.translation.registry import (
     LoadedModel,
     ModelLoader,
     ModelRegistry,
-    ModelSpec,
     RegistryError,
     discover_models,
 )
@@ -189,7 +189,12 @@ def build_registry(
     if engine_cores is not None:  # the engines run in engine-core processes
         loader = engine_core_loader(settings, metrics, engine_cores)
     grace_s = settings.process.shutdown_grace_s
-    return ModelRegistry(specs, model, metrics, loader, turns, shutdown_grace_s=grace_s)
+    # Engine cores load their model once: a front-end's reload would re-read the tokenizer
+    # of a new revision in front of the old engine.
+    poll_s = model.reload_poll_s if engine_cores is None else 0.0
+    return ModelRegistry(
+        specs, model, metrics, loader, turns, shutdown_grace_s=grace_s, revision_poll_s=poll_s
+    )
 
 
 # --- the app -----------------------------------------------------------------------------------

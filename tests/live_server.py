@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 import uvicorn
+from fastapi import FastAPI
 
 from service.config import Settings
 from service.wiring import create_app
@@ -23,10 +24,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def live_server(settings: Settings) -> Iterator[str]:
-    """Serve ``create_app(settings)`` on 127.0.0.1 until the block ends; yields the base URL
-    (with a trailing slash) once ``/ready`` says 200."""
-    app = create_app(settings)
+def live_server(settings: Settings | None = None, app: FastAPI | None = None) -> Iterator[str]:
+    """Serve ``app`` (else ``create_app(settings)``) on 127.0.0.1 until the block ends; yields
+    the base URL (with a trailing slash) once ``/ready`` says 200."""
+    app = app if app is not None else create_app(settings)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")

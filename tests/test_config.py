@@ -20,6 +20,8 @@ VARIABLES = {
     "MT_MODEL_DIR": ("model.model_dir", "/exports/one", Path("/exports/one")),
     "MT_MODEL_DIRS": ("model.model_dirs", "/a, /b", [Path("/a"), Path("/b")]),
     "MT_MODELS_DIR": ("model.models_dir", "/exports", Path("/exports")),
+    "MT_MODELS": ("model.models", "opus-mt-en-fr, m2m100_418M", ["opus-mt-en-fr", "m2m100_418M"]),
+    "MT_RELOAD_POLL_S": ("model.reload_poll_s", "2.5", 2.5),
     "MT_LOAD_ONLY": ("model.load_only", "en, de,fr", ["en", "de", "fr"]),
     "MT_MODEL_NAME": ("model.model_name", "opus", "opus"),
     "MT_PROVIDER": ("model.provider", "cpu", "cpu"),

@@ -16,17 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from service.config import Settings, get_settings
-from service.models_cli.build import Variant
 from service.models_cli.catalog import known_names
 from service.models_cli.errors import ModelsError
 from service.models_cli.hub import Downloader, HubDownloader
 from service.models_cli.pull import Puller, describe_languages
+from service.models_cli.startup import default_models_dir, pull_missing
 from service.models_cli.store import InstalledModel, ModelStore
-
-
-def default_models_dir(settings: Settings) -> Path:
-    """Where pulled models live: MT_MODELS_DIR, else MT_DATA_DIR/models."""
-    return settings.model.models_dir or settings.storage.data_dir / "models"
+from service.runtime.contract import Variant
 
 
 def parser(settings: Settings) -> argparse.ArgumentParser:
@@ -49,6 +45,9 @@ def parser(settings: Settings) -> argparse.ArgumentParser:
     variant = pull.add_mutually_exclusive_group()
     variant.add_argument("--int8", action="store_true", help="install the int8 variant (CPU)")
     variant.add_argument("--fp16", action="store_true", help="install the fp16 variant (CUDA)")
+    commands.add_parser(
+        "sync", help="pull every MT_MODELS model that is not installed (what start-up does)"
+    )
     commands.add_parser("list", help="the installed models")
     update = commands.add_parser("update", help="re-pull models whose Hub revision moved")
     update.add_argument("name", nargs="?", help="one installed model (default: all)")
@@ -70,6 +69,10 @@ def main(argv: Sequence[str] | None = None, downloader: Downloader | None = None
         if args.command == "pull":
             variant: Variant = "int8" if args.int8 else "fp16" if args.fp16 else "fp32"
             puller.pull(args.name, args.revision, variant)
+        elif args.command == "sync":
+            settings = settings.replace(models_dir=args.models_dir)
+            pulled = pull_missing(settings, puller.downloader, print)
+            print(f"pulled {', '.join(pulled)}" if pulled else "nothing to pull")
         elif args.command == "list":
             print(table(store.installed()) if store.installed() else f"no models in {store.root}")
         elif args.command == "update":

@@ -14,12 +14,11 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from service.models_cli.errors import ModelsError
 from service.models_cli.hub import disk_full
-
-Variant = Literal["fp32", "int8", "fp16"]
+from service.runtime.contract import Variant
 
 
 def require_export_extras() -> None:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
 
-from service.models_cli.build import Variant, build_export, require_export_extras
+from service.models_cli.build import build_export, require_export_extras
 from service.models_cli.catalog import (
     METADATA_FILES,
     REQUIRED_TOKENIZER,
@@ -30,6 +30,7 @@ from service.models_cli.catalog import (
 from service.models_cli.errors import ModelsError
 from service.models_cli.hub import Downloader
 from service.models_cli.store import Manifest, ModelStore, export_languages, file_hashes
+from service.runtime.contract import Variant
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from service.models_cli.errors import ModelsError
+from service.translation.exports import MANIFEST_FILE
 
-MANIFEST_FILE = "manifest.json"
 PARTIAL_DIR = ".partial"
 
 

@@ -243,7 +243,7 @@ def build_supervisor(settings: Settings) -> Supervisor | None:
     try:
         model = settings.model
         specs = discover_models(
-            model.model_dirs, model.models_dir, model.model_dir, model.model_name
+            model.model_dirs, model.models_dir, model.model_dir, model.model_name, model.load_only
         )
     except RegistryError as error:
         logger.error("%s", error)

@@ -20,6 +20,7 @@ The graphs, per layer ``i`` of ``L`` decoder layers::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 # Format 3: the decoder returns the new keys/values only (caches with spare capacity, grown by
 # kv_append) and ends in the search head. The runtime reads nothing else.
@@ -33,6 +34,9 @@ KV_SELECT_FILE = "kv_select.onnx"
 KV_MERGE_FILE = "kv_merge.onnx"
 KV_APPEND_FILE = "kv_append.onnx"
 KV_HELPER_FILES = (KV_SELECT_FILE, KV_MERGE_FILE, KV_APPEND_FILE)
+# The precisions an export comes in: fp32 from the exporter, int8 and fp16 made from it
+# (export/variants.py); ``python -m service models pull --int8/--fp16`` installs one of them.
+Variant = Literal["fp32", "int8", "fp16"]
 
 ENCODER_INPUTS = ("input_ids", "attention_mask")
 DECODER_STEP_INPUTS = ("input_ids", "positions", "self_attention_mask")

@@ -41,6 +41,24 @@ class ModelSettings(BaseModel):
         "`python -m service models pull` installs here (unset: into MT_DATA_DIR/models); "
         "`make serve` sets it to that directory.",
     )
+    models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated model names (`opus-mt-en-fr,nllb-200-distilled-600M`, as "
+        "`python -m service models pull` takes them) that `python -m service` pulls at "
+        "start-up when they are not installed, before any model loads (TGI's --model-id), "
+        "into models_dir (unset: MT_DATA_DIR/models, then served from there). A failed pull "
+        "is logged and the process exits with status 1. Pulling needs the export extras "
+        "(torch; the `models` image). Empty: nothing is downloaded.",
+    )
+    reload_poll_s: float = Field(
+        10.0,
+        ge=0,
+        description="How often the one-process service (MT_PROCESS_MODE=single) checks the "
+        "loaded installed models for a new revision (`python -m service models update`) and "
+        "swaps it in: it loads beside the old one (twice the model's memory meanwhile), and "
+        "no request fails for the swap. Engine-core processes (`multi`) serve a new revision "
+        "from the next restart. 0: never.",
+    )
     load_only: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated languages (`en,de,fr`; LibreTranslate's --load-only): "
@@ -124,7 +142,7 @@ class ModelSettings(BaseModel):
     def kv_pool_bytes(self) -> int:
         return self.kv_pool_mb << 20
 
-    @field_validator("model_dirs", "load_only", mode="before")
+    @field_validator("model_dirs", "models", "load_only", mode="before")
     @classmethod
     def _split_lists(cls, value: object) -> object:
         if isinstance(value, str):

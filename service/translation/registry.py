@@ -20,12 +20,17 @@ With ``MT_MAX_LOADED_MODELS`` a load first unloads the least recently used model
 request holds; when every loaded model is in use the bound is exceeded for a while and the
 extra model is unloaded when its last request ends. ``MT_COLD_START`` decides whether the
 first request for an unloaded model waits for the load or gets 503 + Retry-After.
+
+A model installed by ``python -m service models pull`` is swapped for a new revision that
+``models update`` renames into its directory (``MT_RELOAD_POLL_S``): the new one loads beside
+the old one (twice the model's memory for a while), new requests lease it, and the old one
+stops once its last request ends, so no request fails for the swap. Where engine cores run the
+models (``MT_PROCESS_MODE=multi``) there is no swap: a new revision serves from the next start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -41,79 +46,19 @@ from service.metrics import ServiceMetrics
 from service.runtime.engine import Engine
 from service.scheduling.row_batcher import RowBatcher
 from service.scheduling.turns import RoundRobinTurns
+from service.translation.exports import ModelSpec, installed_revision, model_spec, onnx_bytes
 from service.translation.languages import normalise_language_code
 from service.translation.model_settings import ModelSettings
 from service.translation.translator import Translator
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PAIR = ("en", "de")  # exports that declare no languages (the first shipped model)
 ModelState = Literal["unloaded", "loading", "loaded", "failed"]
+RETIRE_POLL_S = 0.01  # how often a swapped-out model checks whether its last request ended
 
 
 class RegistryError(Exception):
     """The configured models cannot be served (none found, or two for one pair)."""
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    model_id: str
-    model_dir: Path
-    source_lang: str
-    target_lang: str
-    # A multilingual model's languages (canonical codes): it serves every pair of them, and
-    # source_lang / target_lang are only the first two. Empty: a model of one pair.
-    languages: tuple[str, ...] = ()
-
-    @property
-    def pair(self) -> tuple[str, str]:
-        return self.source_lang, self.target_lang
-
-    @property
-    def multilingual(self) -> bool:
-        return bool(self.languages)
-
-    def pairs(self) -> list[tuple[str, str]]:
-        """Every (source, target) the model translates."""
-        if not self.languages:
-            return [self.pair]
-        return [(s, t) for s in self.languages for t in self.languages if s != t]
-
-
-def read_export_languages(model_dir: Path) -> tuple[str, ...]:
-    """The canonical codes of the languages a multilingual export declares (config.json's
-    ``languages``, as its tokenizer spells them); () for a model of one pair."""
-    try:
-        declared = json.loads((model_dir / "config.json").read_text()).get("languages")
-    except (OSError, ValueError, AttributeError):
-        return ()
-    if not isinstance(declared, list):
-        return ()
-    codes = [normalise_language_code(code) for code in declared if isinstance(code, str)]
-    return tuple(dict.fromkeys(code for code in codes if code))
-
-
-def read_export_config(model_dir: Path) -> tuple[str | None, tuple[str, str] | None]:
-    """``(model_name, (source, target))`` declared by an export; None where it says nothing."""
-    name, pair = None, None
-    for file_name in ("config.json", "tokenizer_config.json"):
-        try:
-            config = json.loads((model_dir / file_name).read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(config, dict):
-            continue
-        name = name or config.get("model_name") or None
-        source, target = config.get("source_lang"), config.get("target_lang")
-        if (
-            pair is None
-            and isinstance(source, str)
-            and isinstance(target, str)
-            and source
-            and target
-        ):
-            pair = (source.lower(), target.lower())
-    return name, pair
 
 
 def discover_models(
@@ -163,19 +108,6 @@ def discover_models(
     return only_languages(specs, load_only) if load_only else specs
 
 
-def model_spec(directory: Path, model_name: str) -> ModelSpec:
-    """The spec an export's config declares (``model_name``, if given, names it)."""
-    name, pair = read_export_config(directory)
-    model_id = model_name or name or directory.name
-    languages = read_export_languages(directory)
-    if len(languages) >= 2:
-        return ModelSpec(model_id, directory, languages[0], languages[1], languages)
-    if pair is None:
-        logger.warning("%s declares no source_lang/target_lang; assuming en→de", directory)
-        pair = DEFAULT_PAIR
-    return ModelSpec(model_id, directory, *pair)
-
-
 def only_languages(specs: Sequence[ModelSpec], languages: Sequence[str]) -> list[ModelSpec]:
     """The models that serve only ``languages`` (MT_LOAD_ONLY): a model of one pair when
     both of its languages are listed, a multilingual model cut down to the listed ones."""
@@ -210,14 +142,6 @@ def serving_pairs(specs: Sequence[ModelSpec]) -> dict[tuple[str, str], str]:
     return by_pair
 
 
-def onnx_bytes(model_dir: Path) -> int:
-    """Bytes of the export's ONNX graphs and weights (what the sessions load)."""
-    try:
-        return sum(path.stat().st_size for path in model_dir.iterdir() if ".onnx" in path.name)
-    except OSError:
-        return 0
-
-
 def resident_bytes() -> int | None:
     """The process's resident memory now (Linux), None where unknown."""
     try:
@@ -227,13 +151,14 @@ def resident_bytes() -> int | None:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class LoadedModel:
     """A loaded model's parts, built together (service/wiring.py) and dropped together."""
 
     engine: Engine | EngineCoreInfo  # the info alone where engine cores run it (issue 53)
     batcher: RowBatcher
     translator: Translator
+    leases: int = 0  # requests holding it: a model swapped out stops after the last one
 
 
 # Builds a model from its spec: engine warmed up, batcher built but not started. Runs in a
@@ -250,6 +175,7 @@ class ModelSlot:
         self.detail: str | None = None
         self.provider = provider  # the setting until loaded, then what the engine uses
         self.model: LoadedModel | None = None
+        self.revision: str | None = None  # manifest.json's, when loaded (installed models)
         self.weights_bytes = onnx_bytes(spec.model_dir)
         self.memory_bytes: int | None = None  # resident growth while it loaded
         self.last_used = 0.0
@@ -266,13 +192,17 @@ class ModelRegistry:
         load_model: ModelLoader,
         turns: RoundRobinTurns | None = None,
         shutdown_grace_s: float = 30.0,
+        revision_poll_s: float = 0.0,
     ) -> None:
         """``config``: the model settings (a model reports their provider until it is
         loaded); ``turns``: the step-by-step turns the models' engine threads take on one
         device (None: they run at once), the loader hands each batcher its turn;
-        ``shutdown_grace_s``: how long an unloaded model's in-flight work may finish."""
+        ``shutdown_grace_s``: how long an unloaded model's in-flight work may finish;
+        ``revision_poll_s``: how often :meth:`watch_revisions` looks for new revisions (0:
+        never)."""
         self.config = config
         self.shutdown_grace_s = shutdown_grace_s
+        self.revision_poll_s = revision_poll_s
         self.turns = turns
         self.metrics = metrics
         self._load_model = load_model
@@ -281,6 +211,7 @@ class ModelRegistry:
         self._load_lock = asyncio.Lock()
         self._accepting = True
         self._background: set[asyncio.Task[None]] = set()
+        self._watching: asyncio.Task[None] | None = None
 
     # --- start-up and shutdown -----------------------------------------------------------
 
@@ -301,6 +232,8 @@ class ModelRegistry:
 
     def begin_shutdown(self) -> None:
         self._accepting = False
+        if self._watching is not None:
+            self._watching.cancel()
         for slot in self.slots.values():
             if slot.model is not None:
                 slot.model.batcher.begin_shutdown()
@@ -319,7 +252,7 @@ class ModelRegistry:
         """The translators of ``model_ids``, loaded (or ``ModelNotReady``) and kept loaded
         until the block ends."""
         slots = [self.slots[model_id] for model_id in model_ids]
-        pinned: list[ModelSlot] = []
+        pinned: list[tuple[ModelSlot, LoadedModel]] = []
         try:
             translators = []
             for slot in slots:
@@ -329,13 +262,15 @@ class ModelRegistry:
                 if slot.state != "loaded" or slot.model is None:
                     raise ModelNotReady(slot.spec.model_id, slot.state, self._why(slot))
                 slot.leases += 1
+                slot.model.leases += 1
                 slot.last_used = time.monotonic()
-                pinned.append(slot)
+                pinned.append((slot, slot.model))
                 translators.append(slot.model.translator)
             yield translators
         finally:
-            for slot in pinned:
+            for slot, model in pinned:
                 slot.leases -= 1
+                model.leases -= 1
                 slot.last_used = time.monotonic()
             if self._over_bound() and self._accepting:
                 trim = asyncio.get_running_loop().create_task(self._trim())
@@ -379,6 +314,7 @@ class ModelRegistry:
             if slot.state == "loaded":
                 return
             await self._make_room()
+            slot.revision = installed_revision(spec.model_dir)  # read before: a swap reloads
             before = resident_bytes()
             try:
                 model = await asyncio.to_thread(self._load_model, spec)
@@ -436,3 +372,49 @@ class ModelRegistry:
         if model is not None:  # no lease holds it: this only stops its thread
             await model.batcher.shutdown(self.shutdown_grace_s)
         self.metrics.forget_model(slot.spec.model_id)
+
+    # --- new revisions of installed models -----------------------------------------------
+
+    def watch_revisions(self) -> None:
+        """From now on, every ``revision_poll_s``, reload the loaded models whose installed
+        revision changed (``python -m service models update``); until shutdown."""
+        if self.revision_poll_s > 0 and self._watching is None and self._accepting:
+            self._watching = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.revision_poll_s)
+            for model_id, slot in list(self.slots.items()):
+                # None: no manifest, or an install renaming the old directory aside just now
+                revision = installed_revision(slot.spec.model_dir)
+                if slot.state == "loaded" and revision not in (None, slot.revision):
+                    await self.reload(model_id)
+
+    async def reload(self, model_id: str) -> bool:
+        """Load ``model_id`` again from its directory and swap it in: requests from then on
+        use the new one, those holding the old one finish on it, and the old batcher stops
+        after the last of them, so no request fails for the swap. False where the model is
+        not loaded or the new one failed to load (the old one serves on: a revision that
+        fails is not tried again until it changes)."""
+        slot = self.slots[model_id]
+        async with self._load_lock:
+            old = slot.model
+            if slot.state != "loaded" or old is None or not self._accepting:
+                return False
+            revision = installed_revision(slot.spec.model_dir)
+            try:
+                new = await asyncio.to_thread(self._load_model, slot.spec)
+            except Exception:
+                logger.exception("reloading model %s failed; the loaded one serves on", model_id)
+                slot.revision = revision
+                return False
+            if not self._accepting:  # shut down while it loaded: the old one drains
+                return False
+            new.batcher.start()
+            slot.model, slot.revision, slot.provider = new, revision, new.engine.provider
+        logger.info("model %s: revision %s serves; the old one drains", model_id, revision)
+        deadline = time.monotonic() + self.shutdown_grace_s
+        while old.leases and time.monotonic() < deadline:
+            await asyncio.sleep(RETIRE_POLL_S)
+        await old.batcher.shutdown(self.shutdown_grace_s)
+        return True

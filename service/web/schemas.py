@@ -323,6 +323,12 @@ class ModelCard(BaseModel):
         description="Growth of the process's resident memory while the model loaded and "
         "warmed up (None when not loaded).",
     )
+    revision: str | None = Field(
+        None,
+        description="The Hugging Face Hub revision of a model installed by `python -m service "
+        "models pull` that this process serves (None for exports made by hand, or until "
+        "loaded).",
+    )
 
 
 class ModelList(BaseModel):

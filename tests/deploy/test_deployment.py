@@ -27,6 +27,8 @@ DOCKERFILE = ROOT / "Dockerfile"
 RUNTIME_STAGES = ("gpu", "cpu")
 MT_SERVICES = ("mt-gpu", "mt-cpu", "mt-replica", "mt-custom")
 GPU_SERVICES = ("mt-gpu", "mt-replica", "mt-custom")
+TOOL_SERVICES = ("mt-models",)
+PULLED_MODELS = "/models/pulled"
 
 
 # --- tools ----------------------------------------------------------------------------------
@@ -224,6 +226,8 @@ def test_default_profile_is_the_single_gpu_service():
 
 def test_every_service_has_a_healthcheck():
     for name, service in compose_config()["services"].items():
+        if name in TOOL_SERVICES:
+            continue  # run once with `docker compose run --rm`, never up as a server
         healthcheck = service.get("healthcheck") or {}
         assert healthcheck.get("test") and not healthcheck.get("disable"), name
         assert healthcheck["test"][0] in ("CMD", "CMD-SHELL"), name
@@ -455,6 +459,54 @@ def test_every_mtserve_service_mounts_a_volume_at_its_data_directory():
         targets = {v["target"]: v["type"] for v in services[name].get("volumes", [])}
         assert targets.get(data_dir) == "volume", name
         assert services[name]["read_only"] is True, name
+
+
+def test_every_mtserve_service_serves_the_pulled_models_volume_read_only():
+    services = compose_config()["services"]
+    for name in MT_SERVICES:
+        service = services[name]
+        mounts = {volume["target"]: volume for volume in service["volumes"]}
+        assert service["environment"].get("MT_MODELS_DIR", PULLED_MODELS) == PULLED_MODELS, name
+        pulled = mounts[PULLED_MODELS]
+        assert (pulled["type"], pulled["source"], pulled.get("read_only")) == (
+            "volume",
+            "mt-models",
+            True,
+        ), name
+
+
+def test_the_models_tool_pulls_into_that_volume_through_a_persistent_hub_cache():
+    config = compose_config(("models",))
+    service = config["services"]["mt-models"]
+    assert service["build"]["target"] == "models" and service["restart"] == "no"
+    assert not service.get("ports") and "mt-models" not in compose_config(())["services"]
+    environment = service["environment"]
+    mounts = {volume["target"]: volume for volume in service["volumes"]}
+    assert environment["MT_MODELS_DIR"] == PULLED_MODELS
+    assert mounts[PULLED_MODELS]["source"] == "mt-models"
+    assert not mounts[PULLED_MODELS].get("read_only")
+    assert mounts[environment["HF_HOME"]]["source"] == "hf-cache"
+    assert {"mt-models", "hf-cache"} <= set(config["volumes"])
+    header = COMPOSE_FILE.read_text().split("\nname:")[0]
+    assert "docker compose run --rm mt-models python -m service models pull opus-mt-en-fr" in header
+
+
+def test_the_models_image_has_the_exporter_and_the_runtime_images_serve_its_volume():
+    stages = dockerfile_stages()
+    assert stages["models"][0] == ("FROM", "build AS models")  # torch and the exporter
+    models_env = " ".join(rest for keyword, rest in stages["models"] if keyword == "ENV")
+    assert f"MT_MODELS_DIR={PULLED_MODELS}" in models_env and "HF_HOME=" in models_env
+    users = [rest for keyword, rest in stages["models"] if keyword == "USER"]
+    assert users == ["10001:10001"]  # the volume's files belong to the server's user
+    for stage in (*RUNTIME_STAGES, "models"):
+        instructions = stages[stage]
+        owned = [
+            rest for keyword, rest in instructions if keyword == "RUN" and PULLED_MODELS in rest
+        ]
+        assert owned and "-o 10001 -g 10001" in owned[0], stage
+    for stage in RUNTIME_STAGES:
+        env = " ".join(rest for keyword, rest in stages[stage] if keyword == "ENV")
+        assert f"MT_MODELS_DIR={PULLED_MODELS}" in env, stage
 
 
 def test_no_two_services_publish_the_same_host_port():

@@ -31,7 +31,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
-OVERLAYS = ("cpu", "gpu")
+OVERLAYS = ("cpu", "gpu", "pulled-models")
 KUBERNETES_VERSION = "1.30"  # oldest version we claim to support; schema of that release
 SUPPORTED_KUSTOMIZE_FIELDS = {"apiVersion", "kind", "resources", "patches"}
 MERGE_KEYS = {"tolerations": "key"}  # every other list of maps merges by "name"
@@ -274,3 +274,23 @@ def test_the_data_directory_is_a_writable_volume_under_the_read_only_root(overla
     volumes = {v["name"] for v in pod["volumes"]}
     assert data_dir in mounts and mounts[data_dir] in volumes
     assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]
+
+
+def test_an_init_container_pulls_the_models_that_the_server_then_serves():
+    pod = rendered("pulled-models")["Deployment"]["spec"]["template"]["spec"]
+    [init] = pod["initContainers"]
+    assert init["image"].endswith("-models")  # torch and the exporter: not the server's image
+    assert init["command"] == ["python", "-m", "service", "models", "sync"]
+    init_env = {item["name"]: item.get("value") for item in init["env"]}
+    assert init_env["MT_MODELS"] == "opus-mt-en-fr"
+    pulled = init_env["MT_MODELS_DIR"]
+    assert env("pulled-models")["MT_MODELS_DIR"] == pulled
+    init_mounts = {m["mountPath"]: m for m in init["volumeMounts"]}
+    server_mounts = {m["mountPath"]: m for m in container("pulled-models")["volumeMounts"]}
+    assert init_mounts[pulled]["name"] == server_mounts[pulled]["name"] == "models"
+    assert server_mounts[pulled]["readOnly"] is True and not init_mounts[pulled].get("readOnly")
+    assert init_mounts[init_env["HF_HOME"]]["name"] == "hf-cache"
+    assert {"models", "hf-cache", "tmp"} <= {volume["name"] for volume in pod["volumes"]}
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    for overlay in ("cpu", "gpu"):  # the plain variants download nothing
+        assert "initContainers" not in rendered(overlay)["Deployment"]["spec"]["template"]["spec"]

@@ -14,6 +14,8 @@ import errno
 import hashlib
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -27,6 +29,7 @@ from service.models_cli.errors import ModelsError
 from service.models_cli.store import MANIFEST_FILE, sha256_of
 from service.translation.registry import RegistryError, discover_models
 from tests.conftest import build_random_marian
+from tests.hub_cache import seed, use_offline
 from tests.live_server import live_server
 from tests.service_fixtures import VOCAB_SIZE, train_tiny_tokenizer
 
@@ -36,19 +39,6 @@ FIRST = hashlib.sha1(b"first revision").hexdigest()  # a commit hash, as the Hub
 SECOND = hashlib.sha1(b"second revision").hexdigest()
 MAX_NEW = 12
 TEXT = "Save the file"
-
-
-def repo_folder(cache: Path, hub_id: str) -> Path:
-    return cache / f"models--{hub_id.replace('/', '--')}"
-
-
-def seed(cache: Path, hub_id: str, files: Path, commit: str) -> Path:
-    """Put ``files`` in the cache as ``hub_id`` at ``commit`` and point ``main`` at it."""
-    folder = repo_folder(cache, hub_id)
-    shutil.copytree(files, folder / "snapshots" / commit)
-    (folder / "refs").mkdir(parents=True, exist_ok=True)
-    (folder / "refs" / "main").write_text(commit)
-    return folder / "snapshots" / commit
 
 
 def tiny_opus_mt(directory: Path, seed_value: int):
@@ -91,11 +81,7 @@ def hub_cache(tmp_path_factory, checkpoint):
 
 @pytest.fixture(autouse=True)
 def offline_hub(monkeypatch, hub_cache):
-    """huggingface_hub reads its cache and offline mode from these, at call time."""
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub_cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    use_offline(monkeypatch, hub_cache)
 
 
 @pytest.fixture(scope="module")
@@ -305,11 +291,10 @@ def test_load_only_setting_splits_and_reaches_the_served_languages(pulled, tmp_p
 # --- update and remove ---------------------------------------------------------------------------
 
 
-def test_update_replaces_a_model_whose_revision_moved(
-    pulled, hub_cache, checkpoint, tmp_path, monkeypatch, capsys
-):
-    """The Hub moves main to a new commit: update builds that commit's snapshot (the build is
-    a copy here: the pull test covers the real one) and swaps it in."""
+def second_revision(pulled, hub_cache, checkpoint, tmp_path, monkeypatch, decoder=None):
+    """A copy of the models directory, and the Hub's main moved to a new commit whose build
+    is a copy of the installed export (``decoder``: that file's new bytes); the names of the
+    snapshots built. The pull test covers the real build."""
     from huggingface_hub import constants
 
     import service.models_cli.pull
@@ -330,18 +315,83 @@ def test_update_replaces_a_model_whose_revision_moved(
         shutil.copytree(
             pulled / ALIAS, staging / "fp32", ignore=shutil.ignore_patterns(MANIFEST_FILE)
         )
-        (staging / "fp32" / "decoder.onnx").write_bytes(b"the new revision's decoder")
+        if decoder is not None:
+            (staging / "fp32" / "decoder.onnx").write_bytes(decoder)
         return staging / "fp32"
 
     monkeypatch.setattr(service.models_cli.pull, "build_export", build_export)
+    return models_dir, built_from
+
+
+def test_update_replaces_a_model_whose_revision_moved(
+    pulled, hub_cache, checkpoint, tmp_path, monkeypatch, capsys
+):
+    new_decoder = b"the new revision's decoder"
+    models_dir, built_from = second_revision(
+        pulled, hub_cache, checkpoint, tmp_path, monkeypatch, new_decoder
+    )
     code, out, _ = run(models_dir, "update", ALIAS, capsys=capsys)
     assert code == 0, out
     assert built_from == [SECOND]
     manifest = json.loads((models_dir / ALIAS / MANIFEST_FILE).read_text())
     assert (manifest["revision"], manifest["licence"]) == (SECOND, "mit")
-    assert (models_dir / ALIAS / "decoder.onnx").read_bytes() == b"the new revision's decoder"
+    assert (models_dir / ALIAS / "decoder.onnx").read_bytes() == new_decoder
     assert manifest["files"]["decoder.onnx"] == sha256_of(models_dir / ALIAS / "decoder.onnx")
     assert sorted(p.name for p in models_dir.iterdir()) == [ALIAS]  # the old one is gone
+
+
+def test_update_swaps_the_served_model_without_a_failed_request(
+    pulled, hub_cache, checkpoint, tmp_path, monkeypatch
+):
+    """Clients translate without a pause while ``update`` installs the new revision and the
+    one-process service swaps it in: every request succeeds, and the new revision serves."""
+    from service.wiring import create_app
+
+    models_dir, _ = second_revision(pulled, hub_cache, checkpoint, tmp_path, monkeypatch)
+    settings = Settings(
+        models_dir=models_dir, provider="cpu", intra_op_threads=1, reload_poll_s=0.02
+    )
+    app = create_app(settings)
+    body = {"text": TEXT, "source_lang": "en", "target_lang": "fr", "max_new_tokens": MAX_NEW}
+    answers: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def translate_until_stopped(url: str) -> None:
+        with httpx.Client(timeout=30) as client:
+            while not stop.is_set():
+                response = client.post(f"{url}v1/translate", json=body)
+                answers.append((response.status_code, response.text))
+
+    def revision(url: str) -> str:
+        return httpx.get(f"{url}v1/models").json()["data"][0]["revision"]
+
+    with live_server(app=app) as url:
+        slot = app.state.service.registry.slots[ALIAS]
+        old = slot.model
+        assert revision(url) == FIRST
+        clients = [threading.Thread(target=translate_until_stopped, args=(url,)) for _ in "abc"]
+        for client in clients:
+            client.start()
+        try:
+            while len(answers) < 10:
+                time.sleep(0.01)
+            assert run(models_dir, "update", ALIAS)[0] == 0
+            deadline = time.monotonic() + 60
+            while not old.batcher.queue.stopping and time.monotonic() < deadline:
+                time.sleep(0.01)
+            during = len(answers)
+            while len(answers) < during + 10:  # served by the new model
+                time.sleep(0.01)
+        finally:
+            stop.set()
+            for client in clients:
+                client.join(30)
+        assert revision(url) == SECOND
+    assert slot.model is not old and old.batcher.queue.stopping  # the old one has stopped
+    failed = [answer for answer in answers if answer[0] != 200]
+    assert not failed, failed[:3]
+    texts = {json.loads(text)["translations"][0]["text"] for _, text in answers}
+    assert len(texts) == 1  # the same weights, before and after
 
 
 def test_remove_deletes_the_install_and_an_unknown_name_is_refused(pulled, tmp_path, capsys):
@@ -468,3 +518,26 @@ def test_export_of_a_hub_id_says_how_to_pull_it(tmp_path, capsys):
     assert "no model directory at Helsinki-NLP/opus-mt-en-fr" in err
     assert f"python -m service models pull {HUB_ID}" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_pull_and_the_exporter_share_one_variant_type():
+    """The variants a pull offers are the exporter's: spelled once, in the runtime contract
+    that both sides import."""
+    from typing import get_args
+
+    import export.checkpoint_build
+    import service.models_cli.build
+    from service.runtime.contract import Variant
+
+    root = Path(__file__).resolve().parents[2]
+    spelled = [
+        path
+        for folder in ("service", "export")
+        for path in (root / folder).rglob("*.py")
+        if '"fp32", "int8", "fp16"' in path.read_text()
+    ]
+    assert [path.relative_to(root).as_posix() for path in spelled] == [
+        "service/runtime/contract.py"
+    ]
+    assert export.checkpoint_build.Variant is Variant is service.models_cli.build.Variant
+    assert get_args(Variant) == ("fp32", "int8", "fp16")

@@ -214,7 +214,7 @@ def test_models_health_ready_docs(client):
     memory = card.pop("memory_bytes")
     assert card == {
         "id": "tiny-random", "source_lang": "en", "target_lang": "de", "languages": [],
-        "provider": "cpu", "state": "loaded", "ready": True,
+        "provider": "cpu", "state": "loaded", "ready": True, "revision": None,
     }  # fmt: skip
     assert weights > 0 and (memory is None or memory >= 0)
     assert client.get("/health").json() == {"status": "ok"}

@@ -154,6 +154,7 @@ async def models(service: Service) -> ModelList:
                 ready=slot.state == "loaded",
                 weights_bytes=slot.weights_bytes,
                 memory_bytes=slot.memory_bytes,
+                revision=slot.revision,
             )
             for slot in service.registry.slots.values()
         ]
