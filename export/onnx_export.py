@@ -30,7 +30,9 @@ layer's cache at every step (docs/engine.md).
 The search head (export/search_head.py) is appended to the traced decoder: log-softmax and
 top-k of the last position run in the graph, so the runtime never fetches the full logits.
 
-Besides the two model graphs, three tiny helper graphs are written (``kv_select.onnx``,
+``decoder_device.onnx`` is that decoder for caches on a device (export/device_decoder.py): it
+gathers and trims its past inside the call and returns the grown cache, so a step there is one
+session call. Besides the model graphs, three tiny helper graphs are written (``kv_select.onnx``,
 ``kv_merge.onnx``, ``kv_append.onnx``): row gathers / column slices, padded concatenation of the
 2L cache tensors, and appending the new keys and values to caches that live on a device.
 The runtime runs them on the same execution provider as the model, so on CUDA the caches never
@@ -53,6 +55,7 @@ import torch
 from onnx import TensorProto, helper
 from torch import Tensor, nn
 
+from export.device_decoder import write_device_decoder
 from export.quiet import quiet_exporter
 from export.search_head import add_search_head
 from export.vocab_screen import DEFAULT_MAX_ROWS, MIN_VOCAB, add_vocab_screen
@@ -387,7 +390,8 @@ def export_model(
     vocab_screen: bool = True,
     external_data: bool | None = None,
 ) -> Path:
-    """Write the fp32 export (encoder, decoder, KV helpers, config.json, tokenizer files).
+    """Write the fp32 export (encoder, decoder, device decoder, KV helpers, config.json,
+    tokenizer files).
 
     ``external_data``: weights in ``encoder.onnx.data`` / ``decoder.onnx.data`` (None: where a
     graph could pass protobuf's 2 GiB, as NLLB-200-600M's decoder with its 256k table does).
@@ -415,6 +419,8 @@ def export_model(
     if vocab_screen and model.config.tgt_vocab_size >= MIN_VOCAB:
         screen_candidates = add_vocab_screen(decoder)
     save_onnx(decoder, output_dir / DECODER_FILE, external_data or None)
+    del decoder
+    write_device_decoder(output_dir, model.config.decoder_layers)
     write_kv_helpers(output_dir, 2 * model.config.decoder_layers, TensorProto.FLOAT, opset)
     config = export_config(model, opset, "fp32")
     if screen_candidates:

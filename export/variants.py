@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from export.device_decoder import write_device_decoder
 from export.onnx_export import (
     EXTERNAL_DATA_BYTES,
     initializer_bytes,
@@ -125,6 +126,7 @@ def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_
         prepared.with_name(f"{prepared.name}.data").unlink(missing_ok=True)
     for name in KV_HELPER_FILES:  # caches stay fp32
         shutil.copyfile(source / name, target / name)
+    write_device_decoder(target, config["num_layers"])
     config.update(variant=f"int8-{mode}", model_name=f"{config.get('model_name', source.name)}")
     _write_config(target, config)
     return target
@@ -147,6 +149,7 @@ def make_fp16(fp32_dir: str | Path, output_dir: str | Path) -> Path:
         drop_duplicate_nodes(converted)
         save_onnx(converted, target / name)
     write_kv_helpers(target, 2 * config["num_layers"], onnx.TensorProto.FLOAT16, config["opset"])
+    write_device_decoder(target, config["num_layers"])
     config.pop("vocab_screen", None)
     config.update(variant="fp16", kv_dtype="float16")
     _write_config(target, config)
@@ -201,6 +204,7 @@ def make_optimized(fp32_dir: str | Path, output_dir: str | Path) -> Path:
         optimized.save_model_to_file(str(target / name))
     for name in KV_HELPER_FILES:
         shutil.copyfile(source / name, target / name)
+    write_device_decoder(target, config["num_layers"])
     config.update(variant="fp32-optimized")
     _write_config(target, config)
     return target

@@ -14,6 +14,12 @@ The graphs, per layer ``i`` of ``L`` decoder layers::
               (N, S), top_k, banned_ids, watch_ids [, vocab_screen]
               -> logits, new_key_i, new_value_i (N, H, T, Dh), top_log_probs, top_ids,
                  watch_log_probs
+    decoder_device: the decoder's inputs and past_rows (N,), past_start (1,)
+              -> logits, present_key_i, present_value_i (N, H, P - past_start + T, Dh),
+                 top_log_probs, top_ids, watch_log_probs
+              (the decoder for device caches, export/device_decoder.py: it gathers and trims
+              its past and returns it grown; exports written before it have none, and the
+              runtime then moves device caches with the helper graphs alone)
     kv_select / kv_merge / kv_append: helper graphs over the 2L cache tensors (device caches)
 """
 
@@ -30,10 +36,13 @@ FORMAT_NAME = "mtserve-onnx"
 CONFIG_FILE = "config.json"
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
+DEVICE_DECODER_FILE = "decoder_device.onnx"
 KV_SELECT_FILE = "kv_select.onnx"
 KV_MERGE_FILE = "kv_merge.onnx"
 KV_APPEND_FILE = "kv_append.onnx"
 KV_HELPER_FILES = (KV_SELECT_FILE, KV_MERGE_FILE, KV_APPEND_FILE)
+# The helpers the device decoder leaves to run apart: it appends to its cache itself.
+KV_MOVE_FILES = (KV_SELECT_FILE, KV_MERGE_FILE)
 # The precisions an export comes in: fp32 from the exporter, int8 and fp16 made from it
 # (export/variants.py); ``python -m service models pull --int8/--fp16`` installs one of them.
 Variant = Literal["fp32", "int8", "fp16"]
@@ -48,6 +57,9 @@ SEARCH_OUTPUTS = ("top_log_probs", "top_ids", "watch_log_probs")
 # A bool input of fp32 exports with a large vocabulary (export/vocab_screen.py): true runs the
 # exact int8 screen of greedy steps.
 SCREEN_INPUT = "vocab_screen"
+# The device decoder's inputs: the cache rows each step row continues, the first slot kept.
+PAST_ROWS_INPUT = "past_rows"
+PAST_START_INPUT = "past_start"
 
 
 def _per_layer(prefix: str, num_layers: int) -> list[str]:
@@ -64,6 +76,11 @@ def past_names(num_layers: int) -> list[str]:
 def new_names(num_layers: int) -> list[str]:
     """The decoder's new self-attention keys/values for the fed positions."""
     return _per_layer("new", num_layers)
+
+
+def present_names(num_layers: int) -> list[str]:
+    """The device decoder's grown self-attention cache (past gathered, then the new keys)."""
+    return _per_layer("present", num_layers)
 
 
 def cross_names(num_layers: int) -> list[str]:

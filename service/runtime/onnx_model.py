@@ -71,9 +71,10 @@ class OnnxSeq2Seq:
         kv_pool_bytes: int = DEFAULT_MAX_FREE_BYTES,
         vocab_screen: bool = True,
     ):
-        """``kv_backend``: "host" (numpy caches; CPU provider only) or "device" (OrtValues and
-        helper graphs); None: host on the CPU provider, device otherwise. ``kv_pool_bytes``:
-        the most free memory the host backend keeps for reuse (service/runtime/buffer_pool.py).
+        """``kv_backend``: "host" (numpy caches; CPU provider only) or "device" (OrtValues, the
+        device decoder and helper graphs); None: host on the CPU provider, device otherwise.
+        ``kv_pool_bytes``: the most free memory the host backend keeps for reuse
+        (service/runtime/buffer_pool.py).
         ``vocab_screen``: use the export's int8 screen for greedy steps (CPU; same outputs)."""
         self.model_dir = Path(model_dir)
         config = json.loads((self.model_dir / contract.CONFIG_FILE).read_text())
@@ -95,8 +96,13 @@ class OnnxSeq2Seq:
             self.model_dir / contract.ENCODER_FILE, provider
         )
         self.session_providers = self._providers(self.provider)
+        if kv_backend is None:
+            kv_backend = "host" if self.provider == "cpu" else "device"
+        if kv_backend == "host" and self.provider != "cpu":
+            raise ValueError(f"host KV caches need the CPU provider, not {self.provider}")
+        self.decoder_file = self._decoder_file(kv_backend)
         self.decoder = ort.InferenceSession(
-            str(self.model_dir / contract.DECODER_FILE), options, providers=self.session_providers
+            str(self.model_dir / self.decoder_file), options, providers=self.session_providers
         )
         # The exact int8 screen of greedy steps (export/vocab_screen.py), where the export has
         # one: on the CPU provider only (on CUDA the projection is compute, not a stream of
@@ -105,11 +111,15 @@ class OnnxSeq2Seq:
         if any(value.name == SCREEN_INPUT for value in self.decoder.get_inputs()):
             wanted = vocab_screen and self.provider == "cpu"
             self.vocab_screen_feed = SCREEN_ON if wanted else SCREEN_OFF
-        if kv_backend is None:
-            kv_backend = "host" if self.provider == "cpu" else "device"
-        if kv_backend == "host" and self.provider != "cpu":
-            raise ValueError(f"host KV caches need the CPU provider, not {self.provider}")
         self.kv: KVBackend = HostKV(self, kv_pool_bytes) if kv_backend == "host" else DeviceKV(self)
+
+    def _decoder_file(self, kv_backend: KVBackendName) -> str:
+        """Device caches: the decoder that gathers and grows its cache inside the call
+        (export/device_decoder.py), where the export has one; exports written before it have
+        only ``decoder.onnx``, and ``DeviceKV`` then moves the caches with helper graphs."""
+        if kv_backend == "device" and (self.model_dir / contract.DEVICE_DECODER_FILE).exists():
+            return contract.DEVICE_DECODER_FILE
+        return contract.DECODER_FILE
 
     @staticmethod
     def _providers(provider: str) -> list:
