@@ -28,6 +28,7 @@ def test_graphs_pass_checker_and_decoder_has_no_control_flow(exported):
     for name in (
         "encoder.onnx",
         "decoder.onnx",
+        "decoder_device.onnx",
         "kv_select.onnx",
         "kv_merge.onnx",
         "kv_append.onnx",

@@ -1,5 +1,5 @@
 """The KV backends' cache operations against plain numpy: host (numpy arrays) and device
-(OrtValues moved by the helper graphs) on the CPU provider, and device on CUDA where a GPU
+(OrtValues moved by the device decoder and the helper graphs) on the CPU provider, and device on CUDA where a GPU
 really runs (skipped otherwise). The engine calls nothing else to move caches, so these pin
 what both backends must agree on: select (reorder, retire, repeat, trim), merge with left
 and right padding, empty caches, and a decoder call's grown cache (the host writing into spare
@@ -102,6 +102,48 @@ def test_decode_presents_and_search_head_match_the_host_backend(model, exported)
         np.testing.assert_allclose(got, want, atol=tolerance)
     np.testing.assert_allclose(got_head.top_log_probs, want_head.top_log_probs, atol=tolerance)
     assert np.array_equal(got_head.top_ids, want_head.top_ids)
+
+
+def test_selects_to_the_last_slot_read_merge_and_decode_as_the_cache_they_name(model, exported):
+    """Selects that keep a self-attention cache's last slot (beam reorders, rows leaving): the
+    device path leaves them to the next decoder call, which gathers and trims the past itself
+    (export/device_decoder.py), and a select of such a cache composes with it. Read, merged or
+    decoded, the cache is the one the selects name, on every backend."""
+    cache = random_cache(model, rows=5, length=7, seed=15)
+    first_rows, second_rows = np.array([4, 0, 2, 2]), np.array([3, 1, 0])
+    expected = [array[first_rows][second_rows][:, :, 3:] for array in cache]  # 3 rows, 4 slots
+
+    def selected():
+        once = model.kv.select(model.kv.from_numpy(cache), first_rows, 2, 7)
+        return model.kv.select(once, second_rows, 1, 5)
+
+    for got, want in zip(model.kv.to_numpy(selected()), expected, strict=True):
+        assert np.array_equal(got, want)
+    other = random_cache(model, rows=2, length=2, seed=16)
+    merged = model.kv.merge(selected(), model.kv.from_numpy(other), 5, left=True)
+    for got, a, b in zip(model.kv.to_numpy(merged), expected, other, strict=True):
+        assert np.array_equal(got[:3, :, 1:], a) and not got[:3, :, :1].any()
+        assert np.array_equal(got[3:, :, 3:], b) and not got[3:, :, :3].any()
+
+    reference = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
+    info = model.info
+    rng = np.random.default_rng(17)
+    src_ids = rng.integers(2, info.vocab_size - 1, (3, 5))
+    src_mask = np.ones_like(src_ids)
+    inputs = StepInputs.lockstep(
+        rng.integers(2, info.vocab_size - 1, (3, 1)), 4, src_mask, top_k=3, pad_id=info.pad_id
+    )
+    want_head, want_present = reference.kv.decode(
+        inputs, reference.kv.from_numpy(expected), reference.kv.encode(src_ids, src_mask)
+    )
+    head, present = model.kv.decode(inputs, selected(), model.kv.encode(src_ids, src_mask))
+    tolerance = 1e-3 if model.provider == "cuda" else 1e-5
+    for got, want in zip(
+        model.kv.to_numpy(present), reference.kv.to_numpy(want_present), strict=True
+    ):
+        np.testing.assert_allclose(got, want, atol=tolerance)
+    assert present.length == 5
+    assert np.array_equal(head.top_ids, want_head.top_ids)
 
 
 def test_host_caches_grow_in_place_until_their_spare_slots_run_out(exported):
