@@ -13,6 +13,12 @@ else (the engine's Python: step inputs, the searches, cache reordering).
 every sentence of a model whose vocabulary has symbols (each symbol id with its count in the
 source, here 0): the searches' per-row bookkeeping as served, not just bare greedy and beam.
 
+On the device cache path (CUDA, or ``--kv-backend device`` on the CPU) the helper graphs'
+calls (``kv_select``, ``kv_merge``, ``kv_append``) are timed too: ``host`` includes them, as it
+always did, and ``helpers`` says how much of it they are; ``calls per step`` counts the
+decoder's and the helpers' session calls (1.0: the device decoder alone,
+export/device_decoder.py; an export without it appends with ``kv_append``: 2 or more).
+
 ``--floor`` also times the "weights only" lower bound: a graph of nothing but the decoder's
 weight MatMuls (same shapes, chained; random values) at 1 and 128 rows, i.e. what streaming
 (1 row) or multiplying (128 rows) the decoder's weights costs on this machine with ONNX
@@ -74,6 +80,9 @@ def random_sources(vocab_size: int, count: int, length: int, seed: int = 0) -> l
     return [rng.integers(4, vocab_size - 1, length - 1).tolist() + [0] for _ in range(count)]
 
 
+HELPERS = ("kv_select", "kv_merge", "kv_append")  # DeviceKV's helper-graph sessions
+
+
 def split_cell(
     engine: Engine,
     sources: list[list[int]],
@@ -84,26 +93,40 @@ def split_cell(
 ) -> dict[str, float]:
     decoder = engine.model.decoder = TimedSession(engine.model.decoder)
     encoder = engine.model.encoder = TimedSession(engine.model.encoder)
+    kv = engine.model.kv
+    helpers = {
+        name: TimedSession(getattr(kv, name))
+        for name in HELPERS
+        if getattr(kv, name, None) is not None
+    }
+    for name, helper in helpers.items():
+        setattr(kv, name, helper)
     engine.translate_ids(sources, beam_size=beam, max_new_tokens=16, copy_tokens=copy_tokens)
     runs = []
     for _ in range(repeats):
-        decoder.seconds = encoder.seconds = 0.0
-        decoder.calls = 0
+        for session in (decoder, encoder, *helpers.values()):
+            session.seconds, session.calls = 0.0, 0
         started = time.perf_counter()
         engine.translate_ids(
             sources, beam_size=beam, max_new_tokens=new_tokens, copy_tokens=copy_tokens
         )
         wall = time.perf_counter() - started
         steps = decoder.calls
+        helper_seconds = sum(helper.seconds for helper in helpers.values())
         runs.append(
             {
                 "step_ms": 1e3 * wall / steps,
                 "decoder_ms": 1e3 * decoder.seconds / steps,
                 "encoder_ms": 1e3 * encoder.seconds / steps,
                 "host_ms": 1e3 * (wall - decoder.seconds - encoder.seconds) / steps,
+                "helpers_ms": 1e3 * helper_seconds / steps,
+                # session calls per step besides the encoder's: 1 is the device decoder alone
+                "calls_per_step": (steps + sum(h.calls for h in helpers.values())) / steps,
             }
         )
     engine.model.decoder, engine.model.encoder = decoder.session, encoder.session
+    for name, helper in helpers.items():
+        setattr(kv, name, helper.session)
     return {key: round(statistics.median(run[key] for run in runs), 3) for key in runs[0]}
 
 
@@ -161,13 +184,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--floor", action="store_true", help="also time the weights-only graph")
     parser.add_argument("--provider", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--kv-backend",
+        choices=("host", "device"),
+        help="where the caches live (default: host on cpu, device on cuda)",
+    )
     parser.add_argument("--json", type=Path, help="also write the splits here")
     parser.add_argument(
         "--constrained", action="store_true", help="the service's placeholder constraint on"
     )
     args = parser.parse_args(argv)
 
-    engine = Engine.from_dir(args.model_dir, provider=args.provider, intra_op_threads=args.threads)
+    engine = Engine.from_dir(
+        args.model_dir,
+        provider=args.provider,
+        intra_op_threads=args.threads,
+        kv_backend=args.kv_backend,
+    )
     if engine.provider != args.provider:
         raise SystemExit(f"asked for {args.provider}, the engine runs on {engine.provider}")
     splits = {}
@@ -190,13 +223,20 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"beam {beam} x {batch}: {split['step_ms']:.2f} ms/step = decoder "
             f"{split['decoder_ms']:.2f} + encoder {split['encoder_ms']:.2f} + host "
-            f"{split['host_ms']:.2f}"
+            f"{split['host_ms']:.2f} (helper graphs {split['helpers_ms']:.2f}); "
+            f"{split['calls_per_step']:.2f} session calls per step"
         )
     if args.floor:
         floor = matmul_floor(args.model_dir, args.threads)
         print(f"weights-only MatMul graph: {floor[1]:.2f} ms at 1 row, {floor[128]:.2f} at 128")
     if args.json:
-        facts = {"provider": args.provider, "constrained": args.constrained, "cells": splits}
+        facts = {
+            "provider": args.provider,
+            "kv_backend": engine.kv.name,
+            "decoder_file": engine.model.decoder_file,
+            "constrained": args.constrained,
+            "cells": splits,
+        }
         args.json.write_text(json.dumps(facts, indent=2))
 
 

@@ -13,7 +13,7 @@ decoder call is flat in rows, issue 53). This graph does both inside the decoder
     the first cache slot kept (the slots left of it were valid only for rows that left).
 
 Every ``past_*`` input, (M, H, C, Dh), becomes ``past[past_rows][:, :, past_start:]`` before
-anything reads it, and the outputs ``new_*`` become ``present_key_{i}``, ``present_value_{i}``
+anything reads it (one ``Gather`` per cache, module below), and the outputs ``new_*`` become ``present_key_{i}``, ``present_value_{i}``
 (N, H, C - past_start + T, Dh): that cache with the new keys/values appended, the next step's
 past. The search head's outputs and ``logits`` are unchanged.
 
@@ -60,38 +60,73 @@ def _rename_inputs(graph: onnx.GraphProto, renamed: dict[str, str]) -> None:
                     _rename_inputs(subgraph, renamed)
 
 
+def _constant(name: str, values: list[int], scalar: bool = False) -> onnx.NodeProto:
+    dims = [] if scalar else [len(values)]
+    return helper.make_node(
+        "Constant", [], [name], value=helper.make_tensor(name, TensorProto.INT64, dims, values)
+    )
+
+
+def _slot_index_nodes(first_past: str) -> list[onnx.NodeProto]:
+    """Nodes computing ``cache_gather/index`` (N, H, C - start) int64: the row of a cache
+    flattened to (M * H * C, Dh) that each kept slot of each step row and head reads,
+    ``(past_rows[n] * H + h) * C + start + s``. Computed once for all 2L caches."""
+    name = lambda suffix: f"{PREFIX}{suffix}"  # noqa: E731
+    return [
+        _constant(name("zero"), [0], scalar=True),
+        _constant(name("one"), [1], scalar=True),
+        _constant(name("heads_axis"), [1], scalar=True),
+        _constant(name("slots_axis"), [2], scalar=True),
+        _constant(name("axes_1_2"), [1, 2]),
+        _constant(name("axes_0_2"), [0, 2]),
+        _constant(name("axes_0_1"), [0, 1]),
+        helper.make_node("Shape", [first_past], [name("shape")]),  # (4,): M, H, C, Dh
+        helper.make_node("Gather", [name("shape"), name("heads_axis")], [name("heads")]),
+        helper.make_node("Gather", [name("shape"), name("slots_axis")], [name("slots")]),
+        helper.make_node("Squeeze", [PAST_START_INPUT], [name("start")]),
+        helper.make_node("Mul", [name("heads"), name("slots")], [name("row_size")]),  # H*C
+        helper.make_node(
+            "Range", [name("start"), name("slots"), name("one")], [name("kept_slots")]
+        ),  # (C - start,)
+        # (H,): h * C, by a Range of steps of one (a step of C = 0, an empty cache, is refused)
+        helper.make_node("Range", [name("zero"), name("heads"), name("one")], [name("head_ids")]),
+        helper.make_node("Mul", [name("head_ids"), name("slots")], [name("head_starts")]),
+        helper.make_node("Mul", [PAST_ROWS_INPUT, name("row_size")], [name("row_starts")]),
+        helper.make_node("Unsqueeze", [name("row_starts"), name("axes_1_2")], [name("rows_3d")]),
+        helper.make_node("Unsqueeze", [name("head_starts"), name("axes_0_2")], [name("heads_3d")]),
+        helper.make_node("Unsqueeze", [name("kept_slots"), name("axes_0_1")], [name("slots_3d")]),
+        helper.make_node("Add", [name("rows_3d"), name("heads_3d")], [name("row_heads")]),
+        helper.make_node("Add", [name("row_heads"), name("slots_3d")], [name("index")]),
+    ]
+
+
 def add_cache_gather(model: onnx.ModelProto, num_layers: int) -> None:
-    """Turn a decoder graph (contract.py) into the device decoder, in place."""
+    """Turn a decoder graph (contract.py) into the device decoder, in place.
+
+    The row gather and the slot trim are one ``Gather`` per cache, of the cache seen as
+    (M * H * C, Dh) rows (a ``Reshape``, no copy) at a shared index: a ``Gather`` then a
+    ``Slice`` copied every cache twice per step (measured on the CPU provider: 64 rows x 128
+    slots, 29 ms a step against 24 ms)."""
     graph = model.graph
     inputs = {value.name: value for value in graph.input}
     pasts = past_names(num_layers)
     if PAST_ROWS_INPUT in inputs:
         raise ValueError("the decoder already gathers its cache rows")
     name = lambda suffix: f"{PREFIX}{suffix}"  # noqa: E731
-    first_nodes = [
+    first_nodes = _slot_index_nodes(pasts[0]) + [
+        _constant(name("dim_axis"), [3]),
+        _constant(name("minus_one"), [-1]),
+        helper.make_node("Gather", [name("shape"), name("dim_axis")], [name("head_dim")]),
         helper.make_node(
-            "Constant",
-            [],
-            [name("to_the_end")],
-            value=helper.make_tensor(name("to_the_end"), TensorProto.INT64, [1], [2**62]),
-        ),
-        helper.make_node(
-            "Constant",
-            [],
-            [name("slot_axis")],
-            value=helper.make_tensor(name("slot_axis"), TensorProto.INT64, [1], [2]),
-        ),
+            "Concat", [name("minus_one"), name("head_dim")], [name("flat_shape")], axis=0
+        ),  # (2,): -1, Dh
     ]
     selected = {past: name(past) for past in pasts}
     for past in pasts:
         first_nodes += [
+            helper.make_node("Reshape", [past, name("flat_shape")], [name(f"{past}_flat")]),
             helper.make_node(
-                "Gather", [past, PAST_ROWS_INPUT], [name(f"{past}_rows")], axis=0
-            ),  # (N, H, C, Dh)
-            helper.make_node(
-                "Slice",
-                [name(f"{past}_rows"), PAST_START_INPUT, name("to_the_end"), name("slot_axis")],
-                [selected[past]],
+                "Gather", [name(f"{past}_flat"), name("index")], [selected[past]], axis=0
             ),  # (N, H, C - start, Dh)
         ]
         # the cache may have other rows than the step (rows left, beams repeat a parent)
