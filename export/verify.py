@@ -25,7 +25,13 @@ from export.vocab_screen import strip_vocab_screen
 from models.checkpoint import load_pretrained
 from models.search import beam_search, greedy_search
 from models.transformer import Transformer
-from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES, SCREEN_INPUT
+from service.runtime.contract import (
+    DECODER_FILE,
+    DEVICE_DECODER_FILE,
+    ENCODER_FILE,
+    KV_HELPER_FILES,
+    SCREEN_INPUT,
+)
 from service.runtime.onnx_model import CUDA_OPTIONS, ProviderName
 
 
@@ -234,7 +240,7 @@ def decode_agreement(
 def verify(model: Transformer, onnx_dir: str | Path, tolerance: float = 1e-4) -> Report:
     onnx_dir = Path(onnx_dir)
     report = Report()
-    for name in (ENCODER_FILE, DECODER_FILE, *KV_HELPER_FILES):
+    for name in (ENCODER_FILE, DECODER_FILE, DEVICE_DECODER_FILE, *KV_HELPER_FILES):
         onnx.checker.check_model(str(onnx_dir / name), full_check=True)
         report.checks[f"checker:{name}"] = True
     decoder = onnx.load(onnx_dir / DECODER_FILE)

@@ -13,10 +13,11 @@ they go is the backend's business. Two backends implement the protocol:
     end (masked): a step writes its new keys there in place.
 ``DeviceKV`` (service/runtime/device_kv.py)
     ``OrtValue``s on the session's device. Every call uses IO binding: cache outputs stay on
-    the device and are fed back as the next step's inputs; gathers, slices, merges and appends
-    run in three tiny helper graphs on the same provider. It also runs on the CPU provider,
-    which is how the CUDA code path is tested without a GPU: both backends compute the same
-    graphs on the same values.
+    the device and are fed back as the next step's inputs. The device decoder gathers, trims
+    and grows the self-attention cache inside its call (a ``select`` of it waits for the next
+    ``decode``); merges and the cross caches' gathers run in tiny helper graphs on the same
+    provider. It also runs on the CPU provider, which is how the CUDA code path is tested
+    without a GPU: both backends compute the same graphs on the same values.
 
 A backend reads the sessions it runs through ``ModelSessions`` (``OnnxSeq2Seq``,
 service/runtime/onnx_model.py, opens them and picks the backend). The engine asks the backend
