@@ -51,6 +51,7 @@ def forced_copy(export_dir: Path, target: Path, candidates: int, max_rows: int) 
     """``export_dir`` copied to ``target`` with a screen added to its decoder."""
     import onnx
 
+    from export.device_decoder import write_device_decoder
     from export.vocab_screen import add_vocab_screen, has_vocab_screen
 
     shutil.copytree(export_dir, target)
@@ -58,6 +59,9 @@ def forced_copy(export_dir: Path, target: Path, candidates: int, max_rows: int) 
     if not has_vocab_screen(decoder):
         add_vocab_screen(decoder, candidates=candidates, max_rows=max_rows)
         onnx.save(decoder, target / "decoder.onnx")
+        if (target / "decoder_device.onnx").exists():
+            layers = json.loads((target / "config.json").read_text())["num_layers"]
+            write_device_decoder(target, layers)
     return target
 
 

@@ -116,10 +116,16 @@ class OnnxSeq2Seq:
     def _decoder_file(self, kv_backend: KVBackendName) -> str:
         """Device caches: the decoder that gathers and grows its cache inside the call
         (export/device_decoder.py), where the export has one; exports written before it have
-        only ``decoder.onnx``, and ``DeviceKV`` then moves the caches with helper graphs."""
-        if kv_backend == "device" and (self.model_dir / contract.DEVICE_DECODER_FILE).exists():
-            return contract.DEVICE_DECODER_FILE
-        return contract.DECODER_FILE
+        only ``decoder.onnx``, and ``DeviceKV`` then moves the caches with helper graphs. A
+        device decoder older than ``decoder.onnx`` was not derived from it (a tool rewrote the
+        decoder alone): it is not used."""
+        device = self.model_dir / contract.DEVICE_DECODER_FILE
+        if kv_backend != "device" or not device.exists():
+            return contract.DECODER_FILE
+        if device.stat().st_mtime < (self.model_dir / contract.DECODER_FILE).stat().st_mtime:
+            log.warning("%s is older than %s: not used", device, contract.DECODER_FILE)
+            return contract.DECODER_FILE
+        return contract.DEVICE_DECODER_FILE
 
     @staticmethod
     def _providers(provider: str) -> list:

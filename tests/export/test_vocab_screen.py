@@ -11,6 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from export.device_decoder import write_device_decoder
 from export.onnx_export import control_flow_ops
 from export.variants import make_int8
 from export.verify import decode_agreement
@@ -100,6 +101,7 @@ def screened_copy(exported, directory, candidates: int):
     assert not has_vocab_screen(decoder)
     assert add_vocab_screen(decoder, candidates=candidates, max_rows=16) == candidates
     onnx.save(decoder, directory / DECODER_FILE)
+    write_device_decoder(directory, exported.model.config.decoder_layers)  # as the exporter
     return directory
 
 

@@ -8,6 +8,7 @@ tokens with the helper graphs (decoder plus ``kv_append`` every step)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from typing import Any
 
@@ -124,3 +125,17 @@ def test_an_export_without_the_device_decoder_decodes_with_the_helper_graphs(
     assert steady and all(calls[:2] == ["decoder", "kv_append"] for calls in steady)
     for i in (0, 2, 3):
         assert tokens[i] == reference(exported.model, [sources[i]], beam_size, MAX_NEW)[0]
+
+
+def test_a_device_decoder_older_than_the_decoder_is_not_used(exported, tmp_path):
+    """A tool that rewrote decoder.onnx alone left a device decoder of another graph."""
+    target = tmp_path / "rewritten"
+    shutil.copytree(exported.onnx_dir, target)
+    decoder = target / "decoder.onnx"
+    stamp = decoder.stat().st_mtime
+    os.utime(target / DEVICE_DECODER_FILE, (stamp - 60, stamp - 60))
+    engine = Engine.from_dir(target, provider="cpu", kv_backend="device")
+    assert engine.model.decoder_file == "decoder.onnx" and not engine.kv.folds
+    os.utime(target / DEVICE_DECODER_FILE, (stamp, stamp))
+    engine = Engine.from_dir(target, provider="cpu", kv_backend="device")
+    assert engine.model.decoder_file == DEVICE_DECODER_FILE and engine.kv.folds
