@@ -64,7 +64,7 @@ PY
 
 stage_cuda_tests() {
   "$PY" -m pytest -p no:cacheprovider -q -rs tests/runtime/test_engine_cuda.py tests/runtime/test_kv_backends.py \
-    --junitxml="$RESULTS/cuda-tests.xml"
+    tests/runtime/test_device_kv_calls.py --junitxml="$RESULTS/cuda-tests.xml"
 }
 
 stage_parity() {
@@ -75,7 +75,12 @@ stage_parity() {
 }
 
 stage_profile() {
-  for variant in default default-fp16; do
+  # default-helpers: the export without its device decoder, as exports written before it (the
+  # decoder plus kv_append / kv_select calls each step; docs/engine.md)
+  mkdir -p "$WORK/default-helpers" &&
+    find "$WORK/default" -maxdepth 1 -type f ! -name decoder_device.onnx \
+      -exec cp {} "$WORK/default-helpers/" \; || return 1
+  for variant in default default-helpers default-fp16; do
     "$PY" bench/step_split.py "$WORK/$variant" --provider cuda --threads 4 \
       --cells 1x1,1x8,1x32,4x32,1x128,4x128 --json "$RESULTS/step-split-$variant.json" || return 1
   done

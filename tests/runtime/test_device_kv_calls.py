@@ -13,11 +13,13 @@ import shutil
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from service.runtime.contract import DEVICE_DECODER_FILE
 from service.runtime.device_kv import PendingGather
 from service.runtime.engine import Engine
+from service.runtime.onnx_model import cuda_is_usable
 from service.runtime.types import DecodeRequest
 from tests.onnx_helpers import padded_sources, reference
 
@@ -44,9 +46,9 @@ class CountedSession:
         return getattr(self.session, name)
 
 
-def counted_engine(onnx_dir) -> tuple[Engine, list[str]]:
-    """A device-cache engine on the CPU provider whose every session call lands in the log."""
-    engine = Engine.from_dir(onnx_dir, provider="cpu", intra_op_threads=1, kv_backend="device")
+def counted_engine(onnx_dir, provider: str = "cpu") -> tuple[Engine, list[str]]:
+    """A device-cache engine whose every session call lands in the log."""
+    engine = Engine.from_dir(onnx_dir, provider=provider, intra_op_threads=1, kv_backend="device")
     log: list[str] = []
     model, kv = engine.model, engine.kv
     model.decoder = CountedSession(model.decoder, "decoder", log)
@@ -76,11 +78,17 @@ def decode_counting_calls(engine: Engine, log: list[str], requests: list[DecodeR
     return tokens, steps
 
 
-def test_a_step_is_one_decoder_call_and_rows_leaving_add_one_helper(exported):
+@pytest.mark.parametrize("provider", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_a_step_is_one_decoder_call_and_rows_leaving_add_one_helper(exported, provider):
     """Greedy and beam-4 requests of one group, one stopping early: every step without a row
     leaving is the decoder call alone (beam reorders included), a step where rows leave is
     the decoder and one helper; the tokens are the reference search's, each sentence alone."""
-    engine, log = counted_engine(exported.onnx_dir)
+    if provider == "cuda" and not (
+        "CUDAExecutionProvider" in ort.get_available_providers()
+        and cuda_is_usable(exported.onnx_dir / "kv_select.onnx")
+    ):
+        pytest.skip("no usable CUDA execution provider")
+    engine, log = counted_engine(exported.onnx_dir, provider)
     assert engine.kv.folds and engine.kv.kv_append is None
     # The random test model stops at once on sources 0 and 1, and runs to the limit on 2 and 3.
     _, _, sources = padded_sources(exported.model, [7, 6, 8, 9], seed=31)
