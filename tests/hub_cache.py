@@ -27,3 +27,19 @@ def use_offline(monkeypatch, cache: Path) -> None:
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+def pull_offline(cache: Path, models_dir: Path, name: str) -> Path:
+    """``python -m service models pull NAME`` into ``models_dir`` from ``cache`` alone (for
+    module-scoped fixtures, which cannot use monkeypatch)."""
+    from huggingface_hub import constants
+
+    from service.models_cli import main as models_main
+
+    saved = constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE
+    constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = str(cache), True
+    try:
+        assert models_main(["--models-dir", str(models_dir), "pull", name]) == 0
+    finally:
+        constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = saved
+    return models_dir

@@ -119,6 +119,12 @@ class EngineCoreClient:
     def live_replicas(self) -> int:
         return sum(replica.usable for replica in self.replicas)
 
+    async def until_live(self) -> None:
+        """At start-up, up to ``FIRST_PONG_WAIT_S`` for a first replica's pong: rows sent
+        before it find none live."""
+        while not self.live_replicas and self._clock() - self._started_at < FIRST_PONG_WAIT_S:
+            await asyncio.sleep(0.01)
+
     async def submit(
         self,
         rows: Sequence[DecodeRequest],
@@ -129,8 +135,7 @@ class EngineCoreClient:
         ``EngineUnavailable``."""
         if not rows:
             return []
-        while not self.live_replicas and self._clock() - self._started_at < FIRST_PONG_WAIT_S:
-            await asyncio.sleep(0.01)
+        await self.until_live()
         return await all_rows(self, self._send(rows, timeout_s, background, False), timeout_s)
 
     def submit_as_completed(

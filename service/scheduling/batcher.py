@@ -135,6 +135,9 @@ class ContinuousBatcher:
             overlap = self._loop.overlap is not None
             logger.info("batching: %s, encoder overlap %s", self.batching, overlap)
 
+    async def until_live(self) -> None:
+        """In this process the engine is live once started."""
+
     @property
     def accepting(self) -> bool:
         return self.queue.accepting

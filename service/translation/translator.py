@@ -153,6 +153,7 @@ class Translator:
         plans = await self._plan(request, output is not Output.ALTERNATIVES, memory)
         if output is Output.STREAM:
             to_decode, rows = self._rows(plans, options)
+            await self.batcher.until_live()
             rows_done = self.batcher.submit_as_completed(
                 rows, timeout_s=self.limits.request_timeout_s, background=options.background
             )

@@ -29,7 +29,7 @@ from service.models_cli.errors import ModelsError
 from service.models_cli.store import MANIFEST_FILE, sha256_of
 from service.translation.registry import RegistryError, discover_models
 from tests.conftest import build_random_marian
-from tests.hub_cache import seed, use_offline
+from tests.hub_cache import pull_offline, seed, use_offline
 from tests.live_server import live_server
 from tests.service_fixtures import VOCAB_SIZE, train_tiny_tokenizer
 
@@ -87,16 +87,7 @@ def offline_hub(monkeypatch, hub_cache):
 @pytest.fixture(scope="module")
 def pulled(tmp_path_factory, hub_cache):
     """The models directory after ``pull opus-mt-en-fr`` (the one export of most tests)."""
-    from huggingface_hub import constants
-
-    saved = constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE
-    constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = str(hub_cache), True
-    try:
-        models_dir = tmp_path_factory.mktemp("models")
-        assert models_main(["--models-dir", str(models_dir), "pull", ALIAS]) == 0
-    finally:
-        constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = saved
-    return models_dir
+    return pull_offline(hub_cache, tmp_path_factory.mktemp("models"), ALIAS)
 
 
 def run(models_dir: Path, *argv: str, capsys=None) -> tuple[int, str, str]:

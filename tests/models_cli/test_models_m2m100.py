@@ -25,7 +25,7 @@ from service.models_cli.store import MANIFEST_FILE
 from service.text.tokenizer import M2M100_LANGUAGE_CODES, Tokenizer
 from service.wiring import create_app
 from tests.conftest import build_random_m2m100
-from tests.hub_cache import seed, use_offline
+from tests.hub_cache import pull_offline, seed, use_offline
 
 ALIAS = "m2m100_418M"
 HUB_ID = "facebook/m2m100_418M"
@@ -92,16 +92,7 @@ def offline_hub(monkeypatch, hub_cache):
 @pytest.fixture(scope="module")
 def pulled(tmp_path_factory, hub_cache):
     """The models directory after ``pull m2m100_418M``."""
-    from huggingface_hub import constants
-
-    saved = constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE
-    constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = str(hub_cache), True
-    try:
-        models_dir = tmp_path_factory.mktemp("models")
-        assert models_main(["--models-dir", str(models_dir), "pull", ALIAS]) == 0
-    finally:
-        constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = saved
-    return models_dir
+    return pull_offline(hub_cache, tmp_path_factory.mktemp("models"), ALIAS)
 
 
 def test_pull_by_alias_installs_every_language_the_tokenizer_has(pulled, capsys):

@@ -48,6 +48,11 @@ class RefusingCore:
 
     def __init__(self, address: str, model_id: str) -> None:
         self.address = address
+        # Cleared: the front-end's start-up probe is answered, its client's pings are not yet
+        # (the client starts before its first pong, a window of a ping's round trip).
+        self.speaking = threading.Event()
+        self.speaking.set()
+        self._probe: bytes | None = None
         self.info = EngineCoreInfo(model_id, "cpu", None, max_queue=4)
         self.submissions = 0
         self._stop = threading.Event()
@@ -76,6 +81,9 @@ class RefusingCore:
                 peer, payload = router.recv_multipart()
                 message = decode_to_core(payload)
                 if isinstance(message, Ping):
+                    self._probe = self._probe or peer
+                    if not self.speaking.is_set() and peer != self._probe:
+                        continue
                     load = CoreLoad(os.getpid(), accepting=True, queue_depth=0, active_rows=0)
                     router.send_multipart([peer, encode(Pong(message.sent_at, self.info, load))])
                 elif isinstance(message, Submit):
@@ -100,7 +108,9 @@ def run_dir() -> Iterator[Path]:
 
 
 @asynccontextmanager
-async def frontend(model_dir: Path, data_dir: Path, address: str, model_id: str):
+async def frontend(
+    model_dir: Path, data_dir: Path, address: str, model_id: str, heard: bool = True
+):
     settings = Settings(
         model_dir=model_dir,
         provider="cpu",
@@ -113,9 +123,9 @@ async def frontend(model_dir: Path, data_dir: Path, address: str, model_id: str)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://mt") as client:
-            for _ in range(1000):  # ready, and the first pong heard
+            for _ in range(1000):  # ready, and (``heard``) the first pong heard
                 ready = (await client.get("/ready")).status_code == 200
-                if ready and only_model(app).batcher.live_replicas:
+                if ready and (only_model(app).batcher.live_replicas or not heard):
                     break
                 await asyncio.sleep(0.01)
             yield client
@@ -139,3 +149,22 @@ async def test_a_stream_the_engine_core_refuses_gets_a_plain_429(
         assert response.headers["content-type"].startswith("application/json")
         assert response.json()["code"] == "queue_full"
         assert "MT_MAX_QUEUE=4" in response.json()["error"]
+
+
+@pytest.mark.anyio
+async def test_a_stream_sent_before_the_first_pong_waits_for_the_engine_core(
+    tmp_path_factory, tmp_path, run_dir
+):
+    """Right after start-up, rows reach the engine core once it answers (within a second),
+    streamed or not, instead of finding no replica live (503)."""
+    model_dir = tiny_model(tmp_path_factory)
+    [spec] = discover_models([], None, model_dir, None)
+    address = f"ipc://{run_dir / 'core.sock'}"
+    with RefusingCore(address, spec.model_id) as core:
+        core.speaking.clear()
+        data_dir = tmp_path / "data"
+        async with frontend(model_dir, data_dir, address, spec.model_id, heard=False) as client:
+            asyncio.get_running_loop().call_later(0.3, core.speaking.set)
+            streamed = await client.post("/v1/translate/stream", json={"text": "Save changes"})
+        assert core.submissions == 1
+    assert streamed.status_code == 429, streamed.text  # the core's answer, not 503
