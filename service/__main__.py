@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if ready is None:
             return 1
         settings = ready
-    if settings.process.process_mode == "multi":  # front-ends and engine cores (issue 53)
+    if settings.process.process_mode != "single":  # front-ends and engine cores
         from service.processes.supervisor import build_supervisor
 
         supervisor = build_supervisor(settings)

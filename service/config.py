@@ -225,11 +225,12 @@ class ProcessSettings(BaseModel):
         "(LibreTranslate's frontendTimeout).",
     )
 
-    process_mode: Literal["multi", "single"] = Field(
-        "multi",
+    process_mode: Literal["auto", "multi", "single"] = Field(
+        "auto",
         description="`python -m service`: `multi` runs the HTTP front-ends and each model's "
         "engine cores as separate processes behind one port, under a supervisor that "
-        "restarts any that dies; `single` serves everything from one process.",
+        "restarts any that dies; `single` serves everything from one process; `auto` is "
+        "`multi` with a GPU or four CPUs or more, else `single` (which serves as much there).",
     )
     frontends: int = Field(
         0, ge=0, description="`multi`: HTTP front-end processes. 0: one per 4 CPUs (at least 1)."

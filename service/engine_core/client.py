@@ -111,8 +111,7 @@ class EngineCoreClient:
 
     @property
     def alive(self) -> bool:
-        """True until closed: a replica that dies is restarted by the supervisor, and this
-        front-end serves again once it is back (its health must not say otherwise)."""
+        """True until closed: a dead replica is restarted, and this front-end serves again."""
         return not self._closed
 
     @property
@@ -120,8 +119,7 @@ class EngineCoreClient:
         return sum(replica.usable for replica in self.replicas)
 
     async def until_live(self) -> None:
-        """At start-up, up to ``FIRST_PONG_WAIT_S`` for a first replica's pong: rows sent
-        before it find none live."""
+        """At start-up, up to ``FIRST_PONG_WAIT_S`` for a replica's first pong (none is live)."""
         while not self.live_replicas and self._clock() - self._started_at < FIRST_PONG_WAIT_S:
             await asyncio.sleep(0.01)
 
@@ -131,8 +129,7 @@ class EngineCoreClient:
         timeout_s: float | None = None,
         background: bool = False,
     ) -> list[RowResult]:
-        """As ``ContinuousBatcher.submit``; a replica that dies meanwhile fails the rows with
-        ``EngineUnavailable``."""
+        """As ``ContinuousBatcher.submit``; a replica's death fails them (``EngineUnavailable``)."""
         if not rows:
             return []
         await self.until_live()
@@ -144,9 +141,8 @@ class EngineCoreClient:
         timeout_s: float | None = None,
         background: bool = False,
     ) -> RowStream:
-        """As ``ContinuousBatcher.submit_as_completed``. A refusal known here (shutting down,
-        no replica, a queue the replica reported full) raises at once; the engine core's own
-        (its queue full with other front-ends' rows) from the stream's ``started()``."""
+        """As ``ContinuousBatcher.submit_as_completed``. A refusal known here raises at once;
+        the engine core's own (its queue full with others' rows) from ``started()``."""
         if not rows:
             return RowStream(self, [], timeout_s)
         sentences = self._send(rows, timeout_s, background, ack=True)
@@ -178,8 +174,7 @@ class EngineCoreClient:
 
     def close(self) -> None:
         """Fail what is in flight (``NotAccepting``) and close the sockets (event loop)."""
-        self._accepting = False
-        self._closed = True
+        self._accepting, self._closed = False, True
         for request in list(self._requests.values()):
             self._fail(request, NotAccepting("shutting_down"))
             self._links.post(request.replica, Abort(request.request_id))  # the core drops them too

@@ -6,8 +6,8 @@ step of a small batch does not spread well over many threads, so past a few thre
 replica (its own batch, its own step loop, its own interpreter) does more than more threads
 in one. A front-end costs about a millisecond of CPU per request (parsing, validation,
 tokenization), so one front-end per four CPUs; the engine cores share the rest. On a GPU one
-engine core drives the device. Each count can be set instead (``MT_FRONTENDS``,
-``MT_ENGINE_REPLICAS``, ``MT_INTRA_OP_THREADS``; 0 keeps the automatic one).
+engine core drives the device. Each count can be set instead
+(``MT_FRONTENDS``, ``MT_ENGINE_REPLICAS``, ``MT_INTRA_OP_THREADS``; 0 keeps the automatic one).
 
 The plan travels to the front-ends as a JSON file: the engine cores' socket addresses by
 model, so every front-end reaches every replica.
@@ -59,6 +59,18 @@ class ProcessPlan:
     @classmethod
     def load(cls, path: Path) -> ProcessPlan:
         return cls(**json.loads(path.read_text()))
+
+
+def runs_split(mode: str, budget: CpuBudget, gpu: bool) -> bool:
+    """``MT_PROCESS_MODE`` resolved: whether front-ends and engine cores run as processes of
+    their own. ``auto`` splits with a GPU, or once a front-end can have a CPU without taking
+    it from the engine (``CPUS_PER_FRONTEND``). Below that one process does as much or more:
+    the split adds the messages and a second interpreter, and on two CPUs a CPU held for the
+    front-end (a fifth of a request's CPU) is a CPU the engine lacks, while giving the engine
+    both puts its spinning threads against the front-end (docs/benchmarks-log.md)."""
+    if mode != "auto":
+        return mode == "multi"
+    return gpu or budget.cpus >= CPUS_PER_FRONTEND
 
 
 def plan_processes(

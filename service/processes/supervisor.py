@@ -34,7 +34,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from service.config import Settings
 from service.cpus import cpu_budget
-from service.engine_core.plan import ProcessPlan, plan_processes
+from service.engine_core.plan import ProcessPlan, plan_processes, runs_split
 from service.translation.registry import ModelSpec, RegistryError, discover_models
 
 logger = logging.getLogger(__name__)
@@ -238,8 +238,9 @@ def child_env(settings: Settings) -> dict[str, str]:
 
 
 def build_supervisor(settings: Settings) -> Supervisor | None:
-    """The supervisor for ``settings``; None where no model can be served (the one-process
-    service then starts, and its ``/health`` says why)."""
+    """The supervisor for ``settings``; None where the plan is one process (``auto`` below
+    four CPUs without a GPU) or no model can be served (the one-process service then starts, and its
+    ``/health`` says why)."""
     try:
         model = settings.model
         specs = discover_models(
@@ -248,13 +249,16 @@ def build_supervisor(settings: Settings) -> Supervisor | None:
     except RegistryError as error:
         logger.error("%s", error)
         return None
-    budget = cpu_budget()
+    budget, gpu = cpu_budget(), uses_gpu(settings.model.provider)
+    if not runs_split(settings.process.process_mode, budget, gpu):
+        logger.info("process plan: one process (%s, MT_PROCESS_MODE=auto)", budget.describe())
+        return None
     plan = plan_processes(
         budget,
         frontends=settings.process.frontends,
         engine_replicas=settings.process.engine_replicas,
         intra_op_threads=settings.model.intra_op_threads,
-        gpu=uses_gpu(settings.model.provider),
+        gpu=gpu,
     )
     run_dir = Path(tempfile.mkdtemp(prefix="mtserve-"))
     plan = plan.with_addresses(run_dir, [spec.model_id for spec in specs])

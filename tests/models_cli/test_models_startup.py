@@ -177,7 +177,12 @@ def test_engine_cores_start_only_for_the_load_only_models(tmp_path):
         config = {"source_lang": source, "target_lang": target}
         (root / f"{source}-{target}" / "config.json").write_text(json.dumps(config))
     settings = Settings(
-        models_dir=root, load_only="en,de", provider="cpu", host="127.0.0.1", port=0
+        models_dir=root,
+        load_only="en,de",
+        provider="cpu",
+        host="127.0.0.1",
+        port=0,
+        process_mode="multi",
     )
     supervisor = build_supervisor(settings)
     assert supervisor is not None

@@ -20,7 +20,7 @@ import pytest
 
 from service.cpus import CpuBudget
 from service.engine_core.client import EngineCoreClient, probe
-from service.engine_core.plan import ProcessPlan, plan_processes
+from service.engine_core.plan import ProcessPlan, plan_processes, runs_split
 from service.engine_core.protocol import (
     Accepted,
     Failed,
@@ -111,11 +111,33 @@ def test_an_unknown_engine_error_is_an_engine_failure():
 
 @pytest.mark.parametrize(
     ("cpus", "expected"),
-    [(1, (1, 1, 1)), (2, (1, 1, 1)), (4, (1, 1, 3)), (8, (2, 2, 3)), (16, (4, 3, 4))],
+    [
+        (1, (1, 1, 1)),
+        (2, (1, 1, 1)),
+        (3, (1, 1, 2)),
+        (4, (1, 1, 3)),
+        (8, (2, 2, 3)),
+        (16, (4, 3, 4)),
+    ],
 )
 def test_the_plan_follows_the_cpu_budget(cpus, expected):
     plan = plan_processes(CpuBudget(cpus, cpus, None, "affinity"))
     assert (plan.frontends, plan.engine_replicas, plan.intra_op_threads) == expected
+
+
+@pytest.mark.parametrize(
+    ("mode", "cpus", "gpu", "split"),
+    [
+        ("auto", 1, False, False),
+        ("auto", 1, True, True),
+        ("auto", 2, False, False),
+        ("auto", 4, False, True),
+        ("multi", 1, False, True),
+        ("single", 16, True, False),
+    ],
+)
+def test_auto_splits_the_processes_with_a_gpu_or_four_cpus(mode, cpus, gpu, split):
+    assert runs_split(mode, CpuBudget(cpus, cpus, None, "affinity"), gpu) is split
 
 
 def test_the_plan_takes_overrides_and_one_engine_core_on_a_gpu(tmp_path):
@@ -189,7 +211,8 @@ def engine_cores(model_dir) -> Iterator[EngineCores]:
 def rows(model_dir) -> list[DecodeRequest]:
     tokenizer = Tokenizer.from_dir(model_dir)
     ids = [tuple(tokenizer.encode_one(text)) for text in TEXTS]
-    greedy = [DecodeRequest(src_ids=src, max_new_tokens=24) for src in ids]
+    # Long enough that a kill finds rows mid-decode, not only answers not yet read.
+    greedy = [DecodeRequest(src_ids=src, max_new_tokens=48) for src in ids]
     beams = [DecodeRequest(src_ids=src, beam_size=3, max_new_tokens=24) for src in ids[:3]]
     return greedy + beams
 
