@@ -67,7 +67,7 @@ def runs_split(mode: str, budget: CpuBudget, gpu: bool) -> bool:
     it from the engine (``CPUS_PER_FRONTEND``). Below that one process does as much or more:
     the split adds the messages and a second interpreter, and on two CPUs a CPU held for the
     front-end (a fifth of a request's CPU) is a CPU the engine lacks, while giving the engine
-    both puts its spinning threads against the front-end (docs/benchmarks-log.md)."""
+    both puts its spinning threads against the front-end."""
     if mode != "auto":
         return mode == "multi"
     return gpu or budget.cpus >= CPUS_PER_FRONTEND
