@@ -15,16 +15,14 @@ does not spread over more processes, so it caps that at 1 / (its CPU-seconds per
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest.process_stats import thread_cpu_seconds
+from loadtest.process_stats import stat_cpu_seconds, stat_fields, thread_cpu_seconds
 
 PROC = Path("/proc")
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 KINDS = {
     "service.processes.frontend": "frontend",
     "service.processes.engine_process": "engine_core",
@@ -45,8 +43,7 @@ def process_cpu_seconds(pid: int, proc: Path = PROC) -> float | None:
         stat = (proc / str(pid) / "stat").read_text()
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces and ")"
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return stat_cpu_seconds(stat)
 
 
 def child_pids(pid: int, proc: Path = PROC) -> list[int]:
@@ -68,7 +65,7 @@ def child_pids(pid: int, proc: Path = PROC) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields((entry / "stat").read_text())
         except OSError:
             continue
         if int(fields[1]) == pid and fields[0] != "Z":

@@ -38,6 +38,18 @@ def open_fds(pid: int) -> int | None:
         return None
 
 
+def stat_fields(stat: str) -> list[str]:
+    """The fields of a ``/proc/.../stat`` line after the command name (which may hold spaces
+    and ")"): state first, then the parent's pid, ..., utime at 11 and stime at 12."""
+    return stat.rsplit(")", 1)[1].split()
+
+
+def stat_cpu_seconds(stat: str) -> float:
+    """User + system CPU seconds in a ``/proc/.../stat`` line."""
+    fields = stat_fields(stat)
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
 def thread_cpu_seconds(pid: int) -> dict[int, float]:
     """CPU seconds (user + system) of every thread of ``pid``, by thread id."""
     times: dict[int, float] = {}
@@ -50,9 +62,7 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         except OSError:
             continue  # the thread ended meanwhile
-        # Fields after the command name (which may contain spaces) start after ")".
-        fields = stat.rsplit(")", 1)[1].split()
-        times[int(tid)] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        times[int(tid)] = stat_cpu_seconds(stat)
     return times
 
 
