@@ -134,7 +134,11 @@ class DocumentRunner:
             try:
                 await asyncio.shield(task)
             except asyncio.CancelledError:
-                if not task.done():  # the worker itself is stopping
+                # The job's own cancellation (its lease lost) ends the job, not the worker. A
+                # cancellation of the worker ends it even when the job finished in the same
+                # moment (task.done() then says nothing about who was cancelled).
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
                     raise
             finally:
                 if task.done():
