@@ -33,6 +33,10 @@ Letters of scripts that no served language writes are left out of that reading: 
 another script (``Send the file to Дмитрий Иванов``, ``東京``) comes back verbatim inside a
 translation, so it must not turn the text into a language nobody serves.
 
+py3langid reads the text once, over every language: the restricted probabilities are a softmax
+over the served languages' share of the same log scores, which is what restricting py3langid's
+classes computes (the test against py3langid's own restricted reading holds that).
+
 Detection reads at most ``SAMPLE_CHARS`` characters of the text, as detectors do: a sample
 says which language a text is in, and the cost of a request then does not grow with it.
 
@@ -54,6 +58,8 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+import numpy as np
 
 from service.text.placeholders import PLACEHOLDER_RE
 
@@ -108,15 +114,22 @@ SCRIPTS: Mapping[str, frozenset[str]] = {
 _LATIN = frozenset({"LATIN"})
 
 
+@lru_cache(maxsize=4096)
 def script_of(char: str) -> str:
     return unicodedata.name(char, "UNKNOWN").split(" ", 1)[0]
 
 
 def in_scripts(text: str, scripts: frozenset[str]) -> str:
     """``text`` with the letters of other scripts blanked out."""
+    if "LATIN" in scripts and text.isascii():  # every ASCII letter is Latin
+        return text
     return "".join(
         char if not char.isalpha() or script_of(char) in scripts else " " for char in text
     )
+
+
+def has_letters(text: str) -> bool:
+    return any(map(str.isalpha, text))
 
 
 def sample(text: str, limit: int = SAMPLE_CHARS) -> str:
@@ -135,23 +148,31 @@ class Detection:
 
 
 @lru_cache(maxsize=1)
-def _base_identifier():
+def _ngram_model():
+    """py3langid over every language it knows, unnormalised: each language's naive-Bayes log
+    score, from which one reading gives both the probabilities over every language and those
+    among the served languages (a softmax over fewer classes of the same scores)."""
     from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=False)
 
 
-@lru_cache(maxsize=16)
-def _restricted_identifier(languages: tuple[str, ...]):
-    from py3langid.langid import LanguageIdentifier
+def ngram_scores(text: str) -> np.ndarray:
+    """Each of py3langid's classes' log score of ``text`` (a script alias holding its
+    language's best), divided by py3langid's temperature: the square root of the text's
+    length in UTF-8 bytes, which keeps its probabilities calibrated across lengths. A softmax
+    over any set of classes gives their probabilities."""
+    if text.isupper():  # py3langid reads an all-capitals text in lower case
+        text = text.lower()
+    length = len(unicodedata.normalize("NFC", text).encode("utf8", errors="surrogatepass"))
+    # _decide is py3langid's scoring of one text (rank() without its per-language dict)
+    scores = np.asarray(_ngram_model()._decide(text), dtype=np.float64)
+    return scores / math.sqrt(length or 1)
 
-    base = _base_identifier()
-    ptc, pc, classes = base._full_model
-    identifier = LanguageIdentifier(
-        ptc, pc, classes, base.tk_nextmove, base.tk_output, norm_probs=True, tk_row=base.tk_row
-    )
-    identifier.set_languages(languages)
-    return identifier
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    weights = np.exp(scores - scores.max())
+    return weights / weights.sum()
 
 
 def has_word_list(language: str) -> bool:
@@ -217,11 +238,15 @@ class LanguageDetector:
 
     def __init__(self, languages: Iterable[str], use_words: bool = True) -> None:
         wanted = sorted(set(languages))
-        known = set(_base_identifier().labels)
-        self.languages = tuple(code for code in wanted if code in known)
-        if unknown := [code for code in wanted if code not in known]:
+        classes = list(_ngram_model().nb_classes)
+        self.languages = tuple(code for code in wanted if code in classes)
+        if unknown := [code for code in wanted if code not in classes]:
             logger.warning("language detection cannot recognise %s", ", ".join(unknown))
-        self._identifier = _restricted_identifier(self.languages) if self.languages else None
+        # the class of each served language (its first; an alias holds the language's best)
+        self._served = np.array([classes.index(code) for code in self.languages], dtype=np.intp)
+        self._classes = np.array(classes)
+        self._unserved_classes = np.array([code not in self.languages for code in classes])
+        self._scripts = frozenset().union(*(SCRIPTS.get(code, _LATIN) for code in self.languages))
         self._words: list[Mapping[str, float]] | None = None
         if use_words and len(self.languages) > 1:
             if all(has_word_list(code) for code in self.languages):
@@ -230,20 +255,15 @@ class LanguageDetector:
             else:  # one language's words counted and another's not would tip every text
                 logger.warning("no word list for every served language: n-grams alone")
 
-    def _unserved(self, bare: str) -> Detection | None:
-        """The likeliest language the service does not translate from, when the text (its
-        letters in the served languages' scripts) is almost surely in one of those; else
-        None."""
-        served_scripts = frozenset().union(*(SCRIPTS.get(code, _LATIN) for code in self.languages))
-        readable = in_scripts(bare, served_scripts)
-        if not any(char.isalpha() for char in readable):
+    def _unserved(self, scores: np.ndarray) -> Detection | None:
+        """The likeliest language the service does not translate from, when the text read
+        as ``scores`` is almost surely in one of those; else None."""
+        everything = softmax(scores)
+        if 1.0 - float(everything[self._served].sum()) < UNSERVED_CONFIDENCE:
             return None
-        ranked = _base_identifier().rank(readable)
-        served = sum(probability for code, probability in ranked if code in self.languages)
-        if 1.0 - served < UNSERVED_CONFIDENCE:
-            return None
-        code, probability = next(pair for pair in ranked if pair[0] not in self.languages)
-        return Detection(code, round(100.0 * probability, 1))
+        best = int(np.argmax(np.where(self._unserved_classes, scores, -np.inf)))
+        probability = everything[self._classes == self._classes[best]].sum()
+        return Detection(str(self._classes[best]), round(100.0 * float(probability), 1))
 
     def detect(self, texts: str | Sequence[str]) -> list[Detection]:
         """Candidates, best first (at most TOP_CANDIDATES). Text with nothing to go on (no
@@ -251,24 +271,34 @@ class LanguageDetector:
         served language with confidence 0."""
         joined = texts if isinstance(texts, str) else "\n".join(texts)
         bare = PLACEHOLDER_RE.sub(" ", sample(joined))
-        if self._identifier is None or not any(char.isalpha() for char in bare):
+        if not self.languages or not has_letters(bare):
             return [Detection(self.languages[0] if self.languages else "en", 0.0)]
-        if (unserved := self._unserved(bare)) is not None:
-            return [unserved]
+        # The unserved languages are judged on the letters of the served languages' scripts
+        # (the module's docstring); the served ones on the whole text.
+        readable = in_scripts(bare, self._scripts)
+        scores = ngram_scores(bare)
+        if has_letters(readable):
+            readable_scores = scores if readable == bare else ngram_scores(readable)
+            if (unserved := self._unserved(readable_scores)) is not None:
+                return [unserved]
         if len(self.languages) == 1:  # one class: its normalised probability is 1, unscored
             return [Detection(self.languages[0], 100.0)]
+        ngrams = softmax(scores[self._served]).tolist()
         if self._words is None:
-            ranked = self._identifier.rank(bare)[:TOP_CANDIDATES]
-            return [Detection(code, round(100.0 * score, 1)) for code, score in ranked]
-        ngrams = dict(self._identifier.rank(bare))
+            ranked = sorted(
+                zip(self.languages, ngrams, strict=True), key=lambda pair: pair[1], reverse=True
+            )
+            return [
+                Detection(code, round(100.0 * score, 1)) for code, score in ranked[:TOP_CANDIDATES]
+            ]
         words = words_of(bare)
-        scores = [
-            NGRAM_WEIGHT * math.log(max(ngrams[code], 1e-300))
+        combined = [
+            NGRAM_WEIGHT * math.log(max(probability, 1e-300))
             + sum(word_score(table, word, COMPOUND_LINKS.get(code, ("",))) for word in words)
-            for code, table in zip(self.languages, self._words, strict=True)
+            for code, probability, table in zip(self.languages, ngrams, self._words, strict=True)
         ]
-        best = max(scores)
-        weights = [math.exp(score - best) for score in scores]
+        best = max(combined)
+        weights = [math.exp(score - best) for score in combined]
         total = sum(weights)
         ranked = sorted(
             zip(self.languages, weights, strict=True), key=lambda pair: pair[1], reverse=True

@@ -168,3 +168,49 @@ def test_a_name_in_a_script_no_served_language_writes_does_not_make_the_text_uns
 def test_a_language_of_a_served_script_is_still_read_in_a_mixed_text():
     detector = LanguageDetector(["en", "ru"])
     assert detector.detect("Bonjour tout le monde, comment allez-vous?")[0].language == "fr"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Toggle Sort Order",
+        "Symbolthema bearbeiten",
+        "Le chat dort sur le canapé.",
+        "ÜBERSETZUNG SPEICHERN",  # all capitals: read in lower case
+        "Send the file to Дмитрий Иванов",
+        "Ésta es una frase en español, con acentos y eñes.",
+    ],
+)
+def test_one_reading_gives_py3langids_own_probabilities(text):
+    """Detection reads a text once over every language and takes the served languages'
+    probabilities as a softmax over their share of that reading; py3langid's normalised
+    reading, over every language and restricted to the served ones, is the reference. (Where
+    a language has a second script's class, py3langid adds the two classes' probabilities and
+    detection keeps the likelier one: the two differ by that class's small share.)"""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    from service.translation.detection import ngram_scores, softmax
+
+    reference = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    classes = list(reference.nb_classes)
+    scores = ngram_scores(text)
+    everything = softmax(scores)
+    for code, probability in reference.rank(text)[:5]:
+        merged = sum(p for c, p in zip(classes, everything, strict=True) if c == code)
+        assert merged == pytest.approx(probability, abs=2e-3), code
+    reference.set_languages(["en", "de"])
+    served = softmax(scores[[classes.index("de"), classes.index("en")]])
+    assert dict(zip(["de", "en"], served, strict=True)) == pytest.approx(
+        dict(reference.rank(text)), abs=1e-4
+    )
+
+
+@pytest.mark.parametrize("text", ["Plain ASCII, a name: Zoë", "Toggle Sort Order", "Дмитрий"])
+def test_a_text_in_ascii_keeps_every_letter_for_a_latin_service(text):
+    from service.translation.detection import in_scripts, script_of
+
+    latin = frozenset({"LATIN"})
+    by_letter = "".join(
+        char if not char.isalpha() or script_of(char) in latin else " " for char in text
+    )
+    assert in_scripts(text, latin) == by_letter
