@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from service.config import Settings, get_settings
 from service.cpus import CpuBudget, cpu_budget
 from service.engine_core.client import EngineCoreClient, probe
-from service.engine_core.plan import ProcessPlan
+from service.engine_core.plan import ProcessPlan, PublishedPlan
 from service.metrics import ServiceMetrics
 from service.runtime.engine import Engine, open_engine
 from service.scheduling.batcher import ContinuousBatcher
@@ -34,6 +34,7 @@ from service.translation.dispatch import Dispatcher
 from service.translation.exports import ModelSpec
 from service.translation.glossaries import GlossaryStore
 from service.translation.memories import MemoryStore
+from service.translation.plan_follower import PlanFollower
 from service.translation.registry import (
     LoadedModel,
     ModelLoader,
@@ -137,13 +138,13 @@ ENGINE_CORE_WAIT_S = 600.0
 
 
 def engine_core_loader(
-    settings: Settings, metrics: ServiceMetrics, plan: ProcessPlan
+    settings: Settings, metrics: ServiceMetrics, plan: PublishedPlan
 ) -> ModelLoader:
-    """Spec -> a client of the model's engine cores (processes the supervisor started) and
-    its translator: the front-end's side of the multi-process mode."""
+    """Spec -> a client of the model's engine cores (processes the supervisor started; those
+    the plan names now) and its translator: the front-end's side of the multi-process mode."""
 
     def load(spec: ModelSpec) -> LoadedModel:
-        addresses = plan.addresses[spec.model_id]
+        addresses = plan.current.addresses[spec.model_id]
         info = probe(addresses, ENGINE_CORE_WAIT_S)
         client = EngineCoreClient(addresses, info, metrics.for_model(spec.model_id))
         translator = Translator(
@@ -153,7 +154,7 @@ def engine_core_loader(
             spec.source_lang,
             model_positions=info.max_positions,
         )
-        return LoadedModel(info, client, translator)
+        return LoadedModel(info, client, translator, core_addresses=tuple(addresses))
 
     return load
 
@@ -177,7 +178,7 @@ def build_registry(
     settings: Settings,
     metrics: ServiceMetrics,
     load_engine: EngineLoader,
-    engine_cores: ProcessPlan | None = None,
+    engine_cores: PublishedPlan | None = None,
 ) -> ModelRegistry:
     model = settings.model
     specs = discover_models(
@@ -186,14 +187,21 @@ def build_registry(
     fair = len(specs) > 1 and model.model_fairness == "round_robin"
     turns = RoundRobinTurns() if fair else None
     loader = model_loader(settings, metrics, load_engine, turns)
+    freshness = None  # a new revision installed: the registry loads it itself
     if engine_cores is not None:  # the engines run in engine-core processes
         loader = engine_core_loader(settings, metrics, engine_cores)
+        # the supervisor loads a new revision in new engine cores; the plan says when
+        freshness = PlanFollower(engine_cores)
     grace_s = settings.process.shutdown_grace_s
-    # Engine cores load their model once: a front-end's reload would re-read the tokenizer
-    # of a new revision in front of the old engine.
-    poll_s = model.reload_poll_s if engine_cores is None else 0.0
     return ModelRegistry(
-        specs, model, metrics, loader, turns, shutdown_grace_s=grace_s, revision_poll_s=poll_s
+        specs,
+        model,
+        metrics,
+        loader,
+        turns,
+        shutdown_grace_s=grace_s,
+        revision_poll_s=model.reload_poll_s,
+        freshness=freshness,
     )
 
 
@@ -204,18 +212,21 @@ def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
     load_engine: EngineLoader | None = None,
-    engine_cores: ProcessPlan | None = None,
+    engine_cores: ProcessPlan | PublishedPlan | None = None,
 ) -> FastAPI:
     """The service as an ASGI app. Models are found from the settings and loaded in the
     background after start-up. ``engine``: an already built engine for a single model;
     ``load_engine``: builds each model's engine from its spec (tests wrap engines this way);
-    ``engine_cores``: the supervisor's plan, whose engine-core processes run the engines."""
+    ``engine_cores``: the supervisor's plan, whose engine-core processes run the engines
+    (published: followed as the supervisor moves models to new engine cores)."""
     settings = settings or get_settings()
     metrics = ServiceMetrics()
     budget = cpu_budget()
     metrics.cpus.labels(source=budget.source).set(budget.cpus)
     threads = settings.model.engine_threads
-    plan = engine_cores or ProcessPlan(1, 1, threads, budget.cpus)
+    if isinstance(engine_cores, ProcessPlan):
+        engine_cores = PublishedPlan(engine_cores)
+    plan = engine_cores.current if engine_cores else ProcessPlan(1, 1, threads, budget.cpus)
     for count, value in (
         ("frontends", plan.frontends),
         ("engine_replicas", plan.engine_replicas),

@@ -344,3 +344,37 @@ def probe(addresses: Sequence[str], timeout_s: float, poll_s: float = 0.2) -> En
         for socket in sockets:
             socket.close(linger=0)
         context.term()
+
+
+class ReadinessProbe:
+    """Whether every engine core at ``addresses`` answers a ping yet, asked without waiting
+    (the supervisor asks at each turn of its loop while new engine cores load)."""
+
+    def __init__(self, addresses: Sequence[str]) -> None:
+        self._context = zmq.Context()
+        self._waiting: dict[str, zmq.Socket] = {}
+        for address in addresses:
+            socket = self._context.socket(zmq.DEALER)
+            tuned(socket)
+            socket.setsockopt(zmq.IMMEDIATE, 1)
+            socket.connect(address)
+            self._waiting[address] = socket
+
+    def ready(self) -> bool:
+        for address, socket in list(self._waiting.items()):
+            with contextlib.suppress(zmq.Again):  # an answer to an earlier ping
+                while True:
+                    if isinstance(decode_from_core(socket.recv(zmq.DONTWAIT)), Pong):
+                        socket.close(linger=0)
+                        del self._waiting[address]
+                        break
+            if address in self._waiting:
+                with contextlib.suppress(zmq.Again):  # not up yet
+                    socket.send(encode(Ping(time.monotonic())), zmq.DONTWAIT)
+        return not self._waiting
+
+    def close(self) -> None:
+        for socket in self._waiting.values():
+            socket.close(linger=0)
+        self._waiting.clear()
+        self._context.term()

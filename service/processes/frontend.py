@@ -1,7 +1,8 @@
 """``python -m service.processes.frontend``: one HTTP front-end of the multi-process service.
 
 The app is the one-process service's (``create_app``), with each model's batcher replaced by a
-client of the model's engine cores (the supervisor's plan names their sockets). Every
+client of the model's engine cores (the supervisor's plan names their sockets; the front-end
+follows the plan as the supervisor replaces it, service/translation/plan_follower.py). Every
 front-end accepts on the one listening socket the supervisor opened and handed down, so they
 share the port, and a front-end that dies leaves the socket to the others. SIGTERM drains as
 ``python -m service`` does.
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from service.__main__ import GracefulServer, uvicorn_config
 from service.config import get_settings
-from service.engine_core.plan import ProcessPlan
+from service.engine_core.plan import PublishedPlan
 from service.processes.supervisor import die_with_parent
 from service.web.request_id import install_request_id_logging
 from service.wiring import create_app
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         "%(message)s",
     )
     install_request_id_logging()  # the app logs while it is assembled
-    app = create_app(settings, engine_cores=ProcessPlan.load(args.plan))
+    app = create_app(settings, engine_cores=PublishedPlan.load(args.plan))
     config = uvicorn_config(app, settings)
     install_request_id_logging()  # after uvicorn.Config, which configures its loggers
     server = GracefulServer(config, on_exit=app.state.service.begin_shutdown)

@@ -5,7 +5,9 @@ the listening socket, starts each model's engine cores and then the HTTP front-e
 wait for the engine cores while they load), and watches them: a child that exits is started
 again, at once where it had run a while, after a growing pause where it keeps dying at
 start-up. The front-ends see an engine core that died as a closed connection and fail its
-rows in flight with 503 + Retry-After; the restarted one is found again on its own.
+rows in flight with 503 + Retry-After; the restarted one is found again on its own. A new
+revision of an installed model (``models update``) gets engine cores of its own, which replace
+the old ones without a failed request (service/processes/swaps.py).
 
 SIGTERM (or Ctrl-C) drains, front-ends first: they stop admitting and finish their requests
 in flight, for which the engine cores are still there; then the engine cores drain and stop.
@@ -23,7 +25,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from prometheus_client.multiprocess import mark_process_dead
 from service.config import Settings
 from service.cpus import cpu_budget
 from service.engine_core.plan import ProcessPlan, plan_processes, runs_split
+from service.processes.children import Child, frontend
+from service.processes.swaps import RevisionSwaps
 from service.translation.registry import ModelSpec, RegistryError, discover_models
 
 logger = logging.getLogger(__name__)
@@ -59,23 +62,6 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
             os.kill(os.getpid(), signum)
 
 
-@dataclass(eq=False)
-class Child:
-    """One supervised process: how to start it, and its current incarnation."""
-
-    name: str
-    argv: list[str]
-    pass_fds: tuple[int, ...] = ()
-    process: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
-    quick_deaths: int = 0  # deaths in a row, each soon after its start
-    start_after: float = 0.0
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-
 @dataclass
 class Supervisor:
     plan: ProcessPlan
@@ -85,44 +71,34 @@ class Supervisor:
     env: dict[str, str]
     grace_s: float
     metrics_dir: Path | None = None  # PROMETHEUS_MULTIPROC_DIR of the children
-    engines: list[Child] = field(default_factory=list)
+    reload_poll_s: float = 0.0  # how often the installed models' revisions are read (0: never)
     frontends: list[Child] = field(default_factory=list)
     _stopping: bool = False
 
     def __post_init__(self) -> None:
-        python = [sys.executable, "-m"]
         plan_path = self.run_dir / "plan.json"
-        self.plan.save(plan_path)
-        for spec in self.specs:
-            for replica, address in enumerate(self.plan.addresses[spec.model_id]):
-                argv = [
-                    *python,
-                    "service.processes.engine_process",
-                    "--model-id",
-                    spec.model_id,
-                    "--model-dir",
-                    str(spec.model_dir),
-                    "--address",
-                    address,
-                    "--threads",
-                    str(self.plan.intra_op_threads),
-                ]
-                self.engines.append(Child(f"engine core {spec.model_id}/{replica}", argv))
+        self.swaps = RevisionSwaps(
+            self.plan,
+            plan_path,
+            self.run_dir,
+            self.specs,
+            self._start,
+            self.reload_poll_s,
+            self.grace_s,
+            EXIT_SLACK_S,
+            self._forget_metrics,
+        )
         fd = self.listener.fileno()
-        for index in range(self.plan.frontends):
-            argv = [
-                *python,
-                "service.processes.frontend",
-                "--fd",
-                str(fd),
-                "--plan",
-                str(plan_path),
-            ]
-            self.frontends.append(Child(f"front-end {index}", argv, (fd,)))
+        self.frontends = [frontend(index, fd, plan_path) for index in range(self.plan.frontends)]
+
+    @property
+    def engines(self) -> list[Child]:
+        """The engine cores the current plan names."""
+        return self.swaps.engines
 
     @property
     def children(self) -> list[Child]:
-        return [*self.engines, *self.frontends]
+        return [*self.engines, *self.swaps.others, *self.frontends]
 
     def run(self) -> int:
         """Serve until SIGTERM or SIGINT, then drain; the exit status."""
@@ -133,9 +109,11 @@ class Supervisor:
                 self._start(child)
             while not self._stopping:
                 self._restart_dead()
+                self.swaps.tick(child.pid for child in self.frontends)
                 time.sleep(POLL_S)
             self._drain()
         finally:
+            self.swaps.close()
             for child in self.children:
                 if child.process is not None and child.process.poll() is None:
                     child.process.kill()
@@ -155,7 +133,7 @@ class Supervisor:
 
     def _restart_dead(self) -> None:
         now = time.monotonic()
-        for child in self.children:
+        for child in [*self.engines, *self.frontends]:  # not those the swaps look after
             process = child.process
             if process is None or process.poll() is None:
                 if process is None and now >= child.start_after:
@@ -174,18 +152,21 @@ class Supervisor:
                 ran_s,
                 pause_s,
             )
-            if self.metrics_dir is not None:  # its gauges stop counting; counters stay
-                mark_process_dead(process.pid, str(self.metrics_dir))
+            self._forget_metrics(process.pid)
             child.process = None
             child.start_after = now + pause_s
             if not pause_s:
                 self._start(child)
 
+    def _forget_metrics(self, pid: int) -> None:
+        if self.metrics_dir is not None:  # its gauges stop counting; counters stay
+            mark_process_dead(pid, str(self.metrics_dir))
+
     def _drain(self) -> None:
         logger.info("draining: front-ends first, then engine cores (grace %.0f s)", self.grace_s)
         # one grace for both: the front-ends' requests in flight are the engine cores' rows
         deadline = time.monotonic() + self.grace_s + EXIT_SLACK_S
-        for group in (self.frontends, self.engines):
+        for group in (self.frontends, [*self.engines, *self.swaps.others]):
             running = [
                 c.process for c in group if c.process is not None and c.process.poll() is None
             ]
@@ -271,6 +252,5 @@ def build_supervisor(settings: Settings) -> Supervisor | None:
     metrics_dir = run_dir / "metrics"
     metrics_dir.mkdir()
     env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    return Supervisor(
-        plan, specs, listener, run_dir, env, settings.process.shutdown_grace_s, metrics_dir
-    )
+    grace_s, poll_s = settings.process.shutdown_grace_s, settings.model.reload_poll_s
+    return Supervisor(plan, specs, listener, run_dir, env, grace_s, metrics_dir, poll_s)

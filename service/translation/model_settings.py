@@ -53,11 +53,12 @@ class ModelSettings(BaseModel):
     reload_poll_s: float = Field(
         10.0,
         ge=0,
-        description="How often the one-process service (MT_PROCESS_MODE=single) checks the "
-        "loaded installed models for a new revision (`python -m service models update`) and "
-        "swaps it in: it loads beside the old one (twice the model's memory meanwhile), and "
-        "no request fails for the swap. Engine-core processes (`multi`) serve a new revision "
-        "from the next restart. 0: never.",
+        description="How often the service checks the loaded installed models for a new "
+        "revision (`python -m service models update`) and swaps it in: it loads beside the old "
+        "one (twice the model's memory meanwhile), and no request fails for the swap. With "
+        "engine-core processes (`multi`) the supervisor checks and starts engine cores of the "
+        "new revision, and each front-end checks as often for the plan that moves it to them. "
+        "0: never.",
     )
     load_only: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -21,11 +21,11 @@ request holds; when every loaded model is in use the bound is exceeded for a whi
 extra model is unloaded when its last request ends. ``MT_COLD_START`` decides whether the
 first request for an unloaded model waits for the load or gets 503 + Retry-After.
 
-A model installed by ``python -m service models pull`` is swapped for a new revision that
-``models update`` renames into its directory (``MT_RELOAD_POLL_S``): the new one loads beside
-the old one (twice the model's memory for a while), new requests lease it, and the old one
-stops once its last request ends, so no request fails for the swap. Where engine cores run the
-models (``MT_PROCESS_MODE=multi``) there is no swap: a new revision serves from the next start.
+A loaded model that is out of date is swapped (``MT_RELOAD_POLL_S``): the new one loads beside
+the old one, new requests lease it, and the old one stops once its last request ends, so no
+request fails for the swap. Out of date (``Freshness``): in one process, a new revision that
+``python -m service models update`` renamed into its directory (loaded a second time beside
+the old); in a front-end, new engine cores the supervisor's plan names (plan_follower.py).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from service.engine_core.protocol import EngineCoreInfo
 from service.errors import ModelNotReady
@@ -159,6 +159,7 @@ class LoadedModel:
     batcher: RowBatcher
     translator: Translator
     leases: int = 0  # requests holding it: a model swapped out stops after the last one
+    core_addresses: tuple[str, ...] = ()  # where engine cores run it: their sockets
 
 
 # Builds a model from its spec: engine warmed up, batcher built but not started. Runs in a
@@ -183,6 +184,26 @@ class ModelSlot:
         self.loading: asyncio.Task[None] | None = None
 
 
+class Freshness(Protocol):
+    """What the registry's watch asks every ``revision_poll_s``: which loaded models to swap."""
+
+    def refresh(self) -> None:  # read again what ``outdated`` answers from
+        return None
+
+    def outdated(self, slot: ModelSlot) -> bool: ...
+
+    def settled(self) -> None:  # no loaded model is out of date, the swapped-out ones stopped
+        return None
+
+
+class InstalledRevisions(Freshness):
+    """One process: a model is out of date once its installed revision moved."""
+
+    def outdated(self, slot: ModelSlot) -> bool:
+        # None: no manifest, or an install renaming the old directory aside just now
+        return installed_revision(slot.spec.model_dir) not in (None, slot.revision)
+
+
 class ModelRegistry:
     def __init__(
         self,
@@ -193,16 +214,18 @@ class ModelRegistry:
         turns: RoundRobinTurns | None = None,
         shutdown_grace_s: float = 30.0,
         revision_poll_s: float = 0.0,
+        freshness: Freshness | None = None,
     ) -> None:
         """``config``: the model settings (a model reports their provider until it is
         loaded); ``turns``: the step-by-step turns the models' engine threads take on one
         device (None: they run at once), the loader hands each batcher its turn;
         ``shutdown_grace_s``: how long an unloaded model's in-flight work may finish;
-        ``revision_poll_s``: how often :meth:`watch_revisions` looks for new revisions (0:
-        never)."""
+        ``revision_poll_s``: how often :meth:`watch_revisions` looks for out-of-date models
+        (0: never), as ``freshness`` says (None: ``InstalledRevisions``)."""
         self.config = config
         self.shutdown_grace_s = shutdown_grace_s
         self.revision_poll_s = revision_poll_s
+        self.freshness = freshness if freshness is not None else InstalledRevisions()
         self.turns = turns
         self.metrics = metrics
         self._load_model = load_model
@@ -376,19 +399,26 @@ class ModelRegistry:
     # --- new revisions of installed models -----------------------------------------------
 
     def watch_revisions(self) -> None:
-        """From now on, every ``revision_poll_s``, reload the loaded models whose installed
-        revision changed (``python -m service models update``); until shutdown."""
+        """From now on, every ``revision_poll_s``, reload the loaded models that are out of
+        date (a new revision, ``python -m service models update``); until shutdown."""
         if self.revision_poll_s > 0 and self._watching is None and self._accepting:
             self._watching = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(self.revision_poll_s)
-            for model_id, slot in list(self.slots.items()):
-                # None: no manifest, or an install renaming the old directory aside just now
-                revision = installed_revision(slot.spec.model_dir)
-                if slot.state == "loaded" and revision not in (None, slot.revision):
-                    await self.reload(model_id)
+            await self.catch_up()
+
+    async def catch_up(self) -> None:
+        """Reload the loaded models that are out of date; say so once none is."""
+        fresh = self.freshness
+        fresh.refresh()
+        for model_id, slot in list(self.slots.items()):
+            if slot.state == "loaded" and fresh.outdated(slot):
+                await self.reload(model_id)
+        pending = [s for s in self.slots.values() if s.state in ("loading", "loaded")]
+        if not any(s.state == "loading" or fresh.outdated(s) for s in pending):
+            fresh.settled()
 
     async def reload(self, model_id: str) -> bool:
         """Load ``model_id`` again from its directory and swap it in: requests from then on

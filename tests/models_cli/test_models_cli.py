@@ -10,10 +10,15 @@ LibreTranslate client.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -30,7 +35,8 @@ from service.models_cli.store import MANIFEST_FILE, sha256_of
 from service.translation.registry import RegistryError, discover_models
 from tests.conftest import build_random_marian
 from tests.hub_cache import pull_offline, seed, use_offline
-from tests.live_server import live_server
+from tests.live_server import free_port, live_server
+from tests.process_tree import children
 from tests.service_fixtures import VOCAB_SIZE, train_tiny_tokenizer
 
 HUB_ID = "Helsinki-NLP/opus-mt-en-fr"
@@ -383,6 +389,105 @@ def test_update_swaps_the_served_model_without_a_failed_request(
     assert not failed, failed[:3]
     texts = {json.loads(text)["translations"][0]["text"] for _, text in answers}
     assert len(texts) == 1  # the same weights, before and after
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_update_swaps_the_engine_cores_of_the_multi_process_service_without_a_failed_request(
+    pulled, hub_cache, checkpoint, tmp_path, monkeypatch
+):
+    """As above, with the supervisor, two front-ends and an engine core as processes: the
+    supervisor starts an engine core of the new revision and moves the front-ends to it, and
+    the old engine core exits once both front-ends have moved; every request succeeds."""
+    models_dir, _ = second_revision(pulled, hub_cache, checkpoint, tmp_path, monkeypatch)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MT_")}
+    env.update(
+        MT_PROCESS_MODE="multi",
+        MT_FRONTENDS="2",
+        MT_ENGINE_REPLICAS="1",
+        MT_INTRA_OP_THREADS="1",
+        MT_MODELS_DIR=str(models_dir),
+        MT_RELOAD_POLL_S="0.1",
+        MT_PROVIDER="cpu",
+        MT_DATA_DIR=str(tmp_path / "data"),
+        MT_LANGUAGE_DETECTION="false",
+        MT_ACCESS_LOG="false",
+        MT_LOG_LEVEL="info",
+        MT_SHUTDOWN_GRACE_S="3",
+        HF_HUB_OFFLINE="1",
+    )
+    log_path = tmp_path / "server.log"
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=Path(__file__).resolve().parents[2],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    body = {"text": TEXT, "source_lang": "en", "target_lang": "fr", "max_new_tokens": MAX_NEW}
+    answers: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def translate_until_stopped() -> None:
+        with httpx.Client(base_url=base, timeout=30) as client:
+            while not stop.is_set():
+                response = client.post("/v1/translate", json=body)
+                answers.append((response.status_code, response.text))
+
+    def revisions() -> set[str]:  # as the front-ends that answer say (each is asked a few times)
+        with httpx.Client(base_url=base, timeout=10) as client:
+            return {client.get("/v1/models").json()["data"][0]["revision"] for _ in range(6)}
+
+    def engine_cores() -> set[int]:
+        return {pid for pid, cmd in children(server.pid).items() if "engine_process" in cmd}
+
+    def wait_until(condition, what: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert server.poll() is None, log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, f"never: {what}\n{log_path.read_text()[-4000:]}"
+            time.sleep(0.05)
+
+    clients = [threading.Thread(target=translate_until_stopped) for _ in "abc"]
+    try:
+        wait_until(lambda: all(ready(base) for _ in range(10)), "both front-ends are ready", 120)
+        assert revisions() == {FIRST}
+        [old_core] = engine_cores()
+        for client in clients:
+            client.start()
+        wait_until(lambda: len(answers) >= 10, "answers before the update")
+        assert run(models_dir, "update", ALIAS)[0] == 0
+        wait_until(lambda: revisions() == {SECOND}, "both front-ends serve the new revision")
+        wait_until(lambda: old_core not in engine_cores(), "the old engine core exits")
+        during = len(answers)
+        wait_until(lambda: len(answers) >= during + 10, "answers from the new engine core")
+        [new_core] = engine_cores()
+        assert "-g1.sock" in children(server.pid)[new_core]
+    finally:
+        stop.set()
+        for client in clients:
+            if client.is_alive():
+                client.join(30)
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    failed = [answer for answer in answers if answer[0] != 200]
+    assert not failed, failed[:3]
+    texts = {json.loads(text)["translations"][0]["text"] for _, text in answers}
+    assert len(texts) == 1  # the same weights, before and after
+    assert server.returncode == 0
+
+
+def ready(base: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"{base}/ready", timeout=2).status_code == 200
+    return False
 
 
 def test_remove_deletes_the_install_and_an_unknown_name_is_refused(pulled, tmp_path, capsys):

@@ -147,8 +147,8 @@ def test_the_plan_takes_overrides_and_one_engine_core_on_a_gpu(tmp_path):
     assert (plan.frontends, plan.engine_replicas, plan.intra_op_threads) == (3, 2, 5)
     plan = plan.with_addresses(tmp_path, ["a", "b"])
     assert plan.addresses["b"] == [
-        f"ipc://{tmp_path}/engine-1-0.sock",
-        f"ipc://{tmp_path}/engine-1-1.sock",
+        f"ipc://{tmp_path}/engine-1-0-g0.sock",
+        f"ipc://{tmp_path}/engine-1-1-g0.sock",
     ]
     plan.save(tmp_path / "plan.json")
     assert ProcessPlan.load(tmp_path / "plan.json") == plan

@@ -28,6 +28,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live_server import free_port
+from tests.process_tree import children
 from tests.service_fixtures import tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -45,23 +46,6 @@ TEXTS = [
 ]
 CLIENTS = 6
 READY_TIMEOUT_S = 120
-
-
-def children(pid: int) -> dict[int, str]:
-    """The live child processes of ``pid``: pid -> command line."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found[int(entry.name)] = command
-    return found
 
 
 @dataclass
