@@ -1,11 +1,18 @@
 """Host memory for KV caches that is reused rather than freshly allocated.
 
 A cache of 128 rows at Marian-base size is 12 arrays of 10-25 MB. numpy often gets arrays that
-large from the allocator as fresh pages and advises transparent huge pages for them; the
-first touch of those pages (page faults, and huge-page compaction) makes copying a grown
+large from the allocator as fresh pages; the first touch of those pages makes copying a grown
 cache an order of magnitude slower than copying into memory touched before (BENCHMARKS.md).
 ``BufferPool`` keeps the flat buffers of caches the engine is done with and hands
 out C-contiguous views of them.
+
+numpy also advises transparent huge pages (``madvise(MADV_HUGEPAGE)``) for every array of a
+few MB, and where the kernel defragments on that advice (``defrag`` set to ``madvise``, a
+common default) the first touch of an advised buffer waits for the kernel to compact memory
+into 2 MB pages: several times the cost of plain pages, paid at every cache that outgrows the
+buffers the pool holds. A pool therefore turns that advice off for the process
+(``no_huge_page_advice``); the caches are read a step at a time, row by row, where huge pages
+save little.
 
 A buffer is only ever handed back by ``HostKV`` for caches it consumed (service/runtime/kv_cache.py:
 ``KVCache.consume``), and ``recycle`` refuses arrays something else still refers to, so a
@@ -34,10 +41,21 @@ MAX_WASTE = 4.0
 DEFAULT_MAX_FREE_BYTES = 1 << 30
 
 
+def no_huge_page_advice() -> None:
+    """Stop numpy advising transparent huge pages for the large arrays it allocates from now
+    on, in this process (the module's docstring)."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:  # numpy 1.x
+        from numpy.core.multiarray import _set_madvise_hugepage
+    _set_madvise_hugepage(False)
+
+
 class BufferPool:
     """Flat host buffers of one dtype, lent out as arrays of any shape that fits."""
 
     def __init__(self, dtype: npt.DTypeLike, max_free_bytes: int = DEFAULT_MAX_FREE_BYTES) -> None:
+        no_huge_page_advice()
         self.dtype = np.dtype(dtype)
         self.max_free_bytes = max_free_bytes
         self._free: deque[np.ndarray] = deque()  # 1-D buffers, oldest first

@@ -3,12 +3,17 @@ still referred to."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from service.runtime.buffer_pool import HEADROOM, MAX_WASTE, BufferPool
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_buffers_come_back_for_arrays_that_fit():
@@ -109,3 +114,43 @@ def test_two_threads_never_get_the_same_buffer():
     assert pool.reused > 100  # the two threads really exchanged buffers through the pool
     mine, theirs = held[0], held[1]
     assert not any(np.shares_memory(a, b) for a in mine for b in theirs)
+
+
+def _advised_huge_pages(code: str) -> bool | None:
+    """Run ``code`` (which leaves a large numpy array ``array``) in a fresh interpreter and
+    say whether the kernel holds the huge-page advice for the memory it lies in (the ``hg``
+    flag of its mapping in /proc/self/smaps); None where the kernel shows no flags."""
+    probe = (
+        "import numpy as np\n"
+        f"{code}\n"
+        "array[:] = 1\n"
+        "address = array.ctypes.data + array.nbytes // 2\n"  # past the unaligned head
+        "inside = False\n"
+        "for line in open('/proc/self/smaps'):\n"
+        "    head = line.split()[0]\n"
+        "    if '-' in head and ':' not in head:\n"
+        "        start, end = (int(part, 16) for part in head.split('-'))\n"
+        "        inside = start <= address < end\n"
+        "    elif inside and head == 'VmFlags:':\n"
+        "        print('hg' in line.split()[1:])\n"
+        "        break\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    answer = result.stdout.strip()
+    return None if not answer else answer == "True"
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_cache_buffers_get_no_huge_page_advice():
+    """numpy advises huge pages for a large array; a pool's buffers, and numpy's arrays once
+    a pool exists, get none (the module's docstring says why)."""
+    plain = _advised_huge_pages("array = np.empty(16 << 20, np.float32)")
+    if not plain:
+        pytest.skip("numpy advises no huge pages here (kernel without transparent huge pages)")
+    pooled = _advised_huge_pages(
+        "from service.runtime.buffer_pool import BufferPool\n"
+        "array = BufferPool(np.float32).empty((16 << 20,))"
+    )
+    assert pooled is False
