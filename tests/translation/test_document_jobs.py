@@ -165,6 +165,29 @@ def test_cancel_stops_a_translating_job_and_serves_nothing(tmp_path):
         store.upload(final)
 
 
+def test_a_worker_cancelled_as_its_job_finishes_stops(tmp_path):
+    """A worker that stop() cancels in the moment its job finishes wakes cancelled with its job
+    done: it must stop, not take the cancellation for its job's and go on claiming (stop()
+    would then wait for it forever)."""
+    store, _job = store_with_job(tmp_path)
+
+    async def main() -> None:
+        runner = DocumentRunner(store, lambda _job: shout, concurrency=1)
+
+        async def cancel_the_worker_and_finish(_claimed) -> None:
+            for worker in runner._workers[:-1]:  # the last task keeps the leases
+                worker.cancel()
+
+        runner._run = cancel_the_worker_and_finish  # type: ignore[method-assign]
+        runner.start()
+        worker = runner._workers[0]
+        done, _ = await asyncio.wait([worker], timeout=2.0)
+        assert worker in done and worker.cancelled()
+        await asyncio.wait_for(runner.stop(), 5.0)
+
+    asyncio.run(main())
+
+
 def test_stopped_jobs_are_taken_up_again_by_the_next_runner(tmp_path):
     store, job = store_with_job(tmp_path)
 
