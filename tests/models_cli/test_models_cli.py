@@ -14,11 +14,9 @@ import contextlib
 import errno
 import hashlib
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -36,7 +34,7 @@ from service.translation.registry import RegistryError, discover_models
 from tests.conftest import build_random_marian
 from tests.hub_cache import pull_offline, seed, use_offline
 from tests.live_server import free_port, live_server
-from tests.process_tree import children
+from tests.process_tree import children, multiprocess_env, start_service
 from tests.service_fixtures import VOCAB_SIZE, train_tiny_tokenizer
 
 HUB_ID = "Helsinki-NLP/opus-mt-en-fr"
@@ -402,31 +400,16 @@ def test_update_swaps_the_engine_cores_of_the_multi_process_service_without_a_fa
     models_dir, _ = second_revision(pulled, hub_cache, checkpoint, tmp_path, monkeypatch)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MT_")}
-    env.update(
-        MT_PROCESS_MODE="multi",
-        MT_FRONTENDS="2",
-        MT_ENGINE_REPLICAS="1",
-        MT_INTRA_OP_THREADS="1",
+    env = multiprocess_env(
         MT_MODELS_DIR=str(models_dir),
         MT_RELOAD_POLL_S="0.1",
-        MT_PROVIDER="cpu",
         MT_DATA_DIR=str(tmp_path / "data"),
-        MT_LANGUAGE_DETECTION="false",
-        MT_ACCESS_LOG="false",
         MT_LOG_LEVEL="info",
-        MT_SHUTDOWN_GRACE_S="3",
         HF_HUB_OFFLINE="1",
     )
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=Path(__file__).resolve().parents[2],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        server = start_service(port, env, log)
     body = {"text": TEXT, "source_lang": "en", "target_lang": "fr", "max_new_tokens": MAX_NEW}
     answers: list[tuple[int, str]] = []
     stop = threading.Event()

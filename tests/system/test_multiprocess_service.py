@@ -16,7 +16,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live_server import free_port
-from tests.process_tree import children
+from tests.process_tree import children, multiprocess_env, start_service
 from tests.service_fixtures import tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -66,29 +65,10 @@ def server(tmp_path_factory) -> Iterator[Server]:
     model_dir = tiny_model(tmp_path_factory)
     root = tmp_path_factory.mktemp("multiprocess")
     port = free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MT_")}
-    env.update(
-        MT_PROCESS_MODE="multi",
-        MT_FRONTENDS="2",
-        MT_ENGINE_REPLICAS="1",
-        MT_INTRA_OP_THREADS="1",
-        MT_MODEL_DIR=str(model_dir),
-        MT_PROVIDER="cpu",
-        MT_DATA_DIR=str(root / "data"),
-        MT_LANGUAGE_DETECTION="false",
-        MT_ACCESS_LOG="false",
-        MT_LOG_LEVEL="warning",
-        MT_SHUTDOWN_GRACE_S="3",
-    )
+    env = multiprocess_env(MT_MODEL_DIR=str(model_dir), MT_DATA_DIR=str(root / "data"))
     log_path = root / "server.log"
     with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        process = start_service(port, env, log)
     served = Server(f"http://127.0.0.1:{port}", process, log_path)
     try:
         wait_until(lambda: ready(served), "the server is ready", READY_TIMEOUT_S, served)
