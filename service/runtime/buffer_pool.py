@@ -45,10 +45,10 @@ def no_huge_page_advice() -> None:
     """Stop numpy advising transparent huge pages for the large arrays it allocates from now
     on, in this process (the module's docstring)."""
     try:
-        from numpy._core.multiarray import _set_madvise_hugepage
+        from numpy._core import multiarray
     except ImportError:  # numpy 1.x
-        from numpy.core.multiarray import _set_madvise_hugepage
-    _set_madvise_hugepage(False)
+        from numpy.core import multiarray  # type: ignore[no-redef]
+    multiarray._set_madvise_hugepage(False)  # type: ignore[attr-defined]
 
 
 class BufferPool:
