@@ -36,7 +36,7 @@ from service.text.pipeline import (
     TranslationBatch,
 )
 from service.translation.detection import Detection, LanguageDetector
-from service.translation.languages import AUTO, LanguageCode, LanguagePair
+from service.translation.languages import AUTO, LanguageCode, LanguagePair, language_name
 from service.translation.memories import PAIR_DEFAULT, MemoryChoice, MemoryStore
 from service.translation.registry import ModelRegistry
 from service.translation.request import Output, Routing, TranslationRequest
@@ -140,6 +140,13 @@ class Dispatcher:
             return target
         if len(targets) == 1:
             return targets[0]
+        if not targets:  # nothing translates from it (a language detected that nobody serves)
+            if not any(source in pair for pair in self.registry.by_pair):
+                raise UnsupportedLanguage("unsupported_language", f"{source} is not supported")
+            raise UnsupportedLanguage(
+                "unsupported_pair",
+                f"{language_name(source)} ({source}) is not available as a source language",
+            )
         raise UnsupportedLanguage("missing_target", "Invalid request: missing target parameter")
 
     def route(self, languages: LanguagePair) -> Route:

@@ -202,6 +202,17 @@ def test_missing_target_with_several_choices_is_400(client):
     assert translate(client, GERMAN, "de").json()["models"] == ["tiny-de-en"]
 
 
+def test_no_target_for_a_source_nothing_translates_from_names_the_source(client):
+    """Without a target, a source no model translates from (as detection finds for a text in
+    another language) is refused naming it, not as a missing target."""
+    spanish = translate(client, "Hallo", "es")
+    assert spanish.status_code == 400
+    assert spanish.json() == {"error": "es is not supported", "code": "unsupported_language"}
+    french = translate(client, "Bonjour", "fr")  # served only as a target here
+    assert french.status_code == 400
+    assert french.json()["error"] == "French (fr) is not available as a source language"
+
+
 # --- language detection ----------------------------------------------------------------------
 
 
