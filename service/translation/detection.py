@@ -276,13 +276,17 @@ class LanguageDetector:
         # The unserved languages are judged on the letters of the served languages' scripts
         # (the module's docstring); the served ones on the whole text.
         readable = in_scripts(bare, self._scripts)
-        scores = ngram_scores(bare)
-        if has_letters(readable):
-            readable_scores = scores if readable == bare else ngram_scores(readable)
-            if (unserved := self._unserved(readable_scores)) is not None:
-                return [unserved]
+        readable_scores = ngram_scores(readable) if has_letters(readable) else None
+        if (
+            readable_scores is not None
+            and (unserved := self._unserved(readable_scores)) is not None
+        ):
+            return [unserved]
         if len(self.languages) == 1:  # one class: its normalised probability is 1, unscored
             return [Detection(self.languages[0], 100.0)]
+        # Most texts are all in the served scripts: their one reading serves both.
+        scores = readable_scores if readable == bare else ngram_scores(bare)
+        assert scores is not None  # bare has letters, so readable == bare has too
         ngrams = softmax(scores[self._served]).tolist()
         if self._words is None:
             ranked = sorted(
