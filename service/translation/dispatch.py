@@ -40,7 +40,13 @@ from service.translation.languages import AUTO, LanguageCode, LanguagePair, lang
 from service.translation.memories import PAIR_DEFAULT, MemoryChoice, MemoryStore
 from service.translation.registry import ModelRegistry
 from service.translation.request import Output, Routing, TranslationRequest
-from service.translation.routing import Route, UnsupportedLanguage, plan_route, source_languages
+from service.translation.routing import (
+    Route,
+    UnsupportedLanguage,
+    check_known,
+    plan_route,
+    source_languages,
+)
 from service.translation.translator import SentenceDone, TranslationItems, once
 
 # Detection is quick (tens of microseconds per short text) but scales with the text: large
@@ -141,8 +147,7 @@ class Dispatcher:
         if len(targets) == 1:
             return targets[0]
         if not targets:  # nothing translates from it (a language detected that nobody serves)
-            if not any(source in pair for pair in self.registry.by_pair):
-                raise UnsupportedLanguage("unsupported_language", f"{source} is not supported")
+            check_known((source,), self.registry.by_pair)
             raise UnsupportedLanguage(
                 "unsupported_pair",
                 f"{language_name(source)} ({source}) is not available as a source language",

@@ -64,10 +64,7 @@ def plan_route(pair: LanguagePair, models: Mapping[Pair, str], pivot_lang: str) 
         return Route(source, target, (direct,), **spelling)
     # A multilingual model makes tens of thousands of pairs: the codes are collected only
     # when no direct model answers.
-    known = {code for served in models for code in served}
-    for code in (source, target):
-        if code not in known:
-            raise UnsupportedLanguage("unsupported_language", f"{code} is not supported")
+    check_known((source, target), models)
     if source == target:
         return Route(source, target, (), **spelling)
     if pivot_lang and (
@@ -80,6 +77,14 @@ def plan_route(pair: LanguagePair, models: Mapping[Pair, str], pivot_lang: str) 
         f"{language_name(target)} ({target}) is not available as a target language from "
         f"{language_name(source)} ({source})",
     )
+
+
+def check_known(codes: Iterable[str], pairs: Iterable[Pair]) -> None:
+    """Refuse (LibreTranslate's message) the first of ``codes`` that no served pair has."""
+    known = {code for pair in pairs for code in pair}
+    for code in codes:
+        if code not in known:
+            raise UnsupportedLanguage("unsupported_language", f"{code} is not supported")
 
 
 def targets_by_source(pairs: Iterable[Pair], pivot_lang: str) -> dict[str, list[str]]:
