@@ -316,6 +316,15 @@ class EngineCoreClient:
         request.rows_left = 0
 
 
+def ping_socket(context: zmq.Context, address: str) -> zmq.Socket:
+    """A socket that pings the engine core at ``address`` (sends nothing before it is up)."""
+    socket = context.socket(zmq.DEALER)
+    tuned(socket)
+    socket.setsockopt(zmq.IMMEDIATE, 1)
+    socket.connect(address)
+    return socket
+
+
 def probe(addresses: Sequence[str], timeout_s: float, poll_s: float = 0.2) -> EngineCoreInfo:
     """The model served at ``addresses``, from the first engine core that answers a ping
     (blocking: a loader thread waits here while the engine cores load)."""
@@ -324,10 +333,7 @@ def probe(addresses: Sequence[str], timeout_s: float, poll_s: float = 0.2) -> En
     try:
         poller = zmq.Poller()
         for address in addresses:
-            socket = context.socket(zmq.DEALER)
-            tuned(socket)
-            socket.setsockopt(zmq.IMMEDIATE, 1)
-            socket.connect(address)
+            socket = ping_socket(context, address)
             poller.register(socket, zmq.POLLIN)
             sockets.append(socket)
         deadline = time.monotonic() + timeout_s
@@ -354,11 +360,7 @@ class ReadinessProbe:
         self._context = zmq.Context()
         self._waiting: dict[str, zmq.Socket] = {}
         for address in addresses:
-            socket = self._context.socket(zmq.DEALER)
-            tuned(socket)
-            socket.setsockopt(zmq.IMMEDIATE, 1)
-            socket.connect(address)
-            self._waiting[address] = socket
+            self._waiting[address] = ping_socket(self._context, address)
 
     def ready(self) -> bool:
         for address, socket in list(self._waiting.items()):
