@@ -4,6 +4,7 @@ processes read from /proc (the tests find its front-ends and engine cores this w
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,18 @@ def start_service(port: int, env: dict[str, str], log: IO[bytes]) -> subprocess.
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+
+
+def stop_service(process: subprocess.Popen, wait_s: float = 30.0) -> None:
+    """SIGTERM (the drain), then SIGKILL if it has not exited within ``wait_s``."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def children(pid: int) -> dict[int, str]:

@@ -15,8 +15,6 @@ import errno
 import hashlib
 import json
 import shutil
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -34,7 +32,7 @@ from service.translation.registry import RegistryError, discover_models
 from tests.conftest import build_random_marian
 from tests.hub_cache import pull_offline, seed, use_offline
 from tests.live_server import free_port, live_server
-from tests.process_tree import children, multiprocess_env, start_service
+from tests.process_tree import children, multiprocess_env, start_service, stop_service
 from tests.service_fixtures import VOCAB_SIZE, train_tiny_tokenizer
 
 HUB_ID = "Helsinki-NLP/opus-mt-en-fr"
@@ -454,12 +452,7 @@ def test_update_swaps_the_engine_cores_of_the_multi_process_service_without_a_fa
         for client in clients:
             if client.is_alive():
                 client.join(30)
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_service(server)
     failed = [answer for answer in answers if answer[0] != 200]
     assert not failed, failed[:3]
     texts = {json.loads(text)["translations"][0]["text"] for _, text in answers}

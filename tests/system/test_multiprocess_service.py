@@ -27,7 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live_server import free_port
-from tests.process_tree import children, multiprocess_env, start_service
+from tests.process_tree import children, multiprocess_env, start_service, stop_service
 from tests.service_fixtures import tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -74,13 +74,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
         wait_until(lambda: ready(served), "the server is ready", READY_TIMEOUT_S, served)
         yield served
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_service(process)
 
 
 def ready(server: Server) -> bool:
