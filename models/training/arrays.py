@@ -10,13 +10,15 @@ is counted in megabytes. So the training pairs go as token ids: ``uint16`` (the 
 * ``train-NNN.tokens.npy``: for every pair its English ids then its German ids (each ending in
   ``</s>``), pairs one after the other;
 * ``train-NNN.index.npy``: ``uint16 (pairs, 3)``: English length, German length, and the
-  pair's kind (:data:`KINDS`: catalog string, prose sentence, dictionary entry), so a run can
+  pair's kind (:data:`KINDS`: catalog string, prose sentence, dictionary entry, dictionary
+  example sentence), so a run can
   weight or leave out a kind without re-tokenizing;
 * ``manifest.json``: the parts with their pairs and SHA-256, the tokenizer's hash, the limits.
 
 Placeholders are masked as at serving time (``service.text.placeholders.mask_pair``); pairs
 longer than ``--max-len`` tokens on either side are left out (and counted). The validation
-splits travel as text beside them (``valid.tsv``, ``valid-prose.tsv``: validation decodes
+splits travel as text beside them (``valid.tsv``, ``valid-prose.tsv``, ``valid-general.tsv``:
+validation decodes
 text through the service's pipeline), with the tokenizer, so the folder is all a run needs.
 """
 
@@ -33,17 +35,17 @@ from pathlib import Path
 import numpy as np
 
 from models.training.corpus import Pair, read_tsv
-from models.training.general import DICTIONARY, PROSE, SOURCES
+from models.training.general import DICTIONARY, EXAMPLE, PROSE, SOURCES, is_example_sentence
 from service.text.placeholders import mask_pair
 from service.text.tokenizer import Tokenizer
 
 CATALOG = "catalog"
-KINDS = (CATALOG, PROSE, DICTIONARY)
+KINDS = (CATALOG, PROSE, DICTIONARY, EXAMPLE)
 """Kind codes of the index arrays: position in this tuple."""
 DEFAULT_PART_MB = 15.0
 """A part comes back from (and goes to) the GPU machine as one file: 16 MiB at most."""
 MANIFEST = "manifest.json"
-EVAL_SPLITS = ("valid.tsv", "valid-prose.tsv")
+EVAL_SPLITS = ("valid.tsv", "valid-prose.tsv", "valid-general.tsv")
 TOKENS_DTYPE = np.uint16
 
 
@@ -70,9 +72,14 @@ class Examples:
         return (german, english) if reverse else (english, german)
 
 
-def kind_of(package: str) -> str:
-    general = {f"debian:{source.package}": source.kind for source in SOURCES}
-    return general.get(package, CATALOG)
+_GENERAL_KINDS = {f"debian:{source.package}": source.kind for source in SOURCES}
+
+
+def kind_of(pair: Pair) -> str:
+    kind = _GENERAL_KINDS.get(pair.package, CATALOG)
+    if kind == DICTIONARY and is_example_sentence(pair.source, pair.target):
+        return EXAMPLE
+    return kind
 
 
 def write_parts(
@@ -153,7 +160,7 @@ def encode_pairs(
         if len(english_ids) > max_len or len(german_ids) > max_len:
             too_long += 1
             continue
-        encoded.append((english_ids, german_ids, KINDS.index(kind_of(pair.package))))
+        encoded.append((english_ids, german_ids, KINDS.index(kind_of(pair))))
     return encoded, too_long
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,13 +35,26 @@ from models.training.corpus import (
 
 CATALOGS = "catalogs"
 GENERAL = "general"
+_WORD_RE = re.compile(r"\w+")
+
+
+def leak_key(text: str) -> str:
+    """A segment as a leak check compares it: its words, case-folded, without punctuation, so
+    "Open the door!" leaks "open the door."."""
+    return " ".join(_WORD_RE.findall(text.casefold()))
 
 
 def without_leaks(train: list[Pair], evaluation: Iterable[Pair]) -> list[Pair]:
-    """``train`` minus every pair whose source or target is a side of an evaluation pair, so
-    neither direction has seen an evaluation segment."""
-    seen = {text for pair in evaluation for text in (pair.source, pair.target)}
-    return [pair for pair in train if pair.source not in seen and pair.target not in seen]
+    """``train`` minus every pair whose source or target is a side of an evaluation pair (up to
+    case and punctuation, :func:`leak_key`), so neither direction has seen an evaluation
+    segment."""
+    seen = {leak_key(text) for pair in evaluation for text in (pair.source, pair.target)}
+    seen.discard("")
+    return [
+        pair
+        for pair in train
+        if leak_key(pair.source) not in seen and leak_key(pair.target) not in seen
+    ]
 
 
 def build_corpus(
@@ -54,8 +68,10 @@ def build_corpus(
 
     ``parts``: ``catalogs`` (v2's gettext catalogs) and/or ``general`` (v3's dictionaries and
     translated documentation, :mod:`models.training.general`, German only). With ``general``,
-    ``valid-prose``/``test-prose`` are written beside the catalog splits and ``train`` takes
-    the training prose and ``dict_ratio`` dictionary entries per sentence pair."""
+    ``valid-prose``/``test-prose`` and ``valid-general``/``test-general`` (the dictionaries'
+    example sentences) are written beside the catalog splits, and ``train`` takes the training
+    prose, the other example sentences and ``dict_ratio`` dictionary entries per sentence
+    pair."""
     out_dir.mkdir(parents=True, exist_ok=True)
     drops: Counter[str] = Counter()
     raw_pairs: list[Pair] = []
@@ -79,14 +95,31 @@ def build_corpus(
         catalog_sources = {pair.source for pair in unique_pairs}
         prose = [p for p in deduplicate(by_kind[general.PROSE]) if p.source not in catalog_sources]
         prose_splits, prose_held_out = general.split_prose(prose)
-        splits["valid-prose"], splits["test-prose"] = (
-            prose_splits["valid-prose"], prose_splits["test-prose"],
-        )  # fmt: skip
+        entries = deduplicate(by_kind[general.DICTIONARY])
+        examples = [
+            pair
+            for pair in entries
+            if general.is_example_sentence(pair.source, pair.target)
+            and pair.source not in catalog_sources
+        ]
+        example_splits = general.split_examples(examples)
+        for name in ("valid-prose", "test-prose"):
+            splits[name] = prose_splits[name]
+        for name in ("valid-general", "test-general"):
+            splits[name] = example_splits[name]
         evaluation = [pair for name, split in splits.items() if name != "train" for pair in split]
-        sentences = without_leaks(splits["train"] + prose_splits["train-prose"], evaluation)
+        sentences = without_leaks(
+            splits["train"] + prose_splits["train-prose"] + example_splits["train-examples"],
+            evaluation,
+        )
         known = {pair.source for pair in sentences}
         dictionary = without_leaks(
-            [p for p in deduplicate(by_kind[general.DICTIONARY]) if p.source not in known],
+            [
+                pair
+                for pair in entries
+                if pair.source not in known
+                and not general.is_example_sentence(pair.source, pair.target)
+            ],
             evaluation,
         )
         mixed = general.mix_dictionary(len(sentences), dictionary, ratio)
@@ -94,6 +127,8 @@ def build_corpus(
         extra = {
             "test_prose_packages": prose_held_out,
             "dict_ratio": ratio,
+            "example_sentences": len(examples),
+            "example_sentences_in_train": len(example_splits["train-examples"]),
             "dictionary_entries_available": len(dictionary),
             "dictionary_entries_mixed": len(mixed),
             "general_clean_pairs": {kind: len(pairs) for kind, pairs in by_kind.items()},

@@ -181,7 +181,7 @@ def evaluate(
         from service.runtime.engine import Engine
 
         engine = Engine.from_dir(onnx_dir, provider="cpu")
-        tokenizer = engine.tokenizer
+        tokenizer = Tokenizer.from_dir(onnx_dir)
         # The service's placeholder constraint (service/runtime/search.py, CopyConstraint).
         decode_ids = engine_decoder(engine, beam_size, constrain_placeholders)
         positions = engine.model.info.max_positions

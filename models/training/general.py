@@ -40,6 +40,9 @@ from models.training.corpus import NO_MNEMONICS, Pair, clean_pair, debian_licenc
 
 DICTIONARY = "dictionary"
 PROSE = "prose"
+EXAMPLE = "example"
+"""Whole sentences inside the dictionaries (Ding's "Das ist doch nicht möglich. :: That really
+isn't possible."): everyday language, which no other source in the registry carries."""
 
 PROSE_VALID_SIZE = 1000
 PROSE_TEST_MIN_PAIRS = 1500
@@ -47,6 +50,10 @@ PROSE_HELD_OUT_MAX_PAIRS = 1000
 """Only packages with at most this many pairs are held out whole, so that no single large
 document (the Debian Reference) leaves training."""
 PROSE_SPLIT_SEED = 20261128
+GENERAL_VALID_SIZE = 500
+GENERAL_TEST_SIZE = 1500
+"""``valid-general`` / ``test-general``: example sentences drawn out of every source, the yardstick
+of everyday language (a model trained on catalogs alone scores low on it)."""
 DEFAULT_DICT_RATIO = 0.25
 """Dictionary entries per sentence pair in ``train`` (catalog and prose pairs together). The
 entries are words and phrases; too many would teach the model to answer in fragments."""
@@ -496,6 +503,40 @@ def split_prose(
     valid = [pair for index, pair in enumerate(rest) if index in valid_indices]
     train = [pair for index, pair in enumerate(rest) if index not in valid_indices]
     return {"train-prose": train, "valid-prose": valid, "test-prose": test}, sorted(held_out)
+
+
+_FINAL_STOP_RE = re.compile(r"[.?!][\"'“”‘’»«]?$")
+_PHRASE_MARKERS_RE = re.compile(r"\b(?:jd[mnrs]?|etw|sb|sth|o\.s)\.|\.\.\.|…|/")
+EXAMPLE_MIN_WORDS = 4
+
+
+def is_example_sentence(english: str, german: str) -> bool:
+    """Whether a dictionary entry is a whole sentence on both sides: a capital first letter, a
+    final ``.``, ``?`` or ``!``, at least :data:`EXAMPLE_MIN_WORDS` words, and none of the
+    placeholders of a phrase entry (``jdm.``, ``etw.``, ``sb.``, ``sth.``, ``...``, ``a/b``)."""
+    for text in (english, german):
+        if len(text.split()) < EXAMPLE_MIN_WORDS or not text[0].isupper():
+            return False
+        if not _FINAL_STOP_RE.search(text) or _PHRASE_MARKERS_RE.search(text):
+            return False
+    return True
+
+
+def split_examples(
+    examples: list[Pair],
+    valid_size: int = GENERAL_VALID_SIZE,
+    test_size: int = GENERAL_TEST_SIZE,
+    seed: int = PROSE_SPLIT_SEED,
+) -> dict[str, list[Pair]]:
+    """``valid-general`` and ``test-general``: example sentences drawn by ``seed``;
+    ``train-examples``: the rest, which train in full (they are sentences, not the words and
+    phrases that :func:`mix_dictionary` dilutes)."""
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    valid = [examples[i] for i in sorted(order[:valid_size])]
+    test = [examples[i] for i in sorted(order[valid_size : valid_size + test_size])]
+    train = [examples[i] for i in sorted(order[valid_size + test_size :])]
+    return {"train-examples": train, "valid-general": valid, "test-general": test}
 
 
 def mix_dictionary(

@@ -12,8 +12,9 @@ A GPU session lasts minutes, so one run may not reach convergence. The run there
   that comes back from the GPU machine is at most 16 MiB);
 * resumes from ``--resume DIR`` (the folder an earlier run wrote, sent back with the next
   run): the same step count, optimizer state and data position as if it had never stopped;
-* validates every ``--eval-every`` steps: greedy chrF on the UI split (``valid.tsv``) and on
-  the prose split (``valid-prose.tsv``), logged to ``history.json``; the best weights by their
+* validates every ``--eval-every`` steps: greedy chrF on the UI split (``valid.tsv``), the
+  prose split (``valid-prose.tsv``) and the everyday sentences (``valid-general.tsv``), logged
+  to ``history.json``; the best weights by their
   mean are kept (``best.part-NNN``, fp16);
 * stops at convergence: when the mean has not gained ``--min-gain`` chrF over
   ``--patience-steps`` steps (``converged: true`` in ``checkpoint.json``), or at
@@ -312,14 +313,17 @@ class Trainer:
 def chrf_validator(
     arrays: Path, reverse: bool, sentences: int, tokenizer_dir: Path | None = None
 ) -> Validator:
-    """Greedy chrF on ``valid.tsv`` ("ui") and ``valid-prose.tsv`` ("prose") where present."""
+    """Greedy chrF on ``valid.tsv`` ("ui"), ``valid-prose.tsv`` ("prose") and
+    ``valid-general.tsv`` ("general") where present."""
     from models.training.corpus import read_direction
     from models.training.train import validation_chrf
     from service.text.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_dir(tokenizer_dir or arrays / "tokenizer")
     splits = {}
-    for name, file in (("ui", "valid.tsv"), ("prose", "valid-prose.tsv")):
+    for name, file in (
+        ("ui", "valid.tsv"), ("prose", "valid-prose.tsv"), ("general", "valid-general.tsv")
+    ):  # fmt: skip
         if (arrays / file).exists():
             pairs = read_direction(arrays / file, reverse)[:sentences]
             if pairs:

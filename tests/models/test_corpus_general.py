@@ -7,7 +7,9 @@ from models.training.general import (
     align_documents,
     ding_pairs,
     freedict_pairs,
+    is_example_sentence,
     mix_dictionary,
+    split_examples,
     split_prose,
 )
 
@@ -104,6 +106,42 @@ def test_training_pairs_that_share_a_side_with_evaluation_are_dropped() -> None:
         Pair("Window", "Fenster", "debian:y", "GPL"),
     ]
     assert without_leaks(train, evaluation) == [train[2]]
+
+
+def test_training_pairs_that_differ_from_evaluation_in_case_or_punctuation_are_dropped() -> None:
+    evaluation = [Pair("It's raining.", "Es regnet.", "debian:x", "GPL")]
+    train = [
+        Pair("it's raining!", "Es regnet gerade.", "debian:y", "GPL"),
+        Pair("The rain.", "Es regnet", "debian:y", "GPL"),
+        Pair("It is raining.", "Der Regen.", "debian:y", "GPL"),
+        Pair("...", "…", "debian:y", "GPL"),
+    ]
+    assert without_leaks(train, evaluation) == train[2:]
+
+
+def test_example_sentences_are_whole_sentences_on_both_sides() -> None:
+    assert is_example_sentence("That really isn't possible.", "Das ist doch nicht möglich.")
+    assert is_example_sentence("Can you tell me the way?", "Können Sie mir den Weg sagen?")
+    assert is_example_sentence("He said “stop it now!”", "Er sagte „Hör jetzt auf!“")
+    assert not is_example_sentence("to be offside", "im Abseits stehen")  # a phrase
+    assert not is_example_sentence("Stop it.", "Hör sofort damit auf.")  # too short a side
+    assert not is_example_sentence("He gave sb. a hand.", "Er hat jdm. geholfen.")
+    assert not is_example_sentence("It is worth ... dollars.", "Es ist ... Dollar wert.")
+    assert not is_example_sentence("It is a cheque/check for you.", "Es ist ein Scheck für dich.")
+    assert not is_example_sentence("the cat sleeps on the sofa.", "Die Katze schläft auf dem Sofa.")
+
+
+def test_example_sentences_split_into_fixed_disjoint_evaluation_sets() -> None:
+    examples = [_pair(f"Sentence number {i} is here.", "debian:trans-de-en") for i in range(50)]
+    splits = split_examples(examples, valid_size=5, test_size=10, seed=3)
+    assert [len(splits[name]) for name in ("valid-general", "test-general", "train-examples")] == [
+        5, 10, 35,
+    ]  # fmt: skip
+    assert sorted(pair.source for split in splits.values() for pair in split) == sorted(
+        pair.source for pair in examples
+    )
+    assert split_examples(examples, 5, 10, 3) == splits
+    assert split_examples(examples, 5, 10, 4)["test-general"] != splits["test-general"]
 
 
 def test_dictionary_entries_are_mixed_at_the_ratio() -> None:

@@ -8,7 +8,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from models.training.evaluate import engine_decoder, translate_with
+from models.training.corpus import Pair, write_tsv
+from models.training.evaluate import engine_decoder, evaluate, translate_with
 from service.config import Settings
 from service.runtime.engine import Engine
 from service.text.tokenizer import Tokenizer
@@ -47,3 +48,19 @@ def test_evaluation_gives_the_translations_the_service_serves(model_dir):
     assert evaluated[: len(TEXTS)] == [t["text"] for t in served["translations"]]
     assert too_long.status_code == 413
     assert evaluated[-1] == "" and refused == 1  # what the service refuses scores as nothing
+
+
+def test_evaluating_an_export_scores_the_engines_translations(model_dir, tmp_path):
+    pairs = [Pair(text, text, "debian:x", "GPL") for text in TEXTS if text.strip()]
+    write_tsv(pairs, tmp_path / "test-general.tsv")
+    engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
+    expected, _ = translate_with(
+        engine_decoder(engine, beam_size=1, constrain_placeholders=False),
+        Tokenizer.from_dir(model_dir),
+        [pair.source for pair in pairs],
+        model_positions=engine.model.info.max_positions,
+    )
+    result = evaluate(model_dir, tmp_path, 1, None, model_dir, split="test-general")
+    assert result["backend"].startswith("onnxruntime")
+    assert result["test_pairs"] == len(pairs)
+    assert [example["translation"] for example in result["examples"]] == expected
