@@ -59,9 +59,14 @@ BEST = "best"
 DEFAULT_PART_MB = 15.0
 CANDIDATES: dict[str, Architecture] = {
     **ARCHITECTURES,
+    "7x2-288": Architecture(288, 7, 2, 4, 1152),
+    "8x2-272": Architecture(272, 8, 2, 4, 1088),
+    "6x2-304": Architecture(304, 6, 2, 4, 1216),
     "smoke": Architecture(d_model=32, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=64),
 }
-"""v2's candidates, and a tiny shape for the seconds-long dry run of the GPU script."""
+"""v2's candidates; v3's, which spend what v2's 22 MB leave of the 25 MB limit on a deeper
+encoder (paid once a sentence) or a wider model (paid at every token); and a tiny shape for
+the seconds-long dry run of the GPU script."""
 Validator = Callable[[Transformer], dict[str, float]]
 
 
