@@ -6,6 +6,8 @@
 #   SMOKE=1 bash scripts/gpu_train_v3.sh           # seconds-long dry run on the CPU
 #
 # ARRAYS   the carried folder made by `python -m models.training.arrays` (default build/arrays-v3)
+# ARRAYS_TAR  the same folder as a carried `tar cJf` (it fits one call where the folder does not;
+#          bench/gpu_carry.py): the check stage unpacks it beside ARRAYS when ARRAYS is missing
 # RESUME   an earlier run's returned checkpoints, <direction>/checkpoint.json + parts
 #          (default build/v3-resume); WORK/<direction> wins when present (same warm machine)
 # WORK     where runs write on the machine's disk (default build/v3-runs: git-ignored, so a warm
@@ -31,7 +33,8 @@ if [ "${SMOKE:-0}" = 1 ]; then
   EXTRA="--device cpu --max-steps 4 --eval-every 4 --eval-sentences 2 --max-tokens 400
          --checkpoint-seconds 0 $EXTRA"
 fi
-export PYTHONUNBUFFERED=1 ARRAYS RESUME WORK OUT MINUTES ARCH DIRECTIONS PY EXTRA
+ARRAYS_TAR=${ARRAYS_TAR:-}
+export PYTHONUNBUFFERED=1 ARRAYS ARRAYS_TAR RESUME WORK OUT MINUTES ARCH DIRECTIONS PY EXTRA
 mkdir -p "$WORK" "$OUT"
 
 if ! $PY -c "import pydantic_settings, polib, sacrebleu" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
@@ -55,6 +58,9 @@ stage_env() {
 }
 
 stage_check() {  # every part present and matching the manifest's SHA-256
+  if [ ! -f "$ARRAYS/manifest.json" ] && [ -n "${ARRAYS_TAR:-}" ]; then
+    mkdir -p "$(dirname "$ARRAYS")" && tar xJf "$ARRAYS_TAR" -C "$(dirname "$ARRAYS")" || return 1
+  fi
   $PY -c "
 import sys; from pathlib import Path
 from models.training.arrays import load_examples
