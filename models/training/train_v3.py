@@ -121,6 +121,18 @@ def epoch_batches(
 # --- checkpoints in parts ------------------------------------------------------------------
 
 
+def fp16_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights in fp16 on the CPU, a tensor that several names share (the tied embeddings)
+    converted once, so it is saved once: the best weights travel back at the shipped size."""
+    converted: dict[int, torch.Tensor] = {}
+    weights = {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in converted:
+            converted[tensor.data_ptr()] = tensor.detach().cpu().half()
+        weights[name] = converted[tensor.data_ptr()]
+    return weights
+
+
 def write_in_parts(payload: object, out: Path, stem: str, part_mb: float, meta: dict) -> None:
     """``torch.save`` ``payload`` as ``<stem>.part-NNN`` files of at most ``part_mb`` and a
     ``<stem>.json`` naming them with their hash; the JSON is written last, so a run killed
@@ -280,7 +292,7 @@ class Trainer:
         log.info("step %d %s", self.progress.step, json.dumps(entry))
         if score >= self.progress.best_score + self.run_options.min_gain:
             self.progress.best_score, self.progress.best_step = score, self.progress.step
-            weights = {name: t.detach().cpu().half() for name, t in self.model.state_dict().items()}
+            weights = fp16_weights(self.model)
             write_in_parts(weights, self.out, BEST, self.run_options.part_mb, entry)
         elif self.progress.step - self.progress.best_step >= self.run_options.patience_steps:
             self.progress.converged = True

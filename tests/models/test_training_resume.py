@@ -1,6 +1,7 @@
 """Training from carried arrays: a run stopped and resumed from its checkpoint continues the
 same schedule as one that never stopped (tiny model, CPU, a few steps)."""
 
+import io
 import json
 import random
 from pathlib import Path
@@ -11,7 +12,13 @@ import torch
 
 from models.training.arrays import KINDS, MANIFEST, load_examples, write_parts
 from models.training.train import Architecture, TrainingOptions, model_config
-from models.training.train_v3 import RunOptions, Trainer, epoch_batches, read_in_parts
+from models.training.train_v3 import (
+    RunOptions,
+    Trainer,
+    epoch_batches,
+    fp16_weights,
+    read_in_parts,
+)
 
 VOCAB = 40
 PAD, EOS, UNK = VOCAB - 1, 0, 1
@@ -109,3 +116,17 @@ def test_training_stops_when_validation_stops_gaining(arrays: Path, tmp_path: Pa
     saved = json.loads((tmp_path / "run" / "checkpoint.json").read_text())
     assert saved["converged"] is True and saved["step"] == 5
     assert json.loads((tmp_path / "run" / "best.json").read_text())["step"] == 2
+
+
+def test_best_weights_keep_the_tied_embeddings_as_one_tensor(arrays: Path, tmp_path: Path) -> None:
+    trainer = _trainer(arrays, tmp_path / "run")
+    trainer.options.eval_every = 1
+    trainer.validator = lambda model: {"chrf_ui": 1.0}
+    trainer.run(RunOptions(max_steps=1, part_mb=1))
+    weights, record = read_in_parts(tmp_path / "run", "best")
+    assert weights["src_embed.weight"].dtype == torch.float16
+    assert weights["src_embed.weight"].data_ptr() == weights["tgt_embed.weight"].data_ptr()
+    name_by_name = io.BytesIO()
+    torch.save({name: tensor.clone() for name, tensor in weights.items()}, name_by_name)
+    assert record["bytes"] < len(name_by_name.getvalue())  # the shared tensor saved once
+    assert fp16_weights(trainer.model).keys() == trainer.model.state_dict().keys()
