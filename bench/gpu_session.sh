@@ -6,6 +6,9 @@
 #   bench/gpu_session.sh suite gpu-serve
 #   bench/gpu_session.sh cpu-shapes
 #
+# The plots of BENCHMARKS.md are drawn from what comes back, on any machine:
+#   python bench/shape_plots.py $RESULTS/serve-cpu $RESULTS/serve-gpu --out bench/results
+#
 # Logs and JSON go to $RESULTS (default bench/results/gpu). Knobs: PY (default python3),
 # WORK (exports; default build/onnx), SHORT=1 (shorter serving cells). Each stage runs under a
 # time limit so one that hangs cannot eat the next one's time; a failing stage is reported and
