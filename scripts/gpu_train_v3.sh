@@ -8,8 +8,10 @@
 # ARRAYS   the carried folder made by `python -m models.training.arrays` (default build/arrays-v3)
 # ARRAYS_TAR  the same folder as a carried `tar cJf` (it fits one call where the folder does not;
 #          bench/gpu_carry.py): the check stage unpacks it beside ARRAYS when ARRAYS is missing
-# RESUME   an earlier run's returned checkpoints, <direction>/checkpoint.json + parts
-#          (default build/v3-resume); WORK/<direction> wins when present (same warm machine)
+# RESUME   an earlier run's returned folders, <direction>/ with checkpoint.json + parts, or with
+#          the best weights a session brought back (its <direction>.best.tar unpacked: the run
+#          resumes from them, fresh moments; default build/v3-resume); WORK/<direction> wins
+#          when present (same warm machine)
 # WORK     where runs write on the machine's disk (default build/v3-runs: git-ignored, so a warm
 #          machine keeps it between calls and a second call resumes from it)
 # OUT      what comes back (default $OUT): per direction the best weights (fp16) as a tar in
@@ -72,7 +74,8 @@ stage_train() {  # both directions at once: a small model leaves most of the GPU
   for direction in $DIRECTIONS; do
     resume=()
     if [ -f "$WORK/$direction/checkpoint.json" ]; then resume=(--resume "$WORK/$direction")
-    elif [ -f "$RESUME/$direction/checkpoint.json" ]; then resume=(--resume "$RESUME/$direction"); fi
+    elif [ -f "$RESUME/$direction/checkpoint.json" ] || [ -f "$RESUME/$direction/best.json" ]; then
+      resume=(--resume "$RESUME/$direction"); fi
     $PY -m models.training.train_v3 --arrays "$ARRAYS" --out "$WORK/$direction" \
       --direction "$direction" --arch "$ARCH" --max-minutes "$MINUTES" --threads 2 \
       "${resume[@]}" $EXTRA > "$WORK/$direction.stdout.log" 2>&1 &
@@ -86,7 +89,7 @@ stage_train() {  # both directions at once: a small model leaves most of the GPU
 stage_pack() {  # what comes back: <= 8 files of <= 16 MiB
   for direction in $DIRECTIONS; do
     [ -f "$WORK/$direction/best.json" ] || continue
-    (cd "$WORK/$direction" && tar cf - best.json best.part-* model_config.json run.json) |
+    (cd "$WORK/$direction" && tar cf - best.json best.part-* history.json model_config.json run.json) |
       split -b 15M - "$OUT/$direction.best.tar.part-"
   done
   tar czf "$OUT/runs.tgz" -C "$WORK" --exclude='*.part-*' .

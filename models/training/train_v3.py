@@ -11,7 +11,10 @@ A GPU session lasts minutes, so one run may not reach convergence. The run there
   ``checkpoint.json`` plus ``checkpoint.part-NNN`` files of at most ``--part-mb`` (a file
   that comes back from the GPU machine is at most 16 MiB);
 * resumes from ``--resume DIR`` (the folder an earlier run wrote, sent back with the next
-  run): the same step count, optimizer state and data position as if it had never stopped;
+  run): the same step count, optimizer state and data position as if it had never stopped.
+  Where only the best weights came back (the full checkpoint, with its AdamW moments, is too
+  large to leave the GPU machine), it resumes from those: their step, schedule and data
+  position, fresh moments, and the learning rate ramped up again over ``REWARM_STEPS``;
 * validates every ``--eval-every`` steps: greedy chrF on the UI split (``valid.tsv``), the
   prose split (``valid-prose.tsv``) and the everyday sentences (``valid-general.tsv``), logged
   to ``history.json``; the best weights by their
@@ -56,6 +59,9 @@ log = logging.getLogger("train_v3")
 
 CHECKPOINT = "checkpoint"
 BEST = "best"
+REWARM_STEPS = 200
+"""Steps over which a run resumed from weights alone ramps its learning rate back up: fresh
+AdamW moments at the schedule's full rate would take steps as large as at the very start."""
 DEFAULT_PART_MB = 15.0
 CANDIDATES: dict[str, Architecture] = {
     **ARCHITECTURES,
@@ -92,6 +98,7 @@ class Progress:
     best_score: float = -1.0
     best_step: int = 0
     converged: bool = False
+    rewarm_from: int = -1  # the step a resume from weights alone restarted the moments at
     history: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -232,9 +239,37 @@ class Trainer:
         (self.out / "history.json").write_text(json.dumps(self.progress.history, indent=2))
 
     def resume(self, folder: Path) -> None:
-        state, record = read_in_parts(folder, CHECKPOINT)
-        self.load_state(state)  # type: ignore[arg-type]
-        log.info("resumed from %s at step %d", folder, record["step"])
+        """Continue from ``folder``: its full checkpoint where its parts are there, else the
+        best weights that came back (:meth:`resume_from_weights`)."""
+        if (folder / f"{CHECKPOINT}.json").exists():
+            record = json.loads((folder / f"{CHECKPOINT}.json").read_text())
+            if all((folder / name).exists() for name in record["parts"]):
+                state, record = read_in_parts(folder, CHECKPOINT)
+                self.load_state(state)  # type: ignore[arg-type]
+                log.info("resumed from %s at step %d", folder, record["step"])
+                return
+        self.resume_from_weights(folder)
+
+    def resume_from_weights(self, folder: Path) -> None:
+        """The best weights of an earlier run, at the step, epoch and batch they were kept at,
+        with the curve so far; the optimizer starts afresh (see :data:`REWARM_STEPS`)."""
+        weights, record = read_in_parts(folder, BEST)
+        self.model.load_state_dict({name: t.float() for name, t in weights.items()})  # type: ignore[attr-defined]
+        history = folder / "history.json"
+        self.progress = Progress(
+            step=record["step"], epoch=record["epoch"], batch_in_epoch=record["batch_in_epoch"],
+            best_score=record["score"], best_step=record["step"], rewarm_from=record["step"],
+            history=json.loads(history.read_text()) if history.exists() else [],
+        )  # fmt: skip
+        torch.manual_seed(self.options.seed + record["step"])
+        self._batches = None
+        log.info("resumed from the best weights in %s at step %d", folder, record["step"])
+
+    def learning_rate(self) -> float:
+        rate = inverse_sqrt_lr(self.progress.step, self.options)
+        if self.progress.rewarm_from >= 0:
+            rate *= min(1.0, (self.progress.step - self.progress.rewarm_from) / REWARM_STEPS)
+        return rate
 
     # training ----------------------------------------------------------------------------
 
@@ -277,7 +312,7 @@ class Trainer:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.progress.step += 1
         for group in self.optimizer.param_groups:
-            group["lr"] = inverse_sqrt_lr(self.progress.step, self.options)
+            group["lr"] = self.learning_rate()
         self.optimizer.step()
         return float(loss.detach())
 
@@ -292,8 +327,10 @@ class Trainer:
         log.info("step %d %s", self.progress.step, json.dumps(entry))
         if score >= self.progress.best_score + self.run_options.min_gain:
             self.progress.best_score, self.progress.best_step = score, self.progress.step
+            position = {"batch_in_epoch": self.progress.batch_in_epoch, "score": score}
             weights = fp16_weights(self.model)
-            write_in_parts(weights, self.out, BEST, self.run_options.part_mb, entry)
+            write_in_parts(weights, self.out, BEST, self.run_options.part_mb, entry | position)
+            (self.out / "history.json").write_text(json.dumps(self.progress.history, indent=2))
         elif self.progress.step - self.progress.best_step >= self.run_options.patience_steps:
             self.progress.converged = True
 
@@ -407,7 +444,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--arrays", type=Path, default=Path("build/arrays-v3"))
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--resume", type=Path, help="folder of an earlier run's checkpoint")
+    parser.add_argument(
+        "--resume", type=Path, help="folder of an earlier run's checkpoint, or of its best weights"
+    )
     parser.add_argument("--direction", default="en-de")
     parser.add_argument("--arch", choices=sorted(CANDIDATES), default="6x2-288")
     parser.add_argument("--device", default="auto")
@@ -452,7 +491,9 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "run.json").write_text(
         json.dumps({"arch": args.arch, "direction": args.direction, "kinds": args.kinds}) + "\n"
     )
-    if args.resume is not None and (args.resume / f"{CHECKPOINT}.json").exists():
+    if args.resume is not None and any(
+        (args.resume / f"{stem}.json").exists() for stem in (CHECKPOINT, BEST)
+    ):
         trainer.resume(args.resume)
     run_options = RunOptions(
         args.max_minutes, args.max_steps, args.checkpoint_seconds, args.patience_steps,

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from models.training.arrays import KINDS, MANIFEST, load_examples, write_parts
-from models.training.train import Architecture, TrainingOptions, model_config
+from models.training.train import Architecture, TrainingOptions, inverse_sqrt_lr, model_config
 from models.training.train_v3 import (
+    REWARM_STEPS,
     RunOptions,
     Trainer,
     epoch_batches,
@@ -130,3 +131,34 @@ def test_best_weights_keep_the_tied_embeddings_as_one_tensor(arrays: Path, tmp_p
     torch.save({name: tensor.clone() for name, tensor in weights.items()}, name_by_name)
     assert record["bytes"] < len(name_by_name.getvalue())  # the shared tensor saved once
     assert fp16_weights(trainer.model).keys() == trainer.model.state_dict().keys()
+
+
+def test_a_run_resumes_from_the_best_weights_when_only_they_came_back(
+    arrays: Path, tmp_path: Path
+) -> None:
+    first = _trainer(arrays, tmp_path / "first")
+    first.options.eval_every = 1
+    scores = iter(range(10, 100))
+    first.validator = lambda model: {"chrf_ui": float(next(scores))}
+    first.run(RunOptions(max_steps=6, part_mb=0.01))
+    returned = tmp_path / "returned"  # what leaves the GPU machine: no checkpoint parts
+    returned.mkdir()
+    for path in (tmp_path / "first").iterdir():
+        if not path.name.startswith("checkpoint.part-"):
+            (returned / path.name).write_bytes(path.read_bytes())
+
+    second = _trainer(arrays, tmp_path / "second")
+    second.resume(returned)
+    assert (second.progress.step, second.progress.epoch, second.progress.batch_in_epoch) == (
+        first.progress.step, first.progress.epoch, first.progress.batch_in_epoch,
+    )  # fmt: skip
+    assert second.progress.best_score == first.progress.best_score
+    assert len(second.progress.history) == 6
+    for name, tensor in first.model.state_dict().items():
+        assert torch.equal(second.model.state_dict()[name], tensor.half().float()), name
+    assert not second.optimizer.state  # the moments start afresh
+    assert np.array_equal(second._next_batch(), first._next_batch())  # the same data next
+
+    _run(second, steps=8)
+    schedule = inverse_sqrt_lr(8, second.options)
+    assert second.optimizer.param_groups[0]["lr"] == pytest.approx(schedule * 2 / REWARM_STEPS)
