@@ -7,7 +7,7 @@
 #   bench/gpu_session.sh cpu-shapes
 #
 # The plots of BENCHMARKS.md are drawn from what comes back, on any machine:
-#   python bench/shape_plots.py $RESULTS/serve-cpu $RESULTS/serve-gpu --out bench/results
+#   python bench/shape_plots.py $RESULTS/scaling-cpu $RESULTS/serve-gpu --out bench/results
 #
 # Logs and JSON go to $RESULTS (default bench/results/gpu). Knobs: PY (default python3),
 # WORK (exports; default build/onnx), SHORT=1 (shorter serving cells). Each stage runs under a
@@ -122,8 +122,12 @@ stage_gpu_serve() {
 }
 
 stage_cpu_shapes() {
-  MT_PROVIDER=cpu serve_shapes "$RESULTS/serve-cpu" "$WORK/default" \
-    "4core:0-3:12-15" "8core:0-7:12-15" "16shared:0-15:0-15"
+  # The server on 2, 4, 8 and 12 cores as `make serve` runs it, the load generator on the
+  # last 4: capacity, p50/p99 at 85 %, CPU seconds per request by process kind.
+  MT_PROVIDER=cpu "$PY" -m loadtest scaling \
+    2core:0-1:12-15 4core:0-3:12-15 8core:0-7:12-15 12core:0-11:12-15 \
+    --model "$WORK/default" --loads 85 --duration "${DURATION:-20}" --capacity-duration 15 \
+    --project-cores 16 --results-dir "$RESULTS/scaling-cpu"
 }
 
 export PY RESULTS WORK

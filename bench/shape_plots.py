@@ -2,9 +2,10 @@
 
     python bench/shape_plots.py loadtest/results/shapes [MORE_FOLDERS...] --out bench/results
 
-Reads the ``summary.json`` that ``python -m loadtest.shapes_report FOLDER`` writes into each
-folder (``loadtest/machine_shapes.sh``'s cells; ``bench/gpu_session.sh`` leaves one for the CPU
-shapes and one for the GPU) and writes two PNGs with matplotlib:
+Reads, in each folder, the ``summary.json`` that ``python -m loadtest.shapes_report FOLDER``
+writes (``loadtest/machine_shapes.sh``'s cells: continuous against static) and the per-shape
+JSON of ``python -m loadtest scaling`` (capacity as ``make serve`` runs; ``bench/gpu_session.sh``
+leaves both kinds), and writes two PNGs with matplotlib:
 
 * ``capacity_vs_cores.png``: closed-loop capacity of every CPU shape against its cores (the
   number the shape's name starts with: ``4core``, ``16shared``), with the line of linear
@@ -35,13 +36,19 @@ def cores_of(shape: str) -> int | None:
 
 
 def read_summaries(folders: Iterable[Path]) -> dict[str, Any]:
-    """Every folder's ``summary.json`` merged: capacities by shape, and all cells."""
+    """Every folder's results merged: capacities by shape, and all cells."""
     capacity: dict[str, float] = {}
     cells: list[dict[str, Any]] = []
     for folder in folders:
-        summary = json.loads((folder / "summary.json").read_text())
-        capacity.update(summary["capacity_rps"])
-        cells += summary["cells"]
+        if (folder / "summary.json").exists():
+            summary = json.loads((folder / "summary.json").read_text())
+            capacity.update(summary["capacity_rps"])
+            cells += summary["cells"]
+        for path in sorted(folder.glob("*.json")):
+            document = json.loads(path.read_text()) if path.name != "summary.json" else None
+            rps = document.get("capacity_rps") if isinstance(document, dict) else None
+            if isinstance(rps, int | float) and not isinstance(rps, bool):
+                capacity[path.stem] = float(rps)  # a `loadtest scaling` shape
     return {"capacity_rps": capacity, "cells": cells}
 
 

@@ -33,16 +33,20 @@ def folders(tmp_path: Path) -> list[Path]:
         "cells": [_cell("4core", 85, 1, 40, 90), _cell("4core", 85, 2, 60, 70),
                   _cell("4core", 85, 3, 50, 80), _cell("4core", 50, 1, 20, 30)],
     }))  # fmt: skip
+    scaling = tmp_path / "scaling-cpu"  # `loadtest scaling`: one JSON per shape
+    scaling.mkdir()
+    (scaling / "2core.json").write_text(json.dumps({"capacity_rps": 190.5, "loads": []}))
+    (scaling / "notes.json").write_text(json.dumps({"capacity_rps": {"not": "a shape"}}))
     (gpu / "summary.json").write_text(json.dumps({
         "capacity_rps": {"gpu": 1600.0}, "cells": [_cell("gpu", 120, 1, 300, 900)],
     }))  # fmt: skip
-    return [cpu, gpu]
+    return [cpu, scaling, gpu]
 
 
 def test_series_are_the_summaries_figures(folders: list[Path]) -> None:
     summary = shape_plots.read_summaries(folders)
     by_cores, others = shape_plots.capacity_series(summary)
-    assert by_cores == [(4, 380.0), (8, 700.0), (16, 1100.0)]
+    assert by_cores == [(2, 190.5), (4, 380.0), (8, 700.0), (16, 1100.0)]
     assert others == {"gpu": 1600.0}
     series = shape_plots.p99_series(summary)
     assert series["4core"]["continuous"] == [(50, 20), (85, 50)]  # the median of three runs
