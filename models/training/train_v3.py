@@ -255,11 +255,12 @@ class Trainer:
         with the curve so far; the optimizer starts afresh (see :data:`REWARM_STEPS`)."""
         weights, record = read_in_parts(folder, BEST)
         self.model.load_state_dict({name: t.float() for name, t in weights.items()})  # type: ignore[attr-defined]
-        history = folder / "history.json"
+        history_file = folder / "history.json"
+        history = json.loads(history_file.read_text()) if history_file.exists() else []
         self.progress = Progress(
             step=record["step"], epoch=record["epoch"], batch_in_epoch=record["batch_in_epoch"],
             best_score=record["score"], best_step=record["step"], rewarm_from=record["step"],
-            history=json.loads(history.read_text()) if history.exists() else [],
+            history=[entry for entry in history if entry["step"] <= record["step"]],
         )  # fmt: skip
         torch.manual_seed(self.options.seed + record["step"])
         self._batches = None

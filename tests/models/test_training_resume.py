@@ -138,9 +138,9 @@ def test_a_run_resumes_from_the_best_weights_when_only_they_came_back(
 ) -> None:
     first = _trainer(arrays, tmp_path / "first")
     first.options.eval_every = 1
-    scores = iter(range(10, 100))
+    scores = iter([*range(10, 16), 1.0, 1.0])  # the best at step 6, two later steps worse
     first.validator = lambda model: {"chrf_ui": float(next(scores))}
-    first.run(RunOptions(max_steps=6, part_mb=0.01))
+    first.run(RunOptions(max_steps=8, part_mb=0.01))
     returned = tmp_path / "returned"  # what leaves the GPU machine: no checkpoint parts
     returned.mkdir()
     for path in (tmp_path / "first").iterdir():
@@ -149,15 +149,19 @@ def test_a_run_resumes_from_the_best_weights_when_only_they_came_back(
 
     second = _trainer(arrays, tmp_path / "second")
     second.resume(returned)
+    at_best = _trainer(arrays, tmp_path / "at-best")  # the first run, stopped at its best
+    at_best.options.eval_every = 1
+    at_best.validator = lambda model: {"chrf_ui": 1.0}
+    at_best.run(RunOptions(max_steps=6, part_mb=0.01))
     assert (second.progress.step, second.progress.epoch, second.progress.batch_in_epoch) == (
-        first.progress.step, first.progress.epoch, first.progress.batch_in_epoch,
+        at_best.progress.step, at_best.progress.epoch, at_best.progress.batch_in_epoch,
     )  # fmt: skip
     assert second.progress.best_score == first.progress.best_score
-    assert len(second.progress.history) == 6
-    for name, tensor in first.model.state_dict().items():
+    assert [entry["step"] for entry in second.progress.history] == [1, 2, 3, 4, 5, 6]
+    for name, tensor in at_best.model.state_dict().items():
         assert torch.equal(second.model.state_dict()[name], tensor.half().float()), name
     assert not second.optimizer.state  # the moments start afresh
-    assert np.array_equal(second._next_batch(), first._next_batch())  # the same data next
+    assert np.array_equal(second._next_batch(), at_best._next_batch())  # the same data next
 
     _run(second, steps=8)
     schedule = inverse_sqrt_lr(8, second.options)
