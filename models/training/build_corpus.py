@@ -95,13 +95,12 @@ def build_corpus(
         catalog_sources = {pair.source for pair in unique_pairs}
         prose = [p for p in deduplicate(by_kind[general.PROSE]) if p.source not in catalog_sources]
         prose_splits, prose_held_out = general.split_prose(prose)
-        entries = deduplicate(by_kind[general.DICTIONARY])
-        examples = [
-            pair
-            for pair in entries
-            if general.is_example_sentence(pair.source, pair.target)
-            and pair.source not in catalog_sources
-        ]
+        sentence_entries: list[Pair] = []
+        phrase_entries: list[Pair] = []
+        for pair in deduplicate(by_kind[general.DICTIONARY]):
+            is_sentence = general.is_example_sentence(pair.source, pair.target)
+            (sentence_entries if is_sentence else phrase_entries).append(pair)
+        examples = [pair for pair in sentence_entries if pair.source not in catalog_sources]
         example_splits = general.split_examples(examples)
         for name in ("valid-prose", "test-prose"):
             splits[name] = prose_splits[name]
@@ -114,13 +113,7 @@ def build_corpus(
         )
         known = {pair.source for pair in sentences}
         dictionary = without_leaks(
-            [
-                pair
-                for pair in entries
-                if pair.source not in known
-                and not general.is_example_sentence(pair.source, pair.target)
-            ],
-            evaluation,
+            [pair for pair in phrase_entries if pair.source not in known], evaluation
         )
         mixed = general.mix_dictionary(len(sentences), dictionary, ratio)
         splits["train"] = sentences + mixed
