@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from service.scheduling.chooser import Choice, Refusal
 from tests.scheduling.batcher_helpers import (
     FakeEngine,
     GatedEngine,
@@ -105,6 +106,21 @@ async def test_an_in_line_admission_is_cut_into_chunks_that_stall_the_running_ro
     assert sizes == [1] * 6
 
 
+def scheduler_choices(batcher) -> list[Choice]:
+    """The choices the batcher's scheduler makes from now on, as its outputs carry them."""
+    scheduler, choices = batcher._loop.scheduler, []
+    schedule = scheduler.schedule
+
+    def recorded():
+        output = schedule()
+        if output is not None and output.choice is not None:
+            choices.append(output.choice)
+        return output
+
+    scheduler.schedule = recorded
+    return choices
+
+
 @pytest.mark.anyio
 async def test_a_head_whose_first_sentence_alone_exceeds_the_stall_bound_is_marked_so(
     make_batcher,
@@ -115,14 +131,14 @@ async def test_a_head_whose_first_sentence_alone_exceeds_the_stall_bound_is_mark
     engine = GatedEngine()
     one_core_costs(engine)
     batcher = make_batcher(engine, max_stall_steps=2.0)
-    chooser = batcher._loop.scheduler.chooser
+    choices = scheduler_choices(batcher)
     running = asyncio.ensure_future(batcher.submit([sentence(40, first=1)]))
     await wait_until(lambda: engine.active_rows == 1 and engine.waiting.is_set(), "1 running")
     head = asyncio.ensure_future(batcher.submit([sentence(6, first=100)]))
     await wait_until(lambda: batcher.queue_depth == 1, "head queued")
     engine.allow(1)
     await wait_until(lambda: engine.steps == 1 and engine.waiting.is_set(), "one step")
-    assert chooser.head_refused and chooser.head_over_stall
+    assert choices[-1] == Choice.defer(Refusal.HEAD_OVER_STALL)
     engine.allow(10**6)
     [late], [long] = await asyncio.gather(head, running)
     assert late.admitted_step == long.finished_step
