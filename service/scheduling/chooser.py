@@ -109,14 +109,10 @@ class AdmissionChooser:
         encode_in_line: bool,
         metrics: ServiceMetrics,
         clock: Callable[[], float],
-        cost_tolerance: float = COST_TOLERANCE,
-        max_stall_steps: float = MAX_STALL_STEPS,
     ) -> None:
         """``clock``: the queue's (``ScheduledSentence.enqueued_at`` is read on it)."""
         self.engine = engine
         self.config = config
-        self.cost_tolerance = cost_tolerance
-        self.max_stall_steps = max_stall_steps
         self.judges_cost = judges_cost
         self.encode_in_line = encode_in_line
         self.metrics = metrics
@@ -172,14 +168,14 @@ class AdmissionChooser:
         row_rate: float,
     ) -> Choice:
         running_rows = sum(s.rows for s in staying)
-        plan = self.engine.plan(self.config.max_batch_rows, self.cost_tolerance)
+        plan = self.engine.plan(self.config.max_batch_rows, COST_TOLERANCE)
         now = plan.estimate(())  # the batch as it is: nothing taken yet
         judges_cost = self.judges_cost
         limits = AdmissionLimits(
             max_rows=self.config.max_batch_rows,
             max_tokens=self.config.max_batch_tokens,
             max_encode_tokens=self.config.admission_max_tokens,
-            max_stall_s=self.max_stall_steps * now.step_s if judges_cost and now.step_s else None,
+            max_stall_s=MAX_STALL_STEPS * now.step_s if judges_cost and now.step_s else None,
             judge_knee=judges_cost,
             encode_in_line=self.encode_in_line,
         )

@@ -42,7 +42,7 @@ from typing import Protocol
 
 from service.metrics import ServiceMetrics
 from service.runtime.types import FinishedRequest
-from service.scheduling.chooser import COST_TOLERANCE, MAX_STALL_STEPS, AdmissionChooser, Choice
+from service.scheduling.chooser import COST_TOLERANCE, AdmissionChooser, Choice
 from service.scheduling.engine_api import CostedEngine
 from service.scheduling.hold import BatchChanges, DeferralHold
 from service.scheduling.overlap import EncoderOverlap
@@ -77,11 +77,16 @@ class SchedulerOutput:
     choice: Choice | None
 
 
+# The knee (``mt_row_limit``) is estimated again every this many steps.
+KNEE_EVERY_STEPS = 16
+# How far past the head of the queue admission looks for sentences that fit the running
+# batch's width, in batches of ``max_batch_rows``: bounded, so a sentence is overtaken only
+# so often.
+ADMISSION_WINDOW_BATCHES = 4
+
+
 class Scheduler:
     """Plans each step boundary and keeps the running sentences (engine thread only)."""
-
-    # The knee (``mt_row_limit``) is estimated again every this many steps.
-    KNEE_EVERY_STEPS = 16
 
     def __init__(
         self,
@@ -94,14 +99,8 @@ class Scheduler:
         phases: PhaseClock,
         idle: threading.Event,
         clock: Callable[[], float],
-        admission_window: int | None = None,
-        cost_tolerance: float = COST_TOLERANCE,
-        max_stall_steps: float = MAX_STALL_STEPS,
     ) -> None:
-        """``overlap``: the encoder thread, where newcomers may be encoded (None: in line).
-        ``admission_window``: how far past the head of the queue admission looks for sentences
-        that fit the running batch's width (default four batches); bounded, so a sentence is
-        overtaken only so often. The rest are the chooser's fixed bounds."""
+        """``overlap``: the encoder thread, where newcomers may be encoded (None: in line)."""
         self.engine = engine
         self.queue = queue
         self.config = config
@@ -111,12 +110,10 @@ class Scheduler:
         self.idle = idle  # set while there is no work at all
         self.idle_wait_s = config.idle_wait_s(overlap is not None)
         self.policy = admission_policy(config, self.idle_wait_s, clock)
-        self.admission_window = admission_window or 4 * config.max_batch_rows
+        self.admission_window = ADMISSION_WINDOW_BATCHES * config.max_batch_rows
         self.chooser = AdmissionChooser(
             engine,
             config,
-            cost_tolerance=cost_tolerance,
-            max_stall_steps=max_stall_steps,
             judges_cost=self.policy.judges_cost and config.admission_cost_aware,
             encode_in_line=overlap is None,
             metrics=metrics,
@@ -235,8 +232,8 @@ class Scheduler:
                     list(done.hypotheses),
                 )
             )
-        if self.config.admission_cost_aware and finished_step % self.KNEE_EVERY_STEPS == 0:
-            knee = self.engine.estimate((), self.config.max_batch_rows, self.chooser.cost_tolerance)
+        if self.config.admission_cost_aware and finished_step % KNEE_EVERY_STEPS == 0:
+            knee = self.engine.estimate((), self.config.max_batch_rows, COST_TOLERANCE)
             metrics.row_limit.set(knee.row_limit or 0)
 
 
