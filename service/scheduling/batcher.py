@@ -7,8 +7,8 @@ service/scheduling/scheduler.py).
 
 A sentence that arrives while others decode joins at a step boundary; a finished row leaves
 at once, so a short request never waits for an unrelated long one. The event loop never runs
-inference: ``submit`` queues ``ScheduledSentence``s (service/scheduling/sentences.py) and awaits asyncio
-futures that the engine thread resolves with ``loop.call_soon_threadsafe``.
+inference: ``submit`` queues ``ScheduledSentence``s (service/scheduling/sentences.py) and
+awaits asyncio futures that the engine thread resolves with ``loop.call_soon_threadsafe``.
 
 The parts: when admission is open (``ContinuousPolicy``, ``StaticPolicy``:
 service/scheduling/scheduler.py), who joins and whether joining now beats waiting
@@ -58,20 +58,18 @@ class ContinuousBatcher:
         config: BatchingSettings | None = None,
         *,
         metrics: ServiceMetrics | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        turn: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
         spare_core: bool = True,
-        **overrides: object,
+        turn: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``config``: the batching settings (default ``BatchingSettings()``); ``overrides``:
-        fields of it to replace (tests, scripts). ``turn``: several models on one device take
-        turns (service/scheduling/turns.py), held around each admission and step.
-        ``spare_core``: whether a core is free for the encoder thread (service/wiring.py asks
-        the CPU budget); without one the encoder runs in line whatever ``encoder_overlap``
-        says."""
+        """``config``: the batching settings group as it is (default ``BatchingSettings()``;
+        ``max_queue`` unset means ``DEFAULT_MAX_QUEUE``: ``BatchingSettings.queue_for`` sizes
+        it). ``spare_core``: whether a core is free for the encoder thread (service/wiring.py
+        asks the CPU budget); without one the encoder runs in line whatever
+        ``encoder_overlap`` says. ``turn``: several models on one device take turns
+        (service/scheduling/turns.py), held around each admission and step. ``clock``: what
+        queue waits, idle waits and the encoder's lag are measured on."""
         config = config or BatchingSettings()
-        if overrides:
-            config = BatchingSettings.model_validate(config.model_dump() | overrides)
         self.config = config
         self.engine = engine
         self.metrics = metrics if metrics is not None else ServiceMetrics().for_model("default")

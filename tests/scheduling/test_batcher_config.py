@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from service.scheduling.batcher import ContinuousBatcher
+from service.scheduling.settings import BatchingSettings
 from tests.scheduling.batcher_helpers import FakeEngine, GatedEngine, OverlapEngine
 
 
@@ -18,7 +19,7 @@ def test_the_fakes_offer_every_method_the_batcher_calls():
 
 def test_unknown_batching_policy_is_refused():
     with pytest.raises(ValueError, match="batching"):
-        ContinuousBatcher(FakeEngine(), batching="eager")
+        BatchingSettings(batching="eager")
 
 
 def test_the_batcher_takes_the_settings_batching_group_as_it_is():
