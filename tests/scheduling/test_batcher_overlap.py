@@ -13,6 +13,7 @@ from service.runtime.types import DecodeRequest
 from service.scheduling import overlap
 from service.scheduling.overlap import ENCODER_MAX_LAG_S, EncoderCpuShare
 from tests.scheduling.batcher_helpers import (
+    FakeClock,
     FakeEncoded,
     FakeEngine,
     OverlapEngine,
@@ -118,16 +119,6 @@ async def test_a_refused_idle_priority_is_logged_and_the_encoder_thread_still_wo
     await one_overlapped_encoding(batcher, engine)
     assert engine.encoder_policies == [os.SCHED_OTHER, os.SCHED_OTHER]
     assert "SCHED_IDLE refused" in caplog.text
-
-
-class FakeClock:
-    """A clock the test moves by hand (admission waits without wall-clock asserts)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.mark.anyio
