@@ -9,7 +9,8 @@ limit, request metrics), ``lifecycle`` (background load, graceful shutdown), ``d
 routes share), ``admission`` (the in-flight bound that refuses before any work), ``access``
 and ``rate_limits`` (API keys, per-client limits) and ``request_id``.
 
-Middleware, outermost first: request id, request metrics, CORS (when configured), the
+Middleware, outermost first: the client behind trusted proxies (``forwarded``), request id,
+request metrics, CORS (when configured), the
 admission gate (which checks a header's key and reads the body before taking a slot), the
 body size limit; so every response, a refusal included, has an
 ``X-Request-ID`` and is counted.
@@ -26,6 +27,7 @@ from service.web.access import AccessPolicy
 from service.web.admission import AdmissionGate, BodyLimits
 from service.web.errors import install_error_handlers
 from service.web.file_store import TranslatedFiles
+from service.web.forwarded import ForwardedClient, TrustedProxies
 from service.web.lifecycle import ServiceState, lifespan_of
 from service.web.middleware import BodySizeLimit, RequestMetrics
 from service.web.request_id import HEADER, RequestId
@@ -117,5 +119,9 @@ def build_app(service: ServiceState) -> FastAPI:
     app.add_middleware(RequestMetrics, metrics=metrics)  # sees every status
     if settings.process.log_format == "json":
         app.add_middleware(RequestLog)  # inside RequestId: the record has the id
-    app.add_middleware(RequestId)  # outermost: every response carries the id
+    app.add_middleware(RequestId)  # every response carries the id
+    # Outermost: everything inside (limits, logs, uvicorn's access line) sees the client.
+    app.add_middleware(
+        ForwardedClient, proxies=TrustedProxies.parse(settings.access.trusted_proxies)
+    )
     return app
