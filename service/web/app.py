@@ -3,7 +3,7 @@
 Routes validate (pydantic models in service/web/schemas.py), then hand texts to the dispatcher
 (service/translation/dispatch.py), which picks the models and runs their translators. The
 pieces live in service/web/: routes per API in ``routes/`` (``v1``, ``glossaries``, ``documents``,
-``stream``, ``libretranslate``, ``deepl``, ``files``, ``ops``, ``page``: the page at ``/``),
+``stream``, ``libretranslate``, ``deepl``, ``google``, ``files``, ``ops``, ``page``: the page at ``/``),
 ``errors`` (one error shape, domain errors mapped to statuses), ``middleware`` (body size
 limit, request metrics), ``lifecycle`` (background load, graceful shutdown), ``deps`` (what
 routes share), ``admission`` (the in-flight bound that refuses before any work), ``access``
@@ -37,6 +37,7 @@ from service.web.routes import (
     documents,
     files,
     glossaries,
+    google,
     libretranslate,
     memories,
     ops,
@@ -50,6 +51,7 @@ TAGS = {
     "native": "mtserve's own API: /v1/translate, its stream, the models.",
     "LibreTranslate": "LibreTranslate's API, for its clients and its web page's settings.",
     "DeepL": "DeepL's API v2: text, documents, glossaries, usage, languages.",
+    "Google": "Google Cloud Translation's API v2 (Basic): translate, detect, languages.",
     "documents": "Document jobs: upload, progress, result.",
     "glossaries and memories": "Stored glossaries and translation memories.",
     "operations": "Health, readiness and Prometheus metrics.",
@@ -62,6 +64,7 @@ ROUTERS = (  # in the order their routes are matched
     (stream, "native"),
     (libretranslate, "LibreTranslate"),
     (deepl, "DeepL"),
+    (google, "Google"),
     (files, "LibreTranslate"),
     (ops, "operations"),
     (page, "LibreTranslate"),  # /frontend/settings (the page itself is not an operation)
