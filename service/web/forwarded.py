@@ -53,9 +53,12 @@ def _address(node: str) -> Address | None:
     elif node.count(":") == 1:
         node = node.partition(":")[0]
     try:
-        return ipaddress.ip_address(node)
+        address = ipaddress.ip_address(node)
     except ValueError:
         return None
+    # A dual-stack socket names an IPv4 peer ::ffff:a.b.c.d: the IPv4 ranges hold it.
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return mapped or address
 
 
 def _forwarded_pairs(values: Iterable[str]) -> list[dict[str, str]]:

@@ -59,6 +59,17 @@ def test_forwarded_is_read_with_ports_and_ipv6_brackets():
     )
 
 
+def test_an_ipv4_peer_on_a_dual_stack_socket_is_in_the_ipv4_ranges():
+    assert client_of("::ffff:10.0.0.5", x_forwarded_for="198.51.100.7") == "198.51.100.7"
+
+
+def test_the_scheme_comes_from_the_trusted_proxy():
+    proxies = TrustedProxies.parse("10.0.0.0/8")
+    headers = [(b"x-forwarded-for", b"198.51.100.7"), (b"x-forwarded-proto", b"https")]
+    assert proxies.client("10.0.0.5", headers) == ("198.51.100.7", "https")
+    assert proxies.client("203.0.113.9", headers) == ("203.0.113.9", None)
+
+
 def test_forwarded_wins_over_x_forwarded_for():
     assert (
         client_of("10.0.0.5", x_forwarded_for="6.6.6.6", forwarded="for=198.51.100.7")
