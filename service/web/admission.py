@@ -56,6 +56,11 @@ TRANSLATION_ROUTES = frozenset(
 )
 
 
+# Google's API takes a translation's fields in the query string as well: its GETs are
+# translation work too.
+QUERY_TRANSLATION_ROUTES = frozenset({"/language/translate/v2", "/language/translate/v2/detect"})
+
+
 # A body may start slowly (a client's first packets, a TLS proxy buffering): the minimum
 # rate holds from this many seconds after the request's start.
 BODY_GRACE_S = 5.0
@@ -165,11 +170,10 @@ class AdmissionGate:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # GET too: Google's API takes a translation's fields in the query string.
         if (
             scope["type"] != "http"
-            or scope["method"] not in ("POST", "GET")
             or scope["path"] not in self.routes
+            or not (scope["method"] == "POST" or scope["path"] in QUERY_TRANSLATION_ROUTES)
         ):
             await self.app(scope, receive, send)
             return
