@@ -66,6 +66,9 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         # JSON logs have a record per request of their own (service/web/request_log.py).
         access_log=settings.process.access_log and settings.process.log_format == "text",
         lifespan="on",
+        # The client behind a proxy is the app's to find (service/web/forwarded.py,
+        # MT_TRUSTED_PROXIES): uvicorn's own handling would apply a second, other rule.
+        proxy_headers=False,
         timeout_graceful_shutdown=max(1, round(settings.process.shutdown_grace_s)),
     )
 

@@ -15,6 +15,7 @@ docs/configuration.md is generated from these models (``configuration_markdown``
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import tempfile
@@ -23,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -94,6 +95,15 @@ class AccessSettings(BaseModel):
         "translate through DeepL's /v2/translate per calendar month (UTC); DeepL's 456 "
         "above it, and /v2/usage reports it. 0: no limit.",
     )
+    trusted_proxies: str = Field(
+        "",
+        description="Comma-separated addresses and CIDRs of the proxies in front of the "
+        "service (a load balancer, an ingress controller: `10.0.0.0/8,::1`). Only a request "
+        "from one of them has its `Forwarded` or `X-Forwarded-For` (and `X-Forwarded-Proto`) "
+        "read: the right-most address that is not a trusted proxy is the client, for rate "
+        "limits, DeepL's monthly counts and logs. Empty: the peer is the client and those "
+        "headers are ignored (uvicorn's FORWARDED_ALLOW_IPS is not used).",
+    )
     metrics_token: str = Field(
         "", description="If set, `GET /metrics` needs `Authorization: Bearer TOKEN` (else 401)."
     )
@@ -140,6 +150,18 @@ class AccessSettings(BaseModel):
         ge=1,
         description="Most entries in one glossary, inline or stored (413 above it).",
     )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_parse(cls, value: str) -> str:
+        # A bad entry stops the start, naming it.
+        for entry in (part.strip() for part in value.split(",")):
+            if entry:
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(f"{entry!r} is neither an IP address nor a CIDR") from None
+        return value
 
 
 class StorageSettings(BaseModel):

@@ -30,7 +30,14 @@ def live_server(settings: Settings | None = None, app: FastAPI | None = None) ->
     app = app if app is not None else create_app(settings)
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            proxy_headers=False,  # as the service runs it (service.__main__.uvicorn_config)
+        )
     )
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)
     thread.start()

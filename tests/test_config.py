@@ -62,6 +62,7 @@ VARIABLES = {
     "MT_RATE_LIMIT_REQUESTS_PER_MINUTE": ("access.rate_limit_requests_per_minute", "60", 60),
     "MT_RATE_LIMIT_CHARS_PER_MINUTE": ("access.rate_limit_chars_per_minute", "500", 500),
     "MT_DEEPL_CHARACTER_LIMIT": ("access.deepl_character_limit", "1000", 1000),
+    "MT_TRUSTED_PROXIES": ("access.trusted_proxies", "10.0.0.0/8", "10.0.0.0/8"),
     "MT_METRICS_TOKEN": ("access.metrics_token", "secret", "secret"),
     "MT_CORS_ORIGINS": ("access.cors_origins", "*", "*"),
     "MT_MAX_INFLIGHT_REQUESTS": ("access.max_inflight_requests", "16", 16),

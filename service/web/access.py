@@ -39,8 +39,18 @@ from service.web.rate_limits import Clock, RateLimiter, Refusal
 from service.web.request_log import note_client
 
 INVALID_KEY = "Invalid API key"
-# Routes whose clients may send the key in the body (LibreTranslate's ``api_key`` field).
-BODY_KEY_ROUTES = frozenset({"/translate", "/detect", "/translate_file"})
+# Routes whose clients may send the key elsewhere than in ``Authorization``: LibreTranslate's
+# ``api_key`` field, Google's ``key`` query parameter or ``X-Goog-Api-Key`` header.
+BODY_KEY_ROUTES = frozenset(
+    {
+        "/translate",
+        "/detect",
+        "/translate_file",
+        "/language/translate/v2",
+        "/language/translate/v2/detect",
+        "/language/translate/v2/languages",
+    }
+)
 MISSING_KEY = "Please contact the server operator to get an API key"
 UNAUTHORIZED = "Unauthorized"
 

@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.metrics import ServiceMetrics
 from service.web.access import AccessPolicy
-from service.web.errors import ApiError, ErrorJSONResponse
+from service.web.errors import GOOGLE_PREFIX, ApiError, ErrorJSONResponse, error_body
 
 # The API routes that take translation work; everything else (health, metrics, docs) is
 # always answered.
@@ -50,8 +50,15 @@ TRANSLATION_ROUTES = frozenset(
         # Uploads: their parsing and checks take a worker thread, as a translation does.
         "/v1/documents",
         "/v2/document",
+        "/language/translate/v2",
+        "/language/translate/v2/detect",
     }
 )
+
+
+# Google's API takes a translation's fields in the query string as well: its GETs are
+# translation work too.
+QUERY_TRANSLATION_ROUTES = frozenset({"/language/translate/v2", "/language/translate/v2/detect"})
 
 
 # A body may start slowly (a client's first packets, a TLS proxy buffering): the minimum
@@ -148,6 +155,7 @@ class AdmissionGate:
             f"the service is overloaded: {max_in_flight} translation requests are "
             f"in progress (MT_MAX_INFLIGHT_REQUESTS); retry after {retry_after_s} s"
         )
+        self._message, self._retry_after = message, str(retry_after_s)
         self._body = json.dumps({"error": message, "code": "overloaded"}).encode()
         self._deepl_body = json.dumps(
             {"error": message, "code": "overloaded", "message": message}
@@ -162,7 +170,11 @@ class AdmissionGate:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.routes:
+        if (
+            scope["type"] != "http"
+            or scope["path"] not in self.routes
+            or not (scope["method"] == "POST" or scope["path"] in QUERY_TRANSLATION_ROUTES)
+        ):
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.max_in_flight or self.reading >= self.max_reading:
@@ -216,6 +228,10 @@ class AdmissionGate:
         return declared.isdigit() and int(declared) > self.body_limits.max_bytes
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
+        if scope["path"].startswith(GOOGLE_PREFIX):  # its own shape, built when it happens
+            error = ApiError(429, "overloaded", self._message, {"Retry-After": self._retry_after})
+            await self._answer(scope, _no_body, send, error)
+            return
         self.metrics.rejections.labels(reason="overloaded").inc()
         deepl = scope["path"].startswith("/v2/")
         headers = self._deepl_headers if deepl else self._headers
@@ -225,8 +241,10 @@ class AdmissionGate:
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send, error: ApiError) -> None:
         self.metrics.rejections.labels(reason=error.code).inc()
-        body = {"error": error.message, "code": error.code}
-        if scope["path"].startswith("/v2/"):
-            body["message"] = error.message  # DeepL's field: its clients show it
+        body = error_body(scope["path"], error.status, error.code, error.message)
         response = ErrorJSONResponse(body, status_code=error.status, headers=error.headers)
         await response(scope, receive, send)
+
+
+async def _no_body() -> Message:
+    return {"type": "http.disconnect"}

@@ -3,13 +3,14 @@
 Routes validate (pydantic models in service/web/schemas.py), then hand texts to the dispatcher
 (service/translation/dispatch.py), which picks the models and runs their translators. The
 pieces live in service/web/: routes per API in ``routes/`` (``v1``, ``glossaries``, ``documents``,
-``stream``, ``libretranslate``, ``deepl``, ``files``, ``ops``, ``page``: the page at ``/``),
+``stream``, ``libretranslate``, ``deepl``, ``google``, ``files``, ``ops``, ``page``: the page at ``/``),
 ``errors`` (one error shape, domain errors mapped to statuses), ``middleware`` (body size
 limit, request metrics), ``lifecycle`` (background load, graceful shutdown), ``deps`` (what
 routes share), ``admission`` (the in-flight bound that refuses before any work), ``access``
 and ``rate_limits`` (API keys, per-client limits) and ``request_id``.
 
-Middleware, outermost first: request id, request metrics, CORS (when configured), the
+Middleware, outermost first: the client behind trusted proxies (``forwarded``), request id,
+request metrics, CORS (when configured), the
 admission gate (which checks a header's key and reads the body before taking a slot), the
 body size limit; so every response, a refusal included, has an
 ``X-Request-ID`` and is counted.
@@ -26,6 +27,7 @@ from service.web.access import AccessPolicy
 from service.web.admission import AdmissionGate, BodyLimits
 from service.web.errors import install_error_handlers
 from service.web.file_store import TranslatedFiles
+from service.web.forwarded import ForwardedClient, TrustedProxies
 from service.web.lifecycle import ServiceState, lifespan_of
 from service.web.middleware import BodySizeLimit, RequestMetrics
 from service.web.request_id import HEADER, RequestId
@@ -35,6 +37,7 @@ from service.web.routes import (
     documents,
     files,
     glossaries,
+    google,
     libretranslate,
     memories,
     ops,
@@ -48,6 +51,7 @@ TAGS = {
     "native": "mtserve's own API: /v1/translate, its stream, the models.",
     "LibreTranslate": "LibreTranslate's API, for its clients and its web page's settings.",
     "DeepL": "DeepL's API v2: text, documents, glossaries, usage, languages.",
+    "Google": "Google Cloud Translation's API v2 (Basic): translate, detect, languages.",
     "documents": "Document jobs: upload, progress, result.",
     "glossaries and memories": "Stored glossaries and translation memories.",
     "operations": "Health, readiness and Prometheus metrics.",
@@ -60,6 +64,7 @@ ROUTERS = (  # in the order their routes are matched
     (stream, "native"),
     (libretranslate, "LibreTranslate"),
     (deepl, "DeepL"),
+    (google, "Google"),
     (files, "LibreTranslate"),
     (ops, "operations"),
     (page, "LibreTranslate"),  # /frontend/settings (the page itself is not an operation)
@@ -117,5 +122,9 @@ def build_app(service: ServiceState) -> FastAPI:
     app.add_middleware(RequestMetrics, metrics=metrics)  # sees every status
     if settings.process.log_format == "json":
         app.add_middleware(RequestLog)  # inside RequestId: the record has the id
-    app.add_middleware(RequestId)  # outermost: every response carries the id
+    app.add_middleware(RequestId)  # every response carries the id
+    # Outermost: everything inside (limits, logs, uvicorn's access line) sees the client.
+    app.add_middleware(
+        ForwardedClient, proxies=TrustedProxies.parse(settings.access.trusted_proxies)
+    )
     return app

@@ -1,7 +1,8 @@
 """Every error the API returns: one mapping from the service's errors to one body.
 
 Every error body is ``{"error": message, "code": machine_code}``: ``error`` is the field
-LibreTranslate clients read, so both APIs share one shape. The errors come from every layer
+LibreTranslate clients read, so both APIs share one shape (DeepL's adds ``message``; Google's
+API has its own, ``error_body``). The errors come from every layer
 as ``service.errors.ServiceError`` subclasses, each with its status and code; ``describe_error``
 turns any exception into ``(status, code, message, headers)`` and is the one place that does
 so: the exception handlers, the streaming route's ``event: error`` and the file routes use it.
@@ -90,6 +91,39 @@ class ErrorJSONResponse(JSONResponse):
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode()
 
 
+# Google's Cloud Translation v2 API (service/web/routes/google.py): its clients read its own
+# error shape, and google.api_core names the error by ``status``.
+GOOGLE_PREFIX = "/language/translate/v2"
+GOOGLE_STATUS = {
+    400: ("INVALID_ARGUMENT", "invalid"),
+    401: ("UNAUTHENTICATED", "unauthorized"),
+    403: ("PERMISSION_DENIED", "forbidden"),
+    404: ("NOT_FOUND", "notFound"),
+    405: ("INVALID_ARGUMENT", "invalid"),
+    408: ("DEADLINE_EXCEEDED", "timeout"),
+    413: ("INVALID_ARGUMENT", "requestTooLarge"),
+    422: ("INVALID_ARGUMENT", "invalid"),
+    429: ("RESOURCE_EXHAUSTED", "rateLimitExceeded"),
+    499: ("CANCELLED", "cancelled"),
+    503: ("UNAVAILABLE", "backendError"),
+    504: ("DEADLINE_EXCEEDED", "backendError"),
+}
+
+
+def error_body(path: str, status: int, code: str, message: str) -> dict[str, Any]:
+    """The error body of the API ``path`` belongs to: ``{"error": message, "code": code}``
+    (with DeepL's ``message`` on ``/v2/``), or Google's ``{"error": {"code", "message",
+    "errors", "status"}}`` on its API."""
+    if path.startswith(GOOGLE_PREFIX):
+        name, reason = GOOGLE_STATUS.get(status, ("INTERNAL", "backendError"))
+        detail = {"message": message, "domain": "global", "reason": reason}
+        return {"error": {"code": status, "message": message, "errors": [detail], "status": name}}
+    body = {"error": message, "code": code}
+    if path.startswith("/v2/"):
+        body["message"] = message  # DeepL's field: its clients show it
+    return body
+
+
 def error_response(
     status: int,
     code: str,
@@ -97,10 +131,10 @@ def error_response(
     headers: Mapping[str, str] | None = None,
     request: Request | None = None,
 ) -> JSONResponse:
-    body = {"error": message, "code": code}
-    if request is not None and request.url.path.startswith("/v2/"):
-        body["message"] = message  # DeepL's field: its clients show it
-    return ErrorJSONResponse(body, status_code=status, headers=headers)
+    path = request.url.path if request is not None else ""
+    return ErrorJSONResponse(
+        error_body(path, status, code, message), status_code=status, headers=headers
+    )
 
 
 def install_error_handlers(
@@ -142,6 +176,6 @@ def install_error_handlers(
         )
 
     @app.exception_handler(Exception)
-    async def unexpected(_: Request, error: Exception) -> JSONResponse:
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
         logger.exception("unhandled error", exc_info=error)
-        return error_response(500, "internal_error", "internal server error")
+        return error_response(500, "internal_error", "internal server error", request=request)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from fastapi import HTTPException
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.metrics import ServiceMetrics
@@ -28,7 +29,7 @@ class BodySizeLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            response = error_response(413, "body_too_large", self._message())
+            response = error_response(413, "body_too_large", self._message(), None, Request(scope))
             await response(scope, receive, send)
             return
         received = 0

@@ -1,6 +1,6 @@
 """``MT_LOG_FORMAT=json``: one JSON object per log line, and one record per request with
-what an operator filters on: request id, route, status, model, latency, characters and the
-client's key id (a hash of the API key, never the key).
+what an operator filters on: request id, route, status, model, latency, characters, the
+client's key id (a hash of the API key, never the key) and the client's address.
 
 ``RequestLog`` (middleware) writes the request record once the response has started;
 ``note_client`` (called by the access policy, which sees the key and the characters) fills
@@ -24,7 +24,16 @@ from service.web.request_id import current_request_id
 logger = logging.getLogger("mtserve.requests")
 MODELS_HEADER_KEY = b"x-translation-models"  # service/web/routes/v1.py MODELS_HEADER
 # The request record's fields, in the order a JSON line shows them.
-REQUEST_FIELDS = ("route", "method", "status", "model", "latency_ms", "characters", "key_id")
+REQUEST_FIELDS = (
+    "route",
+    "method",
+    "status",
+    "model",
+    "latency_ms",
+    "characters",
+    "key_id",
+    "client",
+)
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 
 
@@ -89,6 +98,9 @@ class RequestLog:
                 "latency_ms": round((time.perf_counter() - started) * 1000, 3),
                 "characters": facts.characters,
                 "key_id": facts.key_id,
+                # The client's address: behind trusted proxies, the one they name
+                # (service/web/forwarded.py rewrites the scope before this runs).
+                "client": client[0] if (client := scope.get("client")) else None,
             }
             logger.info("%s %s %d", fields["method"], fields["route"], status, extra=fields)
 

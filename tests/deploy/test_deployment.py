@@ -287,6 +287,18 @@ def test_scaled_service_sits_behind_the_load_balancer():
     assert re.search(r"^\s*zone\s+\w+", nginx, flags=re.MULTILINE), "`resolve` needs a zone"
 
 
+def test_scaled_replicas_trust_the_load_balancer_to_name_the_client():
+    from service.web.forwarded import TrustedProxies
+
+    replica = compose_config(("scaled",))["services"]["mt-replica"]
+    proxies = TrustedProxies.parse(replica["environment"]["MT_TRUSTED_PROXIES"])
+    assert proxies.trusts("172.18.0.3"), "a container on a compose network"
+    assert not proxies.trusts("203.0.113.9")
+    nginx = (ROOT / "docker" / "nginx.conf").read_text()
+    # Written afresh at the edge: a client's own header never reaches the replicas.
+    assert re.search(r"proxy_set_header\s+X-Forwarded-For\s+\$remote_addr;", nginx)
+
+
 def test_scaled_replicas_share_the_postgres_service_and_wait_for_it():
     services = compose_config(("scaled",))["services"]
     replica, postgres = services["mt-replica"], services["postgres"]

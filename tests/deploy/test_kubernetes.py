@@ -144,6 +144,15 @@ def test_the_shared_database_url_comes_from_an_optional_secret(overlay):
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_pods_trust_the_ingress_in_the_pod_network_to_name_the_client(overlay):
+    from service.web.forwarded import TrustedProxies
+
+    proxies = TrustedProxies.parse(env(overlay)["MT_TRUSTED_PROXIES"])
+    assert proxies.trusts("10.244.1.17"), "an ingress controller pod"
+    assert not proxies.trusts("203.0.113.9")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_object_validates_against_the_kubernetes_schema(overlay):
     objects = rendered(overlay)
     assert set(objects) == {

@@ -12,6 +12,7 @@ TAGS = {
     "native",
     "LibreTranslate",
     "DeepL",
+    "Google",
     "documents",
     "glossaries and memories",
     "operations",
@@ -36,5 +37,6 @@ def test_every_operation_has_exactly_one_of_the_api_tags(tmp_path):
     assert tags["POST /v1/translate"] == ["native"]
     assert tags["POST /translate"] == ["LibreTranslate"]
     assert tags["POST /v2/translate"] == ["DeepL"]
+    assert tags["GET /language/translate/v2"] == ["Google"]
     assert tags["GET /ready"] == ["operations"]
     assert {tag["name"] for tag in schema["tags"]} == TAGS  # described in /docs
