@@ -126,6 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
+        except Exception as error:  # a sentence, not a traceback; debug logging shows where
+            logging.getLogger(__name__).debug("translate failed", exc_info=True)
+            print(
+                f"error: {type(error).__name__}: {error} (MT_LOG_LEVEL=debug shows where)",
+                file=sys.stderr,
+            )
+            return FAILED
     return 0
 
 
