@@ -215,3 +215,16 @@ def test_the_progress_bar_goes_to_stderr(model_dir, monkeypatch, capsys):
     assert status == 0
     assert "100%" in err and "char" in err
     assert "%" not in out
+
+
+def test_the_shipped_exports_are_those_of_the_shipped_models(tmp_path):
+    # make serve serves build/onnx/NAME for each models/NAME with weights; another export
+    # there (an int8 variant of the same model) is not a second model of its pair.
+    for name in ("default", "de-en"):
+        (tmp_path / "models" / name).mkdir(parents=True)
+        (tmp_path / "models" / name / "model.safetensors").write_bytes(b"")
+    for name in ("default", "default-int8", "de-en"):
+        (tmp_path / "build" / "onnx" / name).mkdir(parents=True)
+        (tmp_path / "build" / "onnx" / name / "decoder.onnx").write_bytes(b"")
+    found = service.batch.shipped_exports(tmp_path)
+    assert found == [tmp_path / "build" / "onnx" / name for name in ("de-en", "default")]
