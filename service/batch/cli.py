@@ -42,7 +42,13 @@ def parser() -> argparse.ArgumentParser:
         "by default the shipped exports (build/onnx) and the pulled models. "
         "docs/batch.md has the details.",
     )
-    command.add_argument("files", nargs="*", metavar="FILE", help="files to translate (- : stdin)")
+    command.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="files to translate, each written beside it as NAME.TARGET.EXT unless --output "
+        "says otherwise (none, or -: standard input to standard output)",
+    )
     command.add_argument("-s", "--source", required=True, help="source language (en, de, ...)")
     command.add_argument("-t", "--target", required=True, help="target language")
     command.add_argument(
