@@ -1,7 +1,9 @@
-"""``python -m service [--host HOST] [--port PORT] [--model-dir DIR]``: serve the app with uvicorn.
+"""``python -m service [serve] [--host HOST] [--port PORT] [--model-dir DIR]``: serve the app.
 
-``python -m service models ...`` manages the installed models instead (service/models_cli);
-``MT_MODELS`` names models to pull before serving, when they are not installed.
+``python -m service models ...`` manages the installed models instead (service/models_cli),
+``python -m service translate ...`` translates text and files without a server
+(service/batch); ``--help`` lists the verbs (service/verbs.py). ``MT_MODELS`` names models
+to pull before serving, when they are not installed.
 
 Settings come from ``MT_*`` environment variables (service/config.py); the flags override
 the matching ones. On SIGTERM (or Ctrl-C) new translation requests get 503 at once, requests
@@ -27,6 +29,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from service.config import Settings, get_settings
+from service.verbs import DESCRIPTION, USAGE, epilog, run_verb, serve_argv
 from service.web.request_id import install_request_id_logging
 from service.web.request_log import configure_logging, use_json_format
 from service.wiring import create_app
@@ -88,12 +91,17 @@ def models_at_startup(settings: Settings) -> Settings | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["models"]:  # python -m service models pull|list|update|remove
-        from service.models_cli import main as models_main
-
-        return models_main(argv[1:])
+    if (status := run_verb(argv)) is not None:  # models, translate (service/verbs.py)
+        return status
+    argv = serve_argv(argv)
     settings = get_settings()
-    parser = argparse.ArgumentParser(prog="python -m service", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m service",
+        usage=USAGE,
+        description=DESCRIPTION,
+        epilog=epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--host", default=settings.process.host, help="MT_HOST (default %(default)s)"
     )

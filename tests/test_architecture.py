@@ -15,6 +15,7 @@ Layers, lowest first (docs/architecture.md draws them)::
     web                   FastAPI app, routes, middleware
     wiring                the composition root
     __main__, models_cli  the process, and its commands that manage the installed models
+    verbs, batch          its verbs; translation without a server (the composition in process)
     processes             the supervisor, the engine-core and front-end processes
 """
 
@@ -49,6 +50,8 @@ LAYERS = {
     "wiring": 7,
     "__main__": 8,
     "models_cli": 8,
+    "verbs": 8,
+    "batch": 8,
     "processes": 8,
 }
 # What the runtime may import besides the standard library and itself.

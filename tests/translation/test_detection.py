@@ -214,3 +214,47 @@ def test_a_text_in_ascii_keeps_every_letter_for_a_latin_service(text):
         char if not char.isalpha() or script_of(char) in latin else " " for char in text
     )
     assert in_scripts(text, latin) == by_letter
+
+
+def unserved_strings() -> dict[str, list[str]]:
+    import json
+    from pathlib import Path
+
+    heldout = Path(__file__).resolve().parents[2] / "bench" / "heldout"
+    return json.loads((heldout / "ui_strings_unserved.json").read_text())["strings"]
+
+
+@pytest.mark.parametrize("served", [("en", "de"), ("en",)])
+def test_short_strings_of_unserved_languages_are_rarely_taken_for_a_served_one(served):
+    # bench/heldout/ui_strings_unserved.json: 40 short interface strings in each of eight
+    # languages no shipped model serves. One read as en or de is translated as if it were
+    # English or German ("Bonjour, comment allez-vous?" -> "Bonjour, Kommentare?"): py3langid
+    # alone reads 72 % of them so (58 % for an en-only service); with the unserved languages'
+    # words, 21 % (16 %), the single words that several languages share among them.
+    detector = LanguageDetector(served)
+    strings = unserved_strings()
+    assert sorted(strings) == ["da", "es", "fr", "it", "nl", "pl", "pt", "sv"]
+    taken = {
+        language: [text for text in texts if detector.detect(text)[0].language in served]
+        for language, texts in strings.items()
+    }
+    total = sum(map(len, strings.values()))
+    assert sum(map(len, taken.values())) <= 0.25 * total, taken
+    assert all(len(texts) <= 20 for texts in taken.values()), taken
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        # py3langid alone: en 99.9 %, de 65.6 %, en 99.2 %, en 97.9 %, de 98.2 %, en 99.8 %
+        ("Bonjour, comment allez-vous?", "fr"),
+        ("Enregistrer sous un autre nom", "fr"),
+        ("Guardar como nuevo archivo", "es"),
+        ("Salva con nome", "it"),
+        ("Wachtwoord wijzigen", "nl"),
+        ("Spara som ny fil", "sv"),
+    ],
+)
+def test_a_short_text_of_an_unserved_language_is_named(detector, text, language):
+    [best] = detector.detect(text)
+    assert best.language == language and best.confidence > 50

@@ -181,6 +181,17 @@ def test_a_text_in_a_language_no_model_serves_is_refused_naming_it(client):
     assert detected[0]["language"] == "fr"
 
 
+def test_a_short_text_in_a_language_no_model_serves_is_refused_naming_it(client):
+    # py3langid alone is not sure of any language on so few letters: it came back as English
+    # (99.9 %) and was translated as English.
+    french = "Bonjour, comment allez-vous?"
+    detected = post(client, "/detect", json={"q": french}).json()
+    assert detected[0]["language"] == "fr"
+    response = post(client, "/translate", json={"q": french, "source": "auto", "target": "de"})
+    assert response.status_code == 400
+    assert "fr is not supported" in response.json()["error"]
+
+
 def test_libretranslate_form_body_with_api_key(client):
     form = {"q": "Save changes", "source": "en", "target": "de", "api_key": "ignored"}
     response = post(client, "/translate", data=form)
