@@ -155,7 +155,7 @@ def resident_bytes() -> int | None:
 class LoadedModel:
     """A loaded model's parts, built together (service/wiring.py) and dropped together."""
 
-    engine: Engine | EngineCoreInfo  # the info alone where engine cores run it (issue 53)
+    engine: Engine | EngineCoreInfo  # the info alone where engine cores run it
     batcher: RowBatcher
     translator: Translator
     leases: int = 0  # requests holding it: a model swapped out stops after the last one
