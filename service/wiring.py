@@ -28,12 +28,13 @@ from service.metrics import ServiceMetrics
 from service.runtime.engine import Engine, open_engine
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
+from service.storage.databases import Databases, open_databases
+from service.storage.glossaries import GlossaryStore
+from service.storage.memories import MemoryStore
 from service.text.tokenizer import Tokenizer
 from service.translation.detection import LanguageDetector
 from service.translation.dispatch import Dispatcher
 from service.translation.exports import ModelSpec
-from service.translation.glossaries import GlossaryStore
-from service.translation.memories import MemoryStore
 from service.translation.plan_follower import PlanFollower
 from service.translation.registry import (
     LoadedModel,
@@ -43,7 +44,6 @@ from service.translation.registry import (
     discover_models,
 )
 from service.translation.routing import source_languages
-from service.translation.storage import Databases, open_databases
 from service.translation.translator import Translator
 from service.web.access import AccessPolicy
 from service.web.app import build_app

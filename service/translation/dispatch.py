@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass, replace
 
+from service.storage.memories import PAIR_DEFAULT, MemoryChoice, MemoryStore
 from service.text.bulk import TranslateTexts, translate_in_chunks
 from service.text.glossary import Glossary, GlossaryError
 from service.text.html import translate_html
@@ -37,7 +38,6 @@ from service.text.pipeline import (
 )
 from service.translation.detection import Detection, LanguageDetector
 from service.translation.languages import AUTO, LanguageCode, LanguagePair, language_name
-from service.translation.memories import PAIR_DEFAULT, MemoryChoice, MemoryStore
 from service.translation.registry import ModelRegistry
 from service.translation.request import Output, Routing, TranslationRequest
 from service.translation.routing import (
@@ -101,7 +101,7 @@ class Dispatcher:
         memories: MemoryStore | None = None,
     ) -> None:
         """``pivot_lang``: X→Y without a direct model goes X→pivot→Y (empty: never);
-        ``memories``: the translation memories requests use (service/translation/memories.py)."""
+        ``memories``: the translation memories requests use (service/storage/memories.py)."""
         self.registry = registry
         self.detector = detector
         self.limits = limits

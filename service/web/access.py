@@ -14,7 +14,7 @@
   LibreTranslate's ``Slowdown: ...`` text; a request with more characters than a whole
   minute's allowance can never pass and is 413.
 
-* **Owners.** With keys on, what a key stores is its own (service/translation/owners.py);
+* **Owners.** With keys on, what a key stores is its own (service/storage/owners.py);
   an admin key (``MT_ADMIN_API_KEYS``) stores into the shared space, which every key reads.
 
 Checked after the body is parsed (the key and the character count may be in it) and before
@@ -33,7 +33,7 @@ from typing import Protocol
 from fastapi import Request
 
 from service.config import Settings
-from service.translation.owners import SHARED, Owner, key_owner
+from service.storage.owners import SHARED, Owner, key_owner
 from service.web.errors import ApiError
 from service.web.rate_limits import Clock, RateLimiter, Refusal
 from service.web.request_log import note_client

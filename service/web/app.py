@@ -82,7 +82,7 @@ def build_app(service: ServiceState) -> FastAPI:
     app.state.service = service
     app.state.access = AccessPolicy(settings)
     # Where replicas share a database, a download may reach another replica than the upload.
-    shared = service.databases.main if service.documents.shared else None
+    shared = service.databases.main if service.databases.shared_by_replicas else None
     app.state.translated_files = TranslatedFiles(
         settings.storage.files_dir, settings.storage.files_ttl_s, shared
     )

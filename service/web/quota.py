@@ -5,7 +5,7 @@ DeepL counts characters per account and billing period and answers 456 once the 
 reached; ``/v2/usage`` reports the count and the limit, which its clients read
 (``Usage.any_limit_reached``). Here the account is the API key, or the client's address when
 keys are off (service/web/access.py), and the period is the calendar month. The counts live in
-the service's database (service/translation/database.py), so a restart neither resets a
+the service's database (service/storage/database.py), so a restart neither resets a
 quota nor forgets the usage, and replicas sharing a PostgreSQL database count one usage.
 
 A request is refused when its characters would take the client past the limit, before any
@@ -19,16 +19,16 @@ import datetime
 import time
 from dataclasses import dataclass
 
-from service.translation.database import Database, Migration
+from service.storage.database import Database
+from service.storage.migrations import Migration
 from service.web.errors import ApiError
 from service.web.rate_limits import Clock
 
 MIGRATIONS = [
-    # The schema from before versioned migrations (IF NOT EXISTS: such a file already has it).
     Migration(
         1,
         """
-        CREATE TABLE IF NOT EXISTS deepl_usage (
+        CREATE TABLE deepl_usage (
             identity TEXT NOT NULL,
             period TEXT NOT NULL,
             characters BIGINT NOT NULL,

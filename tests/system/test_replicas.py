@@ -197,7 +197,7 @@ def holder_pid(database_url: str, job_id: str) -> int:
         (holder,) = connection.execute(
             "SELECT lease_holder FROM document_jobs WHERE id = %s", (job_id,)
         ).fetchone()
-    return int(holder.split("/")[1])  # host/pid/random (service/translation/document_store.py)
+    return int(holder.split("/")[1])  # host/pid/random (service/storage/document_claims.py)
 
 
 def test_killing_the_replica_that_runs_a_job_lets_the_other_finish_it(two_replicas):

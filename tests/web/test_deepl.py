@@ -217,7 +217,7 @@ def test_the_quota_is_456_past_the_limit_per_key_and_month_and_survives_a_restar
 
 
 def test_the_quota_starts_again_each_month(tmp_path):
-    from service.translation.database import FILE_NAME, SqliteDatabase
+    from service.storage.sqlite import FILE_NAME, SqliteDatabase
     from service.web.errors import ApiError
     from service.web.quota import CharacterQuota
 

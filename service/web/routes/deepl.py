@@ -41,12 +41,12 @@ from fastapi.responses import FileResponse
 from starlette.datastructures import UploadFile
 
 from service.errors import ApiError, NotFound
+from service.storage.documents import DocumentJob
+from service.storage.glossaries import GlossaryInfo
+from service.storage.owners import Owner
 from service.text.glossary import entries_tsv, parse_entries
 from service.translation.dispatch import collect
-from service.translation.document_jobs import DocumentJob
-from service.translation.glossaries import GlossaryInfo
 from service.translation.languages import LanguagePair, language_name
-from service.translation.owners import Owner
 from service.translation.request import TranslationRequest
 from service.translation.routing import source_languages, targets_by_source
 from service.web.access import AccessPolicy

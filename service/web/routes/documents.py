@@ -20,11 +20,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
 from service.errors import NotFound
+from service.storage.documents import DocumentJob
+from service.storage.owners import Owner
 from service.text.documents.inline import TAG_RE
 from service.text.files import UnsupportedFile, translate_file
-from service.translation.document_jobs import DocumentJob, count_sentences
+from service.translation.document_jobs import count_sentences
 from service.translation.languages import LanguageCode, LanguagePair
-from service.translation.owners import Owner
 from service.translation.routing import targets_by_source
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, upload_body

@@ -3,7 +3,7 @@ and what both translation APIs share: turning a request's ``glossary`` or ``glos
 into the glossary the pipeline enforces (service/text/glossary.py).
 
 A glossary is created from JSON entries or from an uploaded TSV/CSV file (multipart, field
-``file``); it is validated before anything is stored (service/translation/glossaries.py), so
+``file``); it is validated before anything is stored (service/storage/glossaries.py), so
 a refused one leaves the stored ones as they were.
 """
 
@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
+from service.storage.glossaries import GlossaryInfo, GlossaryStore
+from service.storage.owners import Owner
 from service.text.glossary import Glossary, GlossaryError, parse_entries
-from service.translation.glossaries import GlossaryInfo, GlossaryStore
 from service.translation.languages import LanguageCode, LanguagePair
-from service.translation.owners import Owner
 from service.translation.routing import plan_route
 from service.web.deps import Access, Service, json_body, request_body, sends_form
 from service.web.errors import ERROR_RESPONSES, ApiError, validated

@@ -4,7 +4,7 @@ which TSV cannot carry).
 
 A post adds approved pairs, as JSON entries or an uploaded TSV/CSV ``file``, to the memory
 it names (created if new) or to its language pair's default memory
-(service/translation/memories.py); a refused post stores nothing. Translation requests use
+(service/storage/memories.py); a refused post stores nothing. Translation requests use
 the pair's default memory unless they name another one or turn memories off.
 """
 
@@ -13,14 +13,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service.errors import ApiError
-from service.translation.languages import LanguageCode, LanguagePair
-from service.translation.memories import (
+from service.storage.memories import (
     NO_MEMORY,
     MemoryChoice,
     MemoryInfo,
     MemoryUpdate,
 )
-from service.translation.owners import Owner
+from service.storage.owners import Owner
+from service.translation.languages import LanguageCode, LanguagePair
 from service.translation.routing import plan_route
 from service.web.deps import Access, Service, request_body
 from service.web.errors import ERROR_RESPONSES
