@@ -132,12 +132,13 @@ def test_a_job_is_claimed_by_one_replica_and_taken_over_when_its_lease_runs_out(
 
 def test_concurrent_claims_take_each_job_exactly_once(replicas):
     stores = [DocumentStore(replicas().documents, ttl_s=3600) for _ in range(4)]
+    claims = [DocumentClaims(store) for store in stores]
     jobs = {stores[0].create(f"{n}.txt", b"x.\n", "en", "de", 1, 2).job_id for n in range(12)}
     claimed: list[tuple[str, str]] = []
     lock = threading.Lock()
 
     def claimer(index: int) -> None:
-        while (job := DocumentClaims(stores[index]).claim(f"replica-{index}", lease_s=60)) is not None:
+        while (job := claims[index].claim(f"replica-{index}", lease_s=60)) is not None:
             with lock:
                 claimed.append((job.job_id, f"replica-{index}"))
 

@@ -279,7 +279,9 @@ def test_a_job_of_a_dead_process_is_taken_up_and_a_live_ones_is_left(tmp_path):
     # Both under a long lease: one translating here, in another runner of this process...
     assert DocumentClaims(store).claim(process_holder(), lease_s=3600).job_id == held.job_id
     # ...and one translating when its process was killed.
-    assert DocumentClaims(store).claim(dead_process_holder(), lease_s=3600).job_id == orphaned.job_id
+    assert (
+        DocumentClaims(store).claim(dead_process_holder(), lease_s=3600).job_id == orphaned.job_id
+    )
 
     async def run() -> None:
         runner = DocumentRunner(store, lambda _job: shout, concurrency=1)
