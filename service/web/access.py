@@ -107,11 +107,13 @@ class AccessPolicy:
     def keys_required(self) -> bool:
         return bool(self.keys)
 
-    def admit(self, request: Request, body_key: str | None, chars: int) -> None:
-        """Raise ``ApiError`` (401, 403 or 429) unless this request may be served now."""
+    def admit(self, request: Request, body_key: str | None, chars: int) -> Owner:
+        """Whose stored glossaries, memories and documents the request sees, once it is
+        admitted; ``ApiError`` (401, 403 or 429) unless it may be served now."""
         identity, limits = self._identify(request, body_key)
         note_client(identity.removeprefix("key:") if identity.startswith("key:") else None, chars)
         self._charge(identity, limits, requests=1, chars=chars)
+        return self._owner(identity)
 
     def identity(self, request: Request) -> str:
         """Whom usage is counted for (DeepL's quota, service/web/quota.py): the API key, or
@@ -137,10 +139,9 @@ class AccessPolicy:
             return ApiError(403, "invalid_api_key", "Authorization failure: no key")
         return ApiError(401, "api_key_required", MISSING_KEY, {"WWW-Authenticate": "Bearer"})
 
-    def owner(self, request: Request, body_key: str | None = None) -> Owner:
-        """Whose stored glossaries, memories and documents the request sees; 401 or 403 as
-        ``admit``. Keys off: the shared space, as one trusted client."""
-        identity, _ = self._identify(request, body_key)
+    def _owner(self, identity: str) -> Owner:
+        """Whose stored items ``identity`` sees: keys off, the shared space, as one trusted
+        client; an admin key, the shared space too; any other key, its own and the shared."""
         if not self.keys_required:
             return SHARED
         key = identity.removeprefix("key:")

@@ -80,8 +80,7 @@ def admit(
     service is ready, fill in and check the decoding options, the glossary and the memory.
     Each text is detected and routed on its own."""
     texts = [body.text] if isinstance(body.text, str) else body.text
-    access.admit(request, None, chars=sum(map(len, texts)))
-    owner = access.owner(request)
+    owner = access.admit(request, None, chars=sum(map(len, texts)))
     dispatcher = service.require_dispatcher()
     translation = TranslationRequest(
         texts,
