@@ -50,6 +50,15 @@ FIXED_NOW = {
 }
 
 
+# Variables renamed so that each concept has one name: old name -> new name. The old ones
+# still work (RenamedEnvSource), with a warning; a new name set beside its old one wins.
+RENAMED = {
+    "MODEL_DIR": "EXPORTS",  # one export: a list of one
+    "MODEL_DIRS": "EXPORTS",
+    "MODEL_NAME": "SERVED_MODEL_NAME",
+}
+
+
 class AccessSettings(BaseModel):
     """Access control and what the HTTP edge lets in (keys and rate limits are off by
     default)."""
@@ -297,6 +306,51 @@ class FlatEnvSource(PydanticBaseSettingsSource):
         return values
 
 
+class RenamedEnvSource(PydanticBaseSettingsSource):
+    """The values of the variables in :data:`RENAMED`, under their new names, each with a
+    warning that names the new variable. Below :class:`FlatEnvSource`: a new name wins. Of
+    ``MT_MODEL_DIR`` and ``MT_MODEL_DIRS``, the list wins, as it always did."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ reads every renamed variable
+
+    def __call__(self) -> dict[str, Any]:
+        environment = {key.upper(): value for key, value in os.environ.items()}
+        found: dict[str, Any] = {}
+        # MODEL_DIRS after MODEL_DIR: the list replaces the single directory.
+        for old_name, new_name in RENAMED.items():
+            value = environment.get(f"{ENV_PREFIX}{old_name}")
+            if value is None:
+                continue
+            logger.warning(
+                "%s%s is deprecated; it is read as %s%s, its new name",
+                ENV_PREFIX,
+                old_name,
+                ENV_PREFIX,
+                new_name,
+            )
+            # A new name wins; an empty old one says nothing (``MT_MODEL_DIRS=`` beside
+            # ``MT_MODEL_DIR`` meant that one directory).
+            if f"{ENV_PREFIX}{new_name}" not in environment and value.strip():
+                found[new_name.lower()] = value
+        if not found:
+            return {}
+        # Parsed as the new variables are: through the group's own environment source.
+        values: dict[str, Any] = {}
+        for name, value in found.items():
+            group = GROUP_OF[name]
+            source = EnvSettingsSource(
+                GROUPS[group],  # type: ignore[arg-type]  # read as a settings class
+                case_sensitive=False,
+                env_prefix=ENV_PREFIX,
+            )
+            field = GROUPS[group].model_fields[name]
+            values.setdefault(group, {})[name] = source.prepare_field_value(
+                name, field, value, source.field_is_complex(field)
+            )
+        return values
+
+
 class Settings(BaseSettings):
     """The service's configuration, by group; ``Settings(max_batch_rows=7)`` takes flat field
     names as the environment does."""
@@ -319,7 +373,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, FlatEnvSource(settings_cls)
+        return init_settings, FlatEnvSource(settings_cls), RenamedEnvSource(settings_cls)
 
     @model_validator(mode="before")
     @classmethod
@@ -396,4 +450,13 @@ def configuration_markdown() -> str:
         "",
     ]
     lines += [f"- `{ENV_PREFIX}{name}`: {where}" for name, where in FIXED_NOW.items()]
+    lines += [
+        "",
+        "## Renamed",
+        "",
+        "One name per concept; the earlier names still work, with a warning at start-up, and "
+        "a new name set beside its old one wins.",
+        "",
+    ]
+    lines += [f"- `{ENV_PREFIX}{old}`: now `{ENV_PREFIX}{new}`" for old, new in RENAMED.items()]
     return "\n".join(lines) + "\n"

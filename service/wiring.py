@@ -182,7 +182,7 @@ def build_registry(
 ) -> ModelRegistry:
     model = settings.model
     specs = discover_models(
-        model.model_dirs, model.models_dir, model.model_dir, model.model_name, model.load_only
+        model.exports, model.models_dir, model.served_model_name, model.load_only
     )
     fair = len(specs) > 1 and model.model_fairness == "round_robin"
     turns = RoundRobinTurns() if fair else None

@@ -48,7 +48,7 @@ from service.scheduling.row_batcher import RowBatcher
 from service.scheduling.turns import RoundRobinTurns
 from service.translation.exports import ModelSpec, installed_revision, model_spec, onnx_bytes
 from service.translation.languages import normalise_language_code
-from service.translation.model_settings import ModelSettings
+from service.translation.model_settings import DEFAULT_EXPORT, ModelSettings
 from service.translation.translator import Translator
 
 logger = logging.getLogger(__name__)
@@ -62,16 +62,16 @@ class RegistryError(Exception):
 
 
 def discover_models(
-    model_dirs: Sequence[Path],
+    exports: Sequence[Path],
     models_dir: Path | None,
-    model_dir: Path,
-    model_name: str = "",
+    served_model_name: str = "",
     load_only: Sequence[str] = (),
 ) -> list[ModelSpec]:
-    """The models the settings name: ``model_dirs`` and the sub-directories of ``models_dir``
-    that hold a ``config.json`` (an installed model replaces a ``model_dirs`` model of its
-    pair, as a pulled model replaces a shipped one); ``model_dir`` alone (named ``model_name``
-    if given) when both are empty. ``load_only``: only the models of those languages."""
+    """The models the settings name: ``exports`` and the sub-directories of ``models_dir``
+    that hold a ``config.json`` (an installed model replaces an export of its pair, as a
+    pulled model replaces a shipped one); the default export when both are empty. A model
+    served alone is named ``served_model_name`` if given. ``load_only``: only the models of
+    those languages."""
     installed: list[Path] = []
     if models_dir is not None:
         root = Path(models_dir)
@@ -83,10 +83,10 @@ def discover_models(
             for sub in root.iterdir()
             if not sub.name.startswith(".") and (sub / "config.json").is_file()
         )
-    alone = not model_dirs and not installed
-    given = [model_spec(Path(path), "") for path in model_dirs]
-    if alone:
-        given = [model_spec(Path(model_dir), model_name)]
+    if not exports and not installed:
+        exports = [DEFAULT_EXPORT]
+    alone = len(exports) == 1 and not installed
+    given = [model_spec(Path(path), served_model_name if alone else "") for path in exports]
     pulled = [model_spec(directory, "") for directory in installed]
     replaced = {spec.pair for spec in pulled if not spec.multilingual}
     for spec in given:

@@ -272,7 +272,7 @@ def test_load_only_setting_splits_and_reaches_the_served_languages(pulled, tmp_p
     config.update(source_lang="de", target_lang="en", model_name="opus-mt-de-en")
     (copy / "config.json").write_text(json.dumps(config))
     settings = Settings(
-        model_dirs=[copy], models_dir=pulled, load_only="de,en", provider="cpu", lazy_load=True
+        exports=[copy], models_dir=pulled, load_only="de,en", provider="cpu", lazy_load=True
     )
     assert settings.model.load_only == ["de", "en"]
     with TestClient(create_app(settings)) as client:

@@ -112,7 +112,7 @@ def test_a_configured_models_dir_that_is_missing_is_created(tmp_path):
     shipped = tmp_path / "shipped"
     shipped.mkdir()
     (shipped / "config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
-    settings = Settings(model_dirs=[shipped], models_dir=tmp_path / "volume" / "models")
+    settings = Settings(exports=[shipped], models_dir=tmp_path / "volume" / "models")
     with pytest.raises(RegistryError, match="is not a directory"):
         discover_models([shipped], settings.model.models_dir, Path("unused"))
     served = startup_settings(settings)

@@ -112,7 +112,7 @@ async def frontend(
     model_dir: Path, data_dir: Path, address: str, model_id: str, heard: bool = True
 ):
     settings = Settings(
-        model_dir=model_dir,
+        exports=[model_dir],
         provider="cpu",
         data_dir=data_dir,
         language_detection=False,

@@ -122,7 +122,7 @@ def model_dir(tmp_path_factory):
 
 def make_settings(model_dir, data_dir, **overrides) -> Settings:
     return Settings(
-        model_dir=model_dir,
+        exports=[model_dir],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=24,
@@ -327,7 +327,7 @@ def test_a_pivot_uses_the_memory_of_the_requested_pair(tmp_path_factory, tmp_pat
     """de->fr runs de->en->fr; the de->fr memory answers before either model runs."""
     dirs = language_models(tmp_path_factory)
     settings = Settings(
-        model_dirs=list(dirs.values()),
+        exports=list(dirs.values()),
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=24,

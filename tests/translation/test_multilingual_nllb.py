@@ -236,7 +236,7 @@ MAX_NEW = 20
 @pytest.fixture(scope="module")
 def client(nllb):
     settings = Settings(
-        model_dirs=[nllb[2]],
+        exports=[nllb[2]],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=MAX_NEW,

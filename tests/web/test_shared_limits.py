@@ -82,7 +82,7 @@ def test_front_ends_of_the_multi_process_service_share_their_windows(tmp_path):
     from service.engine_core.plan import ProcessPlan
     from service.wiring import create_app
 
-    settings = Settings(data_dir=tmp_path, model_dir=tmp_path / "none", language_detection=False)
+    settings = Settings(data_dir=tmp_path, exports=[tmp_path / "none"], language_detection=False)
     front_end = create_app(settings, engine_cores=ProcessPlan(2, 1, 1, 2))
     assert isinstance(front_end.state.access.limiter, SharedRateLimiter)
     assert isinstance(create_app(settings).state.access.limiter, RateLimiter)

@@ -52,7 +52,7 @@ def _trickle(url: str, answers: list[bytes], stop: threading.Event) -> None:
 
 def test_clients_trickling_bodies_do_not_shut_out_a_translation(model_dir, tmp_path):
     settings = Settings(
-        model_dir=model_dir,
+        exports=[model_dir],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=8,
@@ -82,7 +82,7 @@ def test_clients_trickling_bodies_do_not_shut_out_a_translation(model_dir, tmp_p
 
 def test_a_wrong_key_in_a_header_is_refused_before_the_body(model_dir, tmp_path):
     settings = Settings(
-        model_dir=model_dir, provider="cpu", intra_op_threads=1, api_keys="good", data_dir=tmp_path
+        exports=[model_dir], provider="cpu", intra_op_threads=1, api_keys="good", data_dir=tmp_path
     )
     with live_server(settings) as url:
         for head, status in (
