@@ -33,17 +33,13 @@ from service.storage.glossaries import GlossaryStore
 from service.storage.memories import MemoryStore
 from service.text.tokenizer import Tokenizer
 from service.translation.detection import LanguageDetector
+from service.translation.discovery import RegistryError, discover_models
 from service.translation.dispatch import Dispatcher
 from service.translation.exports import ModelSpec
 from service.translation.plan_follower import PlanFollower
-from service.translation.registry import (
-    LoadedModel,
-    ModelLoader,
-    ModelRegistry,
-    RegistryError,
-    discover_models,
-)
+from service.translation.registry import ModelRegistry
 from service.translation.routing import source_languages
+from service.translation.slots import LoadedModel, ModelLoader
 from service.translation.translator import Translator
 from service.web.access import AccessPolicy
 from service.web.app import build_app

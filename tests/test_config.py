@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service.config import FIXED_NOW, GROUPS, RENAMED, Settings, configuration_markdown
+from scripts.config_docs import configuration_markdown
+from service.config import FIXED_NOW, GROUPS, RENAMED, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -38,7 +38,8 @@ from service.cpus import cpu_budget
 from service.engine_core.plan import ProcessPlan, plan_processes, runs_split
 from service.processes.children import Child, frontend
 from service.processes.swaps import RevisionSwaps
-from service.translation.registry import ModelSpec, RegistryError, discover_models
+from service.translation.discovery import RegistryError, discover_models
+from service.translation.exports import ModelSpec
 
 logger = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ class ServiceState:
         if self.phase == "loading":
             self.phase = "ready"
             logger.info("ready: %d models, %d loaded", len(registry.slots), registry.loaded_count())
-            registry.watch_revisions()  # new revisions of installed models (models update)
+            registry.revisions.watch()  # new revisions of installed models (models update)
 
     def _document_translator(self, job: DocumentJob) -> TranslateTexts:
         """A document job's texts through the dispatcher, by the job's pair, with the

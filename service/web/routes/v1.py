@@ -8,8 +8,9 @@ from fastapi import APIRouter, Request, Response
 
 from service.text.pipeline import TextTranslation
 from service.translation.detection import Detection
-from service.translation.dispatch import Dispatcher, DispatchResult, RoutePlan, collect
+from service.translation.dispatch import Dispatcher, DispatchResult, collect
 from service.translation.languages import LanguagePair
+from service.translation.planning import RoutePlan
 from service.translation.request import Output, Routing, TranslationRequest
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, run_for_client
