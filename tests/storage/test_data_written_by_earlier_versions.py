@@ -17,7 +17,7 @@ from service.storage.documents import DocumentStore
 from service.storage.glossaries import GlossaryStore
 from service.storage.memories import PAIR_DEFAULT, MemoryChoice, MemoryStore
 from service.storage.sqlite import DOCUMENTS_FILE_NAME, FILE_NAME, LIMITS_FILE_NAME
-from service.web.quota import CharacterQuota, Usage
+from service.web.quota import CharacterQuota, MonthlyUsage
 from service.web.shared_limits import SharedRateLimiter
 
 DUMPS = Path(__file__).parent / "written_by_earlier"
@@ -59,7 +59,7 @@ def test_stored_glossaries_and_memories_read_and_grow(databases):
 def test_the_usage_count_and_the_rate_window_carry_on(databases):
     quota = CharacterQuota(databases.main, limit=0, clock=lambda: DUMPED_AT)
     quota.record("key:k", 5, 0)
-    assert quota.usage("key:k") == Usage(characters=17, memory_segments=1)
+    assert quota.usage("key:k") == MonthlyUsage(characters=17, memory_segments=1)
     # The dumped window holds 10 characters: 85 more fit in 100 a minute, 95 do not.
     limiter = SharedRateLimiter(databases.limits, clock=lambda: DUMPED_AT)
     allowed = dict(requests_per_minute=10, chars_per_minute=100)

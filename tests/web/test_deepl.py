@@ -161,9 +161,9 @@ def test_the_official_client_raises_its_own_exceptions(model_dir, tmp_path, monk
 
 
 def test_in_flight_bound_answers_v2_in_deepls_shape(model_dir, tmp_path):
-    from service.web.admission import AdmissionGate
+    from service.web.inflight import InflightGate
 
-    gate = AdmissionGate(None, max_in_flight=0, retry_after_s=3, metrics=_metrics())  # type: ignore[arg-type]
+    gate = InflightGate(None, max_in_flight=0, retry_after_s=3, metrics=_metrics())  # type: ignore[arg-type]
     sent: list[dict] = []
 
     async def send(message: dict) -> None:
