@@ -33,7 +33,7 @@ from service.web.errors import ERROR_RESPONSES, ApiError
 from service.web.file_store import attachment, safe_filename
 from service.web.lifecycle import ServiceState
 from service.web.routes.files import checked_upload, require_files_enabled
-from service.web.schemas import DocumentJobStatus
+from service.web.stored_schemas import DocumentJobStatus
 
 router = APIRouter(prefix="/v1/documents")
 

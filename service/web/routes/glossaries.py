@@ -23,7 +23,7 @@ from service.translation.routing import plan_route
 from service.web.deps import CurrentOwner, Service, json_body, request_body, sends_form
 from service.web.errors import ERROR_RESPONSES, ApiError, validated
 from service.web.lifecycle import ServiceState
-from service.web.schemas import GlossaryCard, GlossaryCreate, GlossaryList, MemoryPost
+from service.web.stored_schemas import GlossaryCard, GlossaryCreate, GlossaryList, MemoryPost
 
 router = APIRouter()
 Body = TypeVar("Body", bound=BaseModel)

@@ -26,7 +26,7 @@ from service.web.deps import CurrentOwner, Service, request_body
 from service.web.errors import ERROR_RESPONSES
 from service.web.lifecycle import ServiceState
 from service.web.routes.glossaries import entries_of, iso_time, read_entries_body
-from service.web.schemas import MemoryCard, MemoryEntries, MemoryList, MemoryPost
+from service.web.stored_schemas import MemoryCard, MemoryEntries, MemoryList, MemoryPost
 
 router = APIRouter()
 
