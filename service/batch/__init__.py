@@ -41,11 +41,12 @@ from service.metrics import ServiceMetrics
 from service.models_cli.startup import default_models_dir
 from service.text.files import TranslatedFile, translate_file
 from service.text.pipeline import DecodingOptions
+from service.translation.discovery import discover_models, serving_pairs
 from service.translation.exports import ModelSpec
 from service.translation.languages import LanguagePair
-from service.translation.registry import LoadedModel, discover_models, serving_pairs
 from service.translation.request import TranslationRequest
 from service.translation.routing import Route, plan_route
+from service.translation.slots import LoadedModel
 from service.translation.translator import Translator
 
 __all__ = [
@@ -90,23 +91,22 @@ def shipped_exports(root: Path | None = None) -> list[Path]:
 
 
 def model_specs(settings: Settings) -> list[ModelSpec]:
-    """The models to translate with: those the settings name (``MT_MODEL_DIRS``,
-    ``MT_MODELS_DIR``, ``MT_MODEL_DIR``), as the server finds them; where they name none,
+    """The models to translate with: those the settings name (``MT_EXPORTS``,
+    ``MT_MODELS_DIR``), as the server finds them; where they name none,
     ``make serve``'s: the shipped exports and the installed models. ``RegistryError`` when
     there are none."""
     model = settings.model
-    named = {"model_dir", "model_dirs", "models_dir"} & model.model_fields_set
+    named = {"exports", "models_dir"} & model.model_fields_set
     if named:
         return discover_models(
-            model.model_dirs, model.models_dir, model.model_dir, model.model_name, model.load_only
+            model.exports, model.models_dir, model.served_model_name, model.load_only
         )
     installed = default_models_dir(settings)
     has_installed = installed.is_dir() and any(installed.glob("*/config.json"))
     return discover_models(
         shipped_exports(),
         installed if has_installed else None,
-        model.model_dir,
-        model.model_name,
+        model.served_model_name,
         model.load_only,
     )
 
@@ -159,16 +159,14 @@ class BatchTranslator:
     loads on first use; :meth:`close` (or the ``with`` block's end) stops them.
 
     ``settings``: the service's settings (default: the environment's, ``MT_*``);
-    ``model_dirs``: these exports instead of what the settings name."""
+    ``exports``: these export directories instead of what the settings name."""
 
     def __init__(
-        self, settings: Settings | None = None, model_dirs: Sequence[str | Path] = ()
+        self, settings: Settings | None = None, exports: Sequence[str | Path] = ()
     ) -> None:
         settings = settings or get_settings()
-        if model_dirs:
-            settings = settings.replace(
-                model_dirs=[Path(path) for path in model_dirs], models_dir=None
-            )
+        if exports:
+            settings = settings.replace(exports=[Path(path) for path in exports], models_dir=None)
         self.settings = batch_settings(settings)
         self.specs = model_specs(self.settings)
         self.by_pair = serving_pairs(self.specs)

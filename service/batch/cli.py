@@ -27,7 +27,7 @@ from service.batch import BatchTranslator
 from service.config import get_settings
 from service.errors import ServiceError, UnsupportedFile, UnsupportedLanguage
 from service.text.files import SUPPORTED_EXTENSIONS
-from service.translation.registry import RegistryError
+from service.translation.discovery import RegistryError
 
 USAGE_ERROR = 2
 FAILED = 1
@@ -38,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
     command = argparse.ArgumentParser(
         prog="python -m service translate",
         description="Translate text or files with the installed models, without a server.",
-        epilog=f"formats: {formats}. Models: MT_MODEL_DIRS / MT_MODELS_DIR as for the server; "
+        epilog=f"formats: {formats}. Models: MT_EXPORTS / MT_MODELS_DIR as for the server; "
         "by default the shipped exports (build/onnx) and the pulled models. "
         "docs/batch.md has the details.",
     )
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage(f"--output {args.output}: several files need a directory")
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     try:
-        translator = BatchTranslator(settings, model_dirs=args.model_dir)
+        translator = BatchTranslator(settings, exports=args.model_dir)
     except RegistryError as error:
         print(f"error: no models to translate with: {error}", file=sys.stderr)
         return FAILED

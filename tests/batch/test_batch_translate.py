@@ -45,7 +45,7 @@ def one_thread(monkeypatch):
 
 
 def settings(model_dir) -> Settings:
-    return Settings(model_dirs=[model_dir], provider="cpu", intra_op_threads=1)
+    return Settings(exports=[model_dir], provider="cpu", intra_op_threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_many_texts_go_in_several_chunks_and_come_back_in_order(batch, served, m
 
 
 def test_the_module_function_loads_the_models_once(model_dir, monkeypatch, served):
-    monkeypatch.setenv("MT_MODEL_DIRS", str(model_dir))
+    monkeypatch.setenv("MT_EXPORTS", str(model_dir))
     get_settings.cache_clear()
     monkeypatch.setattr(service.batch, "_shared", None)
     first = service.batch.translate(["Save the file."], "en", "de")

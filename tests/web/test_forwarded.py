@@ -90,7 +90,7 @@ def test_a_bad_entry_in_the_setting_stops_the_start():
 
 
 def test_uvicorn_does_not_apply_its_own_proxy_rule(model_dir):
-    settings = Settings(model_dir=model_dir)
+    settings = Settings(exports=[model_dir])
     assert uvicorn_config(create_app(settings), settings).proxy_headers is False
 
 
@@ -100,7 +100,7 @@ def test_uvicorn_does_not_apply_its_own_proxy_rule(model_dir):
 def serve(model_dir, peer: tuple[str, int], **overrides) -> TestClient:
     fields = {"trusted_proxies": "10.0.0.0/8", "rate_limit_requests_per_minute": 1, **overrides}
     settings = Settings(
-        model_dir=model_dir, provider="cpu", intra_op_threads=1, max_new_tokens=4, **fields
+        exports=[model_dir], provider="cpu", intra_op_threads=1, max_new_tokens=4, **fields
     )
     client = TestClient(create_app(settings), client=peer)
     client.__enter__()

@@ -32,7 +32,7 @@ def models(tmp_path_factory):
 
 def serve(models, tmp_path_factory, **overrides):
     settings = Settings(
-        model_dirs=list(models.values()),
+        exports=list(models.values()),
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=16,
@@ -214,12 +214,12 @@ def test_the_in_flight_bound_answers_in_googles_shape_for_both_methods(method):
     import json
 
     from service.metrics import ServiceMetrics
-    from service.web.admission import AdmissionGate
+    from service.web.inflight import InflightGate
 
     async def unreachable(scope, receive, send):  # the gate refuses before the app
         raise AssertionError("admitted")
 
-    gate = AdmissionGate(unreachable, max_in_flight=0, retry_after_s=3, metrics=ServiceMetrics())
+    gate = InflightGate(unreachable, max_in_flight=0, retry_after_s=3, metrics=ServiceMetrics())
     sent: list[dict] = []
 
     async def send(message: dict) -> None:

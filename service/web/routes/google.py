@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
+from service.storage.owners import Owner
 from service.translation.dispatch import collect
 from service.translation.languages import LanguagePair, language_name
 from service.translation.request import Routing, TranslationRequest
@@ -102,20 +103,18 @@ def api_key(request: Request) -> str | None:
     return request.query_params.get("key") or request.headers.get("x-goog-api-key") or None
 
 
-def admit(request: Request, access: AccessPolicy, chars: int) -> str | None:
-    """The service's keys and limits; the request's key. A missing key is Google's 403,
+def admit(request: Request, access: AccessPolicy, chars: int) -> Owner:
+    """The service's keys and limits; whose stored items the request sees. A missing key is Google's 403,
     not 401: Google's clients take a 401 for expired credentials and refresh them (which
     anonymous or API-key clients cannot) instead of reporting it."""
-    key = api_key(request)
     try:
-        access.admit(request, key, chars=chars)
+        return access.admit(request, api_key(request), chars=chars)
     except ApiError as error:
         if error.status == 401:
             raise ApiError(
                 403, "api_key_required", f"The request is missing a valid API key. {error.message}"
             ) from error
         raise
-    return key
 
 
 async def read_fields(request: Request, model: type[Body]) -> Body:
@@ -166,7 +165,7 @@ async def translate(
     request: Request, response: Response, service: Service, access: Access
 ) -> GoogleTranslateResponse:
     body = await read_fields(request, GoogleTranslateRequest)
-    key = admit(request, access, chars=sum(map(len, body.q)))
+    owner = admit(request, access, chars=sum(map(len, body.q)))
     dispatcher = service.require_dispatcher()
     text_format = body.format or "html"  # Google's default
     translation = TranslationRequest(
@@ -174,7 +173,7 @@ async def translate(
         LanguagePair.parse(google_code(body.source), google_code(body.target)),
         service.limits.options(None, None),
         format=text_format,
-        memory=memory_choice(access.owner(request, key)),
+        memory=memory_choice(owner),
         # Each text's language on its own, as Google detects; HTML goes by one route.
         routing=Routing.EACH_TEXT if text_format == "text" else Routing.ONE_DETECTION,
     )
