@@ -19,7 +19,7 @@ from pathlib import Path
 from service.__main__ import GracefulServer, uvicorn_config
 from service.config import get_settings
 from service.engine_core.plan import PublishedPlan
-from service.processes.supervisor import die_with_parent
+from service.processes.children import die_with_parent
 from service.web.request_id import install_request_id_logging
 from service.wiring import create_app
 
