@@ -23,6 +23,7 @@ from service.engine_core.server import EngineCoreServer
 from service.metrics import ServiceMetrics
 from service.processes.children import die_with_parent
 from service.runtime.engine import open_engine
+from service.web.request_log import configure_logging
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = get_settings()
     if args.threads:
         settings = settings.replace(intra_op_threads=args.threads)
-    logging.basicConfig(
-        level=settings.process.log_level.upper(),
-        format=f"%(asctime)s %(levelname)s %(name)s [engine core {args.model_id} "
-        "%(process)d]: %(message)s",
+    process = settings.process  # logs as the front-ends and the single process write them
+    configure_logging(
+        process.log_level, process.log_format, f"engine core {args.model_id} %(process)d"
     )
     cpus = args.cpus or cpu_budget().cpus
     server = load_server(settings, args.model_id, args.model_dir, args.address, cpus)
