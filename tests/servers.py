@@ -10,7 +10,8 @@ says 200:
 
 ``Served.client`` is an ``httpx.Client`` either way, so a test written against one runs against
 both: a module's client fixture takes the ``process_mode`` fixture (tests/conftest.py), which
-runs its tests in each mode, one server per mode and module.
+runs its tests in each mode, one server per mode and module. ``wait_ready`` (tests/ready.py)
+is the one wait for ``/ready``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,41 +27,11 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from tests.live_server import free_port
+from tests.live_server import free_port, live_server
 from tests.process_tree import start_service, stop_service
+from tests.ready import wait_ready
 
 MODES = ("single", "multi")
-READY_TIMEOUT_S = 180.0
-
-
-def wait_ready(
-    client: httpx.Client | str,
-    timeout_s: float = READY_TIMEOUT_S,
-    *,
-    until: Callable[[httpx.Response], bool] = lambda response: response.status_code == 200,
-    process: subprocess.Popen[bytes] | None = None,
-    log: Callable[[], str] = lambda: "",
-) -> httpx.Response:
-    """``/ready``'s first answer that ``until`` accepts (by default a 200), asked every 20 ms:
-    ``client`` is a client of the app (a ``TestClient`` too) or a server's base URL. A server
-    that does not answer yet is asked again; ``process``, where given, must stay alive. Fails
-    with the last answer (and ``log()``) after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    last = "no answer"
-    while True:
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"the server exited with {process.returncode}:\n{log()}")
-        with contextlib.suppress(httpx.TransportError):
-            if isinstance(client, str):
-                response = httpx.get(f"{client.rstrip('/')}/ready", timeout=5, trust_env=False)
-            else:
-                response = client.get("/ready")
-            if until(response):
-                return response
-            last = f"{response.status_code} {response.text}"
-        if time.monotonic() > deadline:
-            raise AssertionError(f"/ready never answered as expected: {last}\n{log()}")
-        time.sleep(0.02)
 
 
 def settings_env(**settings: Any) -> dict[str, str]:
@@ -80,7 +50,7 @@ def settings_env(**settings: Any) -> dict[str, str]:
 def multi_env(**settings: Any) -> dict[str, str]:
     """The environment of a small multi-process service: this one without its ``MT_*``
     settings, one front-end and one engine core of one thread on the CPU, no access log, a
-    short drain; ``settings`` (flat field names, as ``Settings`` takes them) add or override."""
+    short drain, the rest as ``Settings()`` has it; ``settings`` (flat field names, as ``Settings`` takes them) add or override."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("MT_")}
     env |= settings_env(
         process_mode="multi",
@@ -88,10 +58,9 @@ def multi_env(**settings: Any) -> dict[str, str]:
         engine_replicas=1,
         intra_op_threads=1,
         provider="cpu",
-        language_detection=False,
         access_log=False,
         log_level="warning",
-        shutdown_grace_s=3,
+        shutdown_grace_s=1,
     )
     return env | settings_env(**settings)
 
@@ -110,25 +79,29 @@ class Served:
 
 
 @contextlib.contextmanager
-def serving(mode: str, workdir: Path, **settings: Any) -> Iterator[Served]:
+def serving(mode: str, workdir: Path, *, http: bool = False, **settings: Any) -> Iterator[Served]:
     """The service of ``Settings(**settings)`` in ``mode`` until the block ends, ready.
     ``workdir``: where a multi-process service writes its log (and its data, unless
-    ``data_dir`` is among the settings)."""
+    ``data_dir`` is among the settings). ``http``: in one process too, a real socket (uvicorn
+    in a thread, tests/live_server.py), for clients that open their own connections."""
     settings.setdefault("data_dir", workdir / "data")
-    if mode == "single":
-        from fastapi.testclient import TestClient
-
-        from service.config import Settings
-        from service.wiring import create_app
-
-        settings = {"provider": "cpu", "intra_op_threads": 1} | settings
-        app = create_app(Settings(**settings))
-        with TestClient(app) as client:
-            wait_ready(client)
-            yield Served(mode, client, "http://testserver/", app=app)
+    if mode == "multi":
+        with child_service(workdir, **settings) as served:
+            yield served
         return
-    with child_service(workdir, **settings) as served:
-        yield served
+    from fastapi.testclient import TestClient
+
+    from service.config import Settings
+    from service.wiring import create_app
+
+    app = create_app(Settings(**({"provider": "cpu", "intra_op_threads": 1} | settings)))
+    if http:
+        with live_server(app=app) as base, httpx.Client(base_url=base, timeout=60) as client:
+            yield Served(mode, client, base, app=app)
+        return
+    with TestClient(app) as test_client:
+        wait_ready(test_client)
+        yield Served(mode, test_client, "http://testserver/", app=app)
 
 
 @contextlib.contextmanager

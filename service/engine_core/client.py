@@ -58,7 +58,11 @@ from service.scheduling.stream import RowStream, all_rows
 logger = logging.getLogger(__name__)
 
 PING_S = 0.1  # how often each replica is pinged
-SILENCE_S = 0.5  # a live replica silent this long is taken for hung
+# A live replica silent this long is taken for hung. A core that died is seen at once (its
+# connection closes); one that lives answers pings from its event loop, which a long
+# admission pass over thousands of queued sentences, or a machine with more runnable threads
+# than CPUs, can hold for most of a second: a shorter bound fails its rows while it works.
+SILENCE_S = 2.0
 # Just after start the first pongs are on their way (the loader's probe found a core up):
 # a request waits this long for them rather than being refused.
 FIRST_PONG_WAIT_S = 1.0
@@ -216,7 +220,9 @@ class EngineCoreClient:
         if not usable:
             raise EngineUnavailable(self._unavailable())
         replica = min(usable, key=lambda r: (r.outstanding_rows, r.queue_depth, r.index))
-        if replica.queue_depth + sentences > self.max_queue:
+        # As the engine core's own queue: an empty queue takes any request (one within the
+        # text limits may have more sentences than MT_MAX_QUEUE).
+        if replica.queue_depth and replica.queue_depth + sentences > self.max_queue:
             raise QueueFull(
                 f"the queue is full ({replica.queue_depth} of MT_MAX_QUEUE={self.max_queue} "
                 f"sentences waiting; this request has {sentences})"

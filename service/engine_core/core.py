@@ -24,6 +24,11 @@ from service.scheduling.settings import BatchingSettings
 
 Turn = Callable[[], AbstractContextManager[object]]
 
+# Texts of MT_MAX_CHARS_PER_TEXT characters, each in its shortest sentences, that the queue
+# holds where MT_MAX_QUEUE is unset: a few users pasting a page each at the same moment are
+# served, not refused because the others' sentences still wait.
+TEXTS_AT_ONCE = 4
+
 
 @dataclass(frozen=True)
 class EngineCore:
@@ -57,14 +62,15 @@ def build_engine_core(
     """``engine`` warmed up, calibrated where admission is cost-aware, behind its batcher.
 
     ``batching``: the batching settings as they are; the queue is sized here from
-    ``max_chars_per_text`` (``MT_MAX_CHARS_PER_TEXT``) where ``MT_MAX_QUEUE`` is unset, so one
-    text within the advertised limit is never refused by an idle engine core. ``metrics``: the
+    ``max_chars_per_text`` (``MT_MAX_CHARS_PER_TEXT``) where ``MT_MAX_QUEUE`` is unset, so
+    ``TEXTS_AT_ONCE`` texts within the advertised limit are not refused by an idle engine
+    core. ``metrics``: the
     model's (``ServiceMetrics.for_model``). ``cpus``: this core's share of the CPUs (the whole
     budget in one process, the plan's share per replica in an engine-core process), which
     decides whether the encoder thread gets a core of its own. ``turn``: several models on one
     device take turns (service/scheduling/turns.py)."""
     engine.warmup()
-    batching = batching.queue_for(max_chars_per_text)
+    batching = batching.queue_for(TEXTS_AT_ONCE * max_chars_per_text)
     if batching.admission_cost_aware and batching.batching == "continuous":
         engine.calibrate()
     batcher = ContinuousBatcher(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from service.config import Settings
-from service.engine_core.core import EngineCore
+from service.engine_core.core import TEXTS_AT_ONCE, EngineCore
 from service.metrics import ServiceMetrics
 from service.processes.engine_process import load_server
 from service.scheduling.settings import SHORTEST_SENTENCE_CHARS
@@ -59,8 +59,8 @@ def test_both_process_modes_build_the_same_engine_core_from_the_same_settings(
     )
     in_process, in_own_process = both_ways(settings, model_dir, tmp_path, cpus=2)
     for core in (in_process, in_own_process):
-        # a paste of the character limit in its shortest sentences fits an idle queue
-        assert core.batcher.max_queue == 4500 // SHORTEST_SENTENCE_CHARS
+        # pastes of the character limit in their shortest sentences fit an idle queue
+        assert core.batcher.max_queue == TEXTS_AT_ONCE * 4500 // SHORTEST_SENTENCE_CHARS
         assert core.engine.step_cost.fitted and core.engine.encode_cost.fitted  # calibrated
         assert core.batcher._loop.overlap is not None  # a spare core: the encoder thread
     assert in_process.info == in_own_process.info

@@ -38,6 +38,7 @@ from service.engine_core.protocol import (
 from service.engine_core.server import tuned
 from service.translation.registry import discover_models
 from service.wiring import create_app
+from tests.ready import wait_ready_async
 from tests.service_fixtures import only_model, tiny_model
 
 QUEUE_FULL = "the queue is full (4 of MT_MAX_QUEUE=4 sentences waiting; this request has 1)"
@@ -123,11 +124,13 @@ async def frontend(
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://mt") as client:
-            for _ in range(1000):  # ready, and (``heard``) the first pong heard
-                ready = (await client.get("/ready")).status_code == 200
-                if ready and (only_model(app).batcher.live_replicas or not heard):
-                    break
-                await asyncio.sleep(0.01)
+            await wait_ready_async(  # ready, and (``heard``) the first pong heard
+                client,
+                until=lambda ready: (
+                    ready.status_code == 200
+                    and (only_model(app).batcher.live_replicas > 0 or not heard)
+                ),
+            )
             yield client
 
 
