@@ -17,7 +17,6 @@ is the one wait for ``/ready``.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,41 +27,10 @@ import httpx
 from fastapi import FastAPI
 
 from tests.live_server import free_port, live_server
-from tests.process_tree import start_service, stop_service
+from tests.process_tree import multi_env, start_service, stop_service
 from tests.ready import wait_ready
 
 MODES = ("single", "multi")
-
-
-def settings_env(**settings: Any) -> dict[str, str]:
-    """``Settings(**settings)`` as the ``MT_*`` variables of a child process."""
-
-    def text(value: Any) -> str:
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, (list, tuple)):
-            return ",".join(str(item) for item in value)
-        return str(value)
-
-    return {f"MT_{name.upper()}": text(value) for name, value in settings.items()}
-
-
-def multi_env(**settings: Any) -> dict[str, str]:
-    """The environment of a small multi-process service: this one without its ``MT_*``
-    settings, one front-end and one engine core of one thread on the CPU, no access log, a
-    short drain, the rest as ``Settings()`` has it; ``settings`` (flat field names, as ``Settings`` takes them) add or override."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MT_")}
-    env |= settings_env(
-        process_mode="multi",
-        frontends=1,
-        engine_replicas=1,
-        intra_op_threads=1,
-        provider="cpu",
-        access_log=False,
-        log_level="warning",
-        shutdown_grace_s=1,
-    )
-    return env | settings_env(**settings)
 
 
 @dataclass
