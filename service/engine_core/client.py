@@ -14,8 +14,8 @@ go to the replicas still live; none live is ``EngineUnavailable`` at once. The s
 restarts the process, the DEALER reconnects on its own, and the first pong makes the replica
 live again.
 
-Each row of a request is a ``ScheduledSentence`` here as in the in-process batcher (its ``unit`` is the
-request id), so ``RowStream`` serves both, and a timeout or a hang-up abandons the unfinished
+Each row of a request is a ``ScheduledSentence`` here as in the in-process batcher (its
+``unit`` is the request id), so ``RowStream`` serves both, and a timeout or a hang-up abandons the unfinished
 rows the same way: the client sends ``Abort`` and the engine core drops them.
 """
 

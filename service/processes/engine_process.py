@@ -2,9 +2,10 @@
 
 It builds the model's engine core as the one-process service does (service/engine_core/core.py:
 warm-up, calibration, the batcher and its queue) and serves it on its socket until SIGTERM,
-which drains: new rows are refused, the rows in flight finish within ``MT_SHUTDOWN_GRACE_S``. The settings
-come from the same ``MT_*`` environment as the front-ends'; the supervisor gives the model, the
-socket address, the intra-op threads and this replica's share of the CPUs of the plan.
+which drains: new rows are refused, the rows in flight finish within ``MT_SHUTDOWN_GRACE_S``.
+The settings come from the same ``MT_*`` environment as the front-ends' (and it logs as they
+do); the supervisor gives the model, the socket address, the intra-op threads and this
+replica's share of the CPUs of the plan.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Hostile-but-fair input against the service on a loopback socket, in both process modes,
-with the tiny real model: no 5xx for any client input, a JSON error body with a message for every 4xx, and the
-service healthy and translating afterwards.
+with the tiny real model: no 5xx for any client input, a JSON error body with a message for
+every 4xx, and the service healthy and translating afterwards.
 
 Two halves:
 
