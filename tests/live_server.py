@@ -6,15 +6,14 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
-import httpx
 import uvicorn
 from fastapi import FastAPI
 
 from service.config import Settings
 from service.wiring import create_app
+from tests.ready import wait_ready
 
 
 def free_port() -> int:
@@ -43,13 +42,7 @@ def live_server(settings: Settings | None = None, app: FastAPI | None = None) ->
     thread.start()
     base = f"http://127.0.0.1:{port}/"
     try:
-        for _ in range(3000):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}ready", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.01)
-        else:
-            raise AssertionError("the live server never became ready")
+        wait_ready(base)
         yield base
     finally:
         server.should_exit = True

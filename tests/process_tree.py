@@ -8,29 +8,47 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def multiprocess_env(**settings: str) -> dict[str, str]:
-    """This process's environment without its MT_* settings, for a small multi-process
-    service: two front-ends, one engine core of one thread on the CPU, no detection, no
-    access log, a short drain; ``settings`` add or override."""
+def settings_env(**settings: Any) -> dict[str, str]:
+    """``Settings(**settings)`` as the ``MT_*`` variables of a child process."""
+
+    def text(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (list, tuple)):
+            return ",".join(str(item) for item in value)
+        return str(value)
+
+    return {f"MT_{name.upper()}": text(value) for name, value in settings.items()}
+
+
+def multi_env(**settings: Any) -> dict[str, str]:
+    """The environment of a small multi-process service: this one without its ``MT_*``
+    settings, one front-end and one engine core of one thread on the CPU, no access log, a
+    short drain, the rest as ``Settings()`` has it; ``settings`` (flat field names, as
+    ``Settings`` takes them) add or override."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("MT_")}
-    env.update(
-        MT_PROCESS_MODE="multi",
-        MT_FRONTENDS="2",
-        MT_ENGINE_REPLICAS="1",
-        MT_INTRA_OP_THREADS="1",
-        MT_PROVIDER="cpu",
-        MT_LANGUAGE_DETECTION="false",
-        MT_ACCESS_LOG="false",
-        MT_LOG_LEVEL="warning",
-        MT_SHUTDOWN_GRACE_S="3",
+    env |= settings_env(
+        process_mode="multi",
+        frontends=1,
+        engine_replicas=1,
+        intra_op_threads=1,
+        provider="cpu",
+        access_log=False,
+        log_level="warning",
+        shutdown_grace_s=1,
     )
-    env.update(settings)
-    return env
+    return env | settings_env(**settings)
+
+
+def multiprocess_env(**settings: str) -> dict[str, str]:
+    """``multi_env`` with two front-ends and no language detection; ``settings`` are
+    ``MT_*`` variables that add or override."""
+    return multi_env(frontends=2, language_detection=False, shutdown_grace_s=3) | settings
 
 
 def start_service(port: int, env: dict[str, str], log: IO[bytes]) -> subprocess.Popen:

@@ -14,8 +14,8 @@ go to the replicas still live; none live is ``EngineUnavailable`` at once. The s
 restarts the process, the DEALER reconnects on its own, and the first pong makes the replica
 live again.
 
-Each row of a request is a ``ScheduledSentence`` here as in the in-process batcher (its ``unit`` is the
-request id), so ``RowStream`` serves both, and a timeout or a hang-up abandons the unfinished
+Each row of a request is a ``ScheduledSentence`` here as in the in-process batcher (its
+``unit`` is the request id), so ``RowStream`` serves both, and a timeout or a hang-up abandons the unfinished
 rows the same way: the client sends ``Abort`` and the engine core drops them.
 """
 
@@ -28,7 +28,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import zmq
 import zmq.asyncio
@@ -58,7 +58,11 @@ from service.scheduling.stream import RowStream, all_rows
 logger = logging.getLogger(__name__)
 
 PING_S = 0.1  # how often each replica is pinged
-SILENCE_S = 0.5  # a live replica silent this long is taken for hung
+# A live replica silent this long is taken for hung. A core that died is seen at once (its
+# connection closes); one that lives answers pings from its event loop, which a long
+# admission pass over thousands of queued sentences, or a machine with more runnable threads
+# than CPUs, can hold for most of a second: a shorter bound fails its rows while it works.
+SILENCE_S = 2.0
 # Just after start the first pongs are on their way (the loader's probe found a core up):
 # a request waits this long for them rather than being refused.
 FIRST_PONG_WAIT_S = 1.0
@@ -190,17 +194,7 @@ class EngineCoreClient:
         replica = self._choose(len(rows))
         loop = asyncio.get_running_loop()
         request_id = next(self._request_ids)
-        sentences = [
-            ScheduledSentence(
-                next(self._sentence_ids),
-                row,
-                loop.create_future(),
-                loop,
-                unit=request_id,
-                background=background,
-            )
-            for row in rows
-        ]
+        sentences = scheduled(rows, self._sentence_ids, request_id, background)
         accepted = loop.create_future() if ack else None
         request = PendingRequest(request_id, replica, sentences, accepted)
         if not self._links.post(replica, submit(request_id, rows, background, timeout_s, ack)):
@@ -212,15 +206,8 @@ class EngineCoreClient:
         return sentences
 
     def _choose(self, sentences: int) -> Replica:
-        usable = [replica for replica in self.replicas if replica.usable]
-        if not usable:
+        if (replica := least_loaded(self.replicas, sentences, self.max_queue)) is None:
             raise EngineUnavailable(self._unavailable())
-        replica = min(usable, key=lambda r: (r.outstanding_rows, r.queue_depth, r.index))
-        if replica.queue_depth + sentences > self.max_queue:
-            raise QueueFull(
-                f"the queue is full ({replica.queue_depth} of MT_MAX_QUEUE={self.max_queue} "
-                f"sentences waiting; this request has {sentences})"
-            )
         return replica
 
     def _unavailable(self) -> str:
@@ -257,25 +244,16 @@ class EngineCoreClient:
         replica.load = pong.load
         if not replica.live:
             replica.live = True
-            logger.info(
-                "engine core %d of %s is up (pid %d)",
-                replica.index,
-                self.info.model_id,
-                pong.load.pid,
-            )
+            model_id, pid = self.info.model_id, pong.load.pid
+            logger.info("engine core %d of %s is up (pid %d)", replica.index, model_id, pid)
         self._show_queue_depth()
 
     def _row_done(self, replica: Replica, message: RowDone) -> None:
         request = replica.requests.get(message.request_id)
-        if request is None or not 0 <= message.index < len(request.sentences):
+        if request is None:
             return  # abandoned or failed meanwhile
-        sentence = request.sentences[message.index]
-        if sentence.future.done():
-            return
-        sentence.future.set_result(message.result())
-        request.rows_left -= sentence.rows
-        replica.outstanding_rows -= sentence.rows
-        if all(s.future.done() for s in request.sentences):
+        replica.outstanding_rows -= request.row_done(message.index, message.result())
+        if request.finished:
             self._forget(request)
 
     def _lost(self, replica: Replica, why: str) -> None:
@@ -283,13 +261,8 @@ class EngineCoreClient:
         was_live, replica.live = replica.live, False
         in_flight = list(replica.requests.values())
         if was_live or in_flight:
-            logger.error(
-                "engine core %d of %s is unavailable (%s); %d requests in flight fail with 503",
-                replica.index,
-                self.info.model_id,
-                why,
-                len(in_flight),
-            )
+            what = f"engine core {replica.index} of {self.info.model_id} is unavailable ({why})"
+            logger.error("%s; %d requests in flight fail with 503", what, len(in_flight))
         for request in in_flight:
             self._fail(request, EngineUnavailable(self._unavailable()))
             self._links.post(replica, Abort(request.request_id))  # where it is only hung
@@ -303,9 +276,7 @@ class EngineCoreClient:
 
     def _fail(self, request: PendingRequest, error: BaseException) -> None:
         self._forget(request)
-        for sentence in request.sentences:
-            if not sentence.future.done():
-                sentence.future.set_exception(error)
+        request.fail(error)
 
     def _forget(self, request: PendingRequest) -> None:
         if self._requests.pop(request.request_id, None) is None:
@@ -314,6 +285,37 @@ class EngineCoreClient:
         replica.requests.pop(request.request_id, None)
         replica.outstanding_rows -= request.rows_left
         request.rows_left = 0
+
+
+def scheduled(
+    rows: Sequence[DecodeRequest], ids: Iterator[int], request_id: int, background: bool
+) -> list[ScheduledSentence]:
+    """A request's rows as the in-process batcher holds them (the request id as their unit),
+    their futures on the running event loop."""
+    loop = asyncio.get_running_loop()
+    return [
+        ScheduledSentence(
+            next(ids), row, loop.create_future(), loop, unit=request_id, background=background
+        )
+        for row in rows
+    ]
+
+
+def least_loaded(replicas: Sequence[Replica], sentences: int, max_queue: int) -> Replica | None:
+    """The live replica with the fewest rows outstanding from this front-end (its reported
+    queue breaks ties); None where none is live. ``QueueFull`` where that replica's queue has
+    no room for ``sentences``: as the engine core's own queue, an empty one takes any request
+    (one within the text limits may have more sentences than MT_MAX_QUEUE)."""
+    usable = [replica for replica in replicas if replica.usable]
+    if not usable:
+        return None
+    replica = min(usable, key=lambda r: (r.outstanding_rows, r.queue_depth, r.index))
+    if replica.queue_depth and replica.queue_depth + sentences > max_queue:
+        raise QueueFull(
+            f"the queue is full ({replica.queue_depth} of MT_MAX_QUEUE={max_queue} "
+            f"sentences waiting; this request has {sentences})"
+        )
+    return replica
 
 
 def ping_socket(context: zmq.Context, address: str) -> zmq.Socket:

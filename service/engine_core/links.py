@@ -29,7 +29,7 @@ from service.engine_core.protocol import (
     encode,
 )
 from service.engine_core.server import tuned
-from service.scheduling.sentences import ScheduledSentence
+from service.scheduling.sentences import RowResult, ScheduledSentence
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,26 @@ class PendingRequest:
 
     def __post_init__(self) -> None:
         self.rows_left = sum(sentence.rows for sentence in self.sentences)
+
+    @property
+    def finished(self) -> bool:
+        return all(sentence.future.done() for sentence in self.sentences)
+
+    def row_done(self, index: int, result: RowResult) -> int:
+        """The engine core's answer for row ``index``: the rows (beams) it answers, 0 where
+        that row was answered (or abandoned) already."""
+        if not 0 <= index < len(self.sentences) or self.sentences[index].future.done():
+            return 0
+        sentence = self.sentences[index]
+        sentence.future.set_result(result)
+        self.rows_left -= sentence.rows
+        return sentence.rows
+
+    def fail(self, error: BaseException) -> None:
+        """Every row not yet answered fails with ``error``."""
+        for sentence in self.sentences:
+            if not sentence.future.done():
+                sentence.future.set_exception(error)
 
     def accept(self) -> None:
         """The engine core's ``Accepted``: the rows are queued there."""

@@ -40,8 +40,8 @@ class BatchingSettings(BaseModel):
         None,
         ge=1,
         description="Most queued sentences; beyond it requests get 429 (an empty queue takes "
-        "any request within the text limits). Unset: one text of MT_MAX_CHARS_PER_TEXT "
-        "characters in the shortest sentences (3 characters: 1667 for 5000), at least 256.",
+        "any request within the text limits). Unset: four texts of MT_MAX_CHARS_PER_TEXT "
+        "characters in the shortest sentences (3 characters: 6667 for 5000), at least 256.",
     )
     batching: BatchingPolicy = Field(
         "continuous",

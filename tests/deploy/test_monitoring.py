@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,10 +112,7 @@ def exposition(tmp_path_factory):
         data_dir=tmp_path_factory.mktemp("monitoring_data"),
     )
     with TestClient(create_app(settings)) as client:
-        for _ in range(3000):
-            if client.get("/ready").status_code == 200:
-                break
-            time.sleep(0.01)
+        wait_ready(client)
         translated = client.post("/v1/translate", json={"text": "Save the file. Open it."})
         assert translated.status_code == 200, translated.text
         assert client.post("/v1/translate", json={"text": 3}).status_code == 422  # a refusal

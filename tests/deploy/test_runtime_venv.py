@@ -18,12 +18,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -247,21 +247,8 @@ def test_runtime_venv_serves_a_translation_and_stops_on_sigterm(
 
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
         with httpx.Client(base_url=base, timeout=10) as client:
-            while True:
-                assert server.poll() is None, (
-                    f"server exited with {server.returncode} before ready:\n{server_log()}"
-                )
-                try:
-                    if client.get("/ready").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, (
-                    f"/ready not 200 after {READY_TIMEOUT_S} s:\n{server_log()}"
-                )
-                time.sleep(0.5)
+            wait_ready(client, READY_TIMEOUT_S, process=server, log=server_log)
 
             response = client.post("/v1/translate", json={"text": "Save the file."}, timeout=60)
             assert response.status_code == 200, f"{response.text}\n{server_log()}"

@@ -3,8 +3,6 @@ service serves, sentence splitting, placeholders, budgets and refusals included.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from fastapi.testclient import TestClient
 
@@ -14,6 +12,7 @@ from service.config import Settings
 from service.runtime.engine import Engine
 from service.text.tokenizer import Tokenizer
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 TEXTS = [
@@ -32,10 +31,7 @@ def model_dir(tmp_path_factory):
 def test_evaluation_gives_the_translations_the_service_serves(model_dir):
     settings = Settings(exports=[model_dir], provider="cpu", intra_op_threads=1)
     with TestClient(create_app(settings)) as client:
-        for _ in range(600):
-            if client.get("/ready").status_code == 200:
-                break
-            time.sleep(0.05)
+        wait_ready(client)
         served = client.post("/v1/translate", json={"text": TEXTS, "source_lang": "en"}).json()
         too_long = client.post("/v1/translate", json={"text": "save " * 300})
     engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from service.text.tokenizer import M2M100_LANGUAGE_CODES, Tokenizer
 from service.wiring import create_app
 from tests.conftest import build_random_m2m100
 from tests.hub_cache import pull_offline, seed, use_offline
+from tests.ready import wait_ready
 
 ALIAS = "m2m100_418M"
 HUB_ID = "facebook/m2m100_418M"
@@ -141,10 +141,7 @@ def test_the_pulled_model_translates_as_transformers_generates(pulled, checkpoin
         models_dir=pulled, provider="cpu", intra_op_threads=1, language_detection=False
     )
     with TestClient(create_app(settings)) as client:
-        for _ in range(3000):  # the model loads in the background
-            if client.get("/ready").status_code == 200:
-                break
-            time.sleep(0.01)
+        wait_ready(client)
         languages = {entry["code"] for entry in client.get("/languages").json()}
         assert languages == set(M2M100_LANGUAGE_CODES["m2m100"])
         for (source, target), text in TEXTS.items():

@@ -25,6 +25,7 @@ from service.translation.request import TranslationRequest
 from service.web.deps import run_for_client
 from service.web.errors import ApiError
 from service.wiring import create_app
+from tests.ready import wait_ready_async
 from tests.service_fixtures import only_model, solo_translator, tiny_model
 
 BASE_TEXTS = [
@@ -146,10 +147,7 @@ async def serving(app) -> AsyncIterator[httpx.AsyncClient]:
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://mt") as client:
-            for _ in range(3000):
-                if (await client.get("/ready")).status_code == 200:
-                    break
-                await asyncio.sleep(0.01)
+            await wait_ready_async(client)
             yield client
 
 

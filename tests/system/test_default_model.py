@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import time
 from html import escape, unescape
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.wiring import create_app
+from tests.ready import wait_ready
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 SHIPPED = {("en", "de"): MODELS / "default", ("de", "en"): MODELS / "de-en"}
@@ -84,10 +84,7 @@ def serve(onnx_dirs, **overrides):
     settings = Settings(exports=onnx_dirs, provider="cpu", intra_op_threads=1, **overrides)
     test_client = TestClient(create_app(settings))
     test_client.__enter__()
-    for _ in range(600):
-        if test_client.get("/ready").status_code == 200:
-            break
-        time.sleep(0.1)
+    wait_ready(test_client)
     return test_client
 
 

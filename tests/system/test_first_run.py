@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.live_server import free_port
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,11 +151,13 @@ class ServerProcess:
 
     def wait_for_loaded(self) -> httpx.Response:
         """``/ready``'s first answer once the model is no longer loading."""
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while (ready := self.wait_for("/ready")).json()["status"] == "loading":
-            assert time.monotonic() < deadline, f"still loading:\n{self.output()}"
-            time.sleep(0.2)
-        return ready
+        return wait_ready(
+            self.client,
+            READY_TIMEOUT_S,
+            until=lambda answer: answer.json()["status"] != "loading",
+            process=self.process,
+            log=self.output,
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -166,7 +169,7 @@ class ServerProcess:
 def test_the_server_drains_and_exits_0_on_sigterm(shared_model_dir, tmp_path):
     server = ServerProcess(shared_model_dir, tmp_path, tmp_path / "server.log")
     try:
-        server.wait_for("/ready", 200)
+        wait_ready(server.client, READY_TIMEOUT_S, process=server.process, log=server.output)
         translated = server.client.post("/v1/translate", json={"text": "Save the file."})
         assert translated.status_code == 200, translated.text
         server.process.send_signal(signal.SIGTERM)

@@ -1,6 +1,6 @@
-"""Hostile-but-fair input against the real server (uvicorn on a loopback socket, the tiny real
-model): no 5xx for any client input, a JSON error body with a message for every 4xx, and the
-service healthy and translating afterwards.
+"""Hostile-but-fair input against the service on a loopback socket, in both process modes,
+with the tiny real model: no 5xx for any client input, a JSON error body with a message for
+every 4xx, and the service healthy and translating afterwards.
 
 Two halves:
 
@@ -33,7 +33,7 @@ from schemathesis import GenerationMode
 
 from service.config import Settings
 from service.wiring import create_app
-from tests.live_server import live_server
+from tests.servers import serving
 from tests.service_fixtures import tiny_model
 
 FUZZ_EXAMPLES = int(os.environ.get("MT_FUZZ_EXAMPLES", "25"))
@@ -41,20 +41,20 @@ FUZZ_REPORT = os.environ.get("MT_FUZZ_REPORT")
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory):
-    settings = Settings(
+def server_url(process_mode, tmp_path_factory):
+    """The service in each process mode, on a real socket (slow and unfinished bodies)."""
+    with serving(
+        process_mode,
+        tmp_path_factory.mktemp("fuzz"),
+        http=True,
         exports=[tiny_model(tmp_path_factory)],
-        provider="cpu",
-        intra_op_threads=1,
         max_body_bytes=2_000_000,  # a 1 MB word gets past the body limit to the text limits
         max_input_tokens=64,
         max_new_tokens=16,
         max_texts_per_request=16,
         request_timeout_s=30,
-        data_dir=tmp_path_factory.mktemp("data"),  # stored glossaries and document jobs
-    )
-    with live_server(settings) as url:
-        yield url.rstrip("/")
+    ) as served:  # stored glossaries and document jobs in its data directory
+        yield served.base.rstrip("/")
 
 
 @pytest.fixture(scope="module")

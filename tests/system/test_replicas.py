@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from tests.live_server import free_port
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,18 +38,6 @@ class Replica:
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.base, headers=KEY, timeout=30)
-
-
-def wait_ready(replica: Replica, timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if replica.process.poll() is not None:
-            raise AssertionError(f"the replica exited with {replica.process.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{replica.base}/ready", timeout=2).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise AssertionError("the replica never became ready")
 
 
 @contextlib.contextmanager
@@ -104,8 +93,8 @@ def two_replicas(tmp_path_factory, postgres_server) -> Iterator[tuple[Replica, R
         replica(model_dir, url, root / "a") as a,
         replica(model_dir, url, root / "b") as b,
     ):
-        wait_ready(a)
-        wait_ready(b)
+        wait_ready(a.base, process=a.process)
+        wait_ready(b.base, process=b.process)
         yield a, b, url
 
 
@@ -238,10 +227,7 @@ def test_a_replica_without_its_database_is_not_ready_and_answers_503_not_500(
         database_url=f"postgresql://mt:secret@127.0.0.1:{free_port()}/mt",  # nobody listens
     )
     with TestClient(create_app(settings)) as client:
-        deadline = time.monotonic() + 120
-        while (ready := client.get("/ready")).json()["status"] == "loading":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        ready = wait_ready(client, until=lambda answer: answer.json()["status"] != "loading")
         assert ready.status_code == 503 and ready.json()["status"] == "store_unavailable"
         assert "secret" not in ready.text and "Retry-After" in ready.headers
         for method, path, body in [

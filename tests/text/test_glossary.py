@@ -17,6 +17,7 @@ from service.config import Settings
 from service.errors import InputTooLarge
 from service.text.glossary import Glossary, GlossaryError, entries_tsv, parse_entries
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import _WORDS, tiny_model
 
 
@@ -120,16 +121,6 @@ def make_settings(model_dir, data_dir, **overrides) -> Settings:
     )
 
 
-def ready(client: TestClient) -> TestClient:
-    import time
-
-    for _ in range(3000):
-        if client.get("/ready").status_code == 200:
-            return client
-        time.sleep(0.01)
-    raise AssertionError("never ready")
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("glossary_data")
@@ -138,7 +129,8 @@ def data_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(model_dir, data_dir):
     with TestClient(create_app(make_settings(model_dir, data_dir))) as test_client:
-        yield ready(test_client)
+        wait_ready(test_client)
+        yield test_client
 
 
 def random_case(word: str, rng: random.Random) -> str:
@@ -317,9 +309,10 @@ def test_a_bad_glossary_is_refused_and_the_stored_ones_are_kept(client):
 def test_stored_glossaries_survive_a_restart(model_dir, tmp_path):
     settings = make_settings(model_dir, tmp_path / "data")
     with TestClient(create_app(settings)) as first:
-        gid = store(ready(first), {"save": "Q7zetaR"})
+        wait_ready(first)
+        gid = store(first, {"save": "Q7zetaR"})
     with TestClient(create_app(settings)) as second:
-        ready(second)
+        wait_ready(second)
         assert second.get(f"/v1/glossaries/{gid}").json()["entries"] == {"save": "Q7zetaR"}
         out = second.post("/v1/translate", json={"text": "Save the file.", "glossary_id": gid})
         assert out.json()["translations"][0]["text"].count("Q7zetaR") == 1

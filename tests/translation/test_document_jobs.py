@@ -30,6 +30,7 @@ from service.storage.sqlite import SqliteDatabase
 from service.translation import document_jobs
 from service.translation.document_jobs import DocumentRunner, DocumentStore
 from service.wiring import create_app
+from tests.servers import serving
 from tests.text import test_documents as documents
 from tests.text.test_documents import (
     XXE,
@@ -40,7 +41,14 @@ from tests.text.test_documents import (
     zip_bomb,
 )
 from tests.text.test_html_text import shout
-from tests.web.test_webapi import download, make_settings, model_dir, served, wait_ready  # noqa: F401
+from tests.web.test_webapi import (  # noqa: F401
+    LIMITS,
+    download,
+    make_settings,
+    model_dir,
+    served,
+    wait_ready,
+)
 from tests.web.test_webapi import translate_file as post_file
 
 TEXT = "one.\ntwo.\nthree.\nfour.\nfive.\nsix.\nseven.\neight.\nnine.\nten.\n"
@@ -361,40 +369,49 @@ def poll(client: TestClient, job_id: str) -> dict:
     raise AssertionError(f"the job never finished: {status}")
 
 
-def test_document_job_upload_progress_and_result(app_settings):
+@pytest.fixture(scope="module")
+def documents_client(process_mode, model_dir, tmp_path_factory):  # noqa: F811
+    """The service in each process mode, for the document APIs (the Markdown test document's
+    first paragraph is one long sentence)."""
+    workdir = tmp_path_factory.mktemp("documents")
+    settings = dict(LIMITS, exports=[model_dir], files_dir=workdir / "files", max_input_tokens=128)
+    with serving(process_mode, workdir, **settings) as served:
+        yield served.client
+
+
+def test_document_job_upload_progress_and_result(documents_client):
     source = build_docx()
-    with TestClient(create_app(app_settings)) as client:
-        wait_ready(client)
-        created = client.post(
-            "/v1/documents",
-            data={"source_lang": "en", "target_lang": "de"},
-            files={"file": ("report.docx", source)},
-        )
-        assert created.status_code == 202, created.text
-        body = created.json()
-        assert body["status"] == "queued" and body["sentences_total"] == 3
-        done = poll(client, body["id"])
-        assert done["status"] == "done", done
-        assert (done["sentences_done"], done["progress"]) == (3, 1.0)
-        result = client.get(f"/v1/documents/{body['id']}/result")
-        assert result.status_code == 200
-        assert "report.docx" in result.headers["content-disposition"]
-        document = docx.Document(io.BytesIO(result.content))
-        expected = served(client, ["Save the file", "Close all files"])
-        assert document.paragraphs[0].text == expected[0]
-        assert document.sections[0].header.paragraphs[0].text == expected[1]
-        assert [bool(r.bold) for r in document.paragraphs[1].runs] == [False, True]
-        assert_only_text_parts_changed(
-            source, result.content, {"word/document.xml", "word/header1.xml"}
-        )
-        gone = client.delete(f"/v1/documents/{body['id']}")
-        assert gone.status_code == 200 and gone.json()["status"] == "deleted"
-        # Its status says what its result's 410 says.
-        status = client.get(f"/v1/documents/{body['id']}")
-        assert status.status_code == 200 and status.json()["status"] == "deleted"
-        assert status.json()["result_url"] is None
-        assert client.get(f"/v1/documents/{body['id']}/result").status_code == 410
-        assert client.get("/v1/documents/nope").status_code == 404
+    client = documents_client
+    created = client.post(
+        "/v1/documents",
+        data={"source_lang": "en", "target_lang": "de"},
+        files={"file": ("report.docx", source)},
+    )
+    assert created.status_code == 202, created.text
+    body = created.json()
+    assert body["status"] == "queued" and body["sentences_total"] == 3
+    done = poll(client, body["id"])
+    assert done["status"] == "done", done
+    assert (done["sentences_done"], done["progress"]) == (3, 1.0)
+    result = client.get(f"/v1/documents/{body['id']}/result")
+    assert result.status_code == 200
+    assert "report.docx" in result.headers["content-disposition"]
+    document = docx.Document(io.BytesIO(result.content))
+    expected = served(client, ["Save the file", "Close all files"])
+    assert document.paragraphs[0].text == expected[0]
+    assert document.sections[0].header.paragraphs[0].text == expected[1]
+    assert [bool(r.bold) for r in document.paragraphs[1].runs] == [False, True]
+    assert_only_text_parts_changed(
+        source, result.content, {"word/document.xml", "word/header1.xml"}
+    )
+    gone = client.delete(f"/v1/documents/{body['id']}")
+    assert gone.status_code == 200 and gone.json()["status"] == "deleted"
+    # Its status says what its result's 410 says.
+    status = client.get(f"/v1/documents/{body['id']}")
+    assert status.status_code == 200 and status.json()["status"] == "deleted"
+    assert status.json()["result_url"] is None
+    assert client.get(f"/v1/documents/{body['id']}/result").status_code == 410
+    assert client.get("/v1/documents/nope").status_code == 404
 
 
 def test_a_restart_takes_up_jobs_left_unfinished(app_settings):
@@ -544,26 +561,23 @@ FORMATS = [
 ]
 
 
-def test_every_format_through_translate_file_and_document_jobs_alike(model_dir, tmp_path):  # noqa: F811
-    # The Markdown test document's first paragraph is one long sentence.
-    settings = make_settings(model_dir, tmp_path, data_dir=tmp_path / "data", max_input_tokens=128)
-    with TestClient(create_app(settings)) as client:
-        wait_ready(client)
-        for name, build, text_parts in FORMATS:
-            source = build()
-            _, synchronous = download(client, post_file(client, name, source))
-            created = client.post(
-                "/v1/documents",
-                data={"source_lang": "en", "target_lang": "de"},
-                files={"file": (name, source)},
-            )
-            assert created.status_code == 202, (name, created.text)
-            job_id = created.json()["id"]
-            assert poll(client, job_id)["status"] == "done", name
-            background = client.get(f"/v1/documents/{job_id}/result").content
-            # One model, the same texts: both APIs give the same document, byte for byte.
-            assert background == synchronous, name
-            assert source != background, name
-            opened(name, background)
-            if text_parts is not None:
-                assert_only_text_parts_changed(source, background, text_parts)
+def test_every_format_through_translate_file_and_document_jobs_alike(documents_client):
+    client = documents_client
+    for name, build, text_parts in FORMATS:
+        source = build()
+        _, synchronous = download(client, post_file(client, name, source))
+        created = client.post(
+            "/v1/documents",
+            data={"source_lang": "en", "target_lang": "de"},
+            files={"file": (name, source)},
+        )
+        assert created.status_code == 202, (name, created.text)
+        job_id = created.json()["id"]
+        assert poll(client, job_id)["status"] == "done", name
+        background = client.get(f"/v1/documents/{job_id}/result").content
+        # One model, the same texts: both APIs give the same document, byte for byte.
+        assert background == synchronous, name
+        assert source != background, name
+        opened(name, background)
+        if text_parts is not None:
+            assert_only_text_parts_changed(source, background, text_parts)

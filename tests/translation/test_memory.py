@@ -27,6 +27,7 @@ from service.storage.memories import (
 )
 from service.storage.sqlite import FILE_NAME, SqliteDatabase
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import language_models, tiny_model
 
 # --- the store ---------------------------------------------------------------------------------
@@ -132,21 +133,12 @@ def make_settings(model_dir, data_dir, **overrides) -> Settings:
     )
 
 
-def ready(client: TestClient) -> TestClient:
-    import time
-
-    for _ in range(3000):
-        if client.get("/ready").status_code == 200:
-            return client
-        time.sleep(0.01)
-    raise AssertionError("never ready")
-
-
 @pytest.fixture(scope="module")
 def client(model_dir, tmp_path_factory):
     settings = make_settings(model_dir, tmp_path_factory.mktemp("memory_data"))
     with TestClient(create_app(settings)) as test_client:
-        yield ready(test_client)
+        wait_ready(test_client)
+        yield test_client
 
 
 def post(client: TestClient, entries, **fields) -> dict:
@@ -308,10 +300,11 @@ def test_bad_posts_are_clear_4xx_and_store_nothing(client, fields, status, code)
 def test_memories_survive_a_restart(model_dir, tmp_path):
     settings = make_settings(model_dir, tmp_path / "data")
     with TestClient(create_app(settings)) as first:
-        post(ready(first), {"Save the changes.": "Q7mem kept."})
+        wait_ready(first)
+        post(first, {"Save the changes.": "Q7mem kept."})
         post(first, {"Close the window.": "Q7mem named kept."}, memory_id="kept")
     with TestClient(create_app(settings)) as second:
-        ready(second)
+        wait_ready(second)
         ids = sorted(m["memory_id"] for m in second.get("/v1/memories").json()["memories"])
         assert ids == ["default:en-de", "kept"]
         out = second.post("/v1/translate", json={"text": f"{B} {C}", "memory_id": "kept"})
@@ -335,7 +328,7 @@ def test_a_pivot_uses_the_memory_of_the_requested_pair(tmp_path_factory, tmp_pat
         translation_cache_size=0,
     )
     with TestClient(create_app(settings)) as pivot:
-        ready(pivot)
+        wait_ready(pivot)
         body = {"source_lang": "de", "target_lang": "fr", "entries": {"Datei öffnen.": "Q7fr"}}
         assert pivot.post("/v1/memories", json=body).status_code == 201
         request = {"text": "Datei öffnen. Fenster schließen.", "source_lang": "de"}

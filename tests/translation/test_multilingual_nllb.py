@@ -6,7 +6,6 @@ decoder steps, and the served APIs."""
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import pytest
@@ -24,6 +23,7 @@ from service.translation.languages import LanguagePair
 from service.translation.routing import plan_route
 from service.wiring import create_app
 from tests.conftest import NLLB_TEST_CODES, build_random_nllb
+from tests.ready import wait_ready
 
 PAD, EOS, UNK = 1, 2, 3
 # Sentences as the pipeline sends them to the tokenizer (one sentence, no edge whitespace).
@@ -244,10 +244,7 @@ def client(nllb):
         output_length_slack=MAX_NEW,  # every sentence may take MAX_NEW tokens, as generate
     )
     with TestClient(create_app(settings)) as test_client:
-        for _ in range(600):
-            if test_client.get("/ready").status_code == 200:
-                break
-            time.sleep(0.05)
+        wait_ready(test_client)
         yield test_client
 
 

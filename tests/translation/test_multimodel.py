@@ -29,6 +29,7 @@ from service.scheduling.turns import RoundRobinTurns
 from service.translation.languages import LanguagePair
 from service.translation.routing import UnsupportedLanguage, plan_route, targets_by_source
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import language_models, solo_translator
 
 MAX_NEW = 12  # every request here fixes max_new_tokens, so solo references can match it
@@ -55,14 +56,6 @@ def settings_for(model_dirs, **overrides) -> Settings:
         retry_after_s=2,
     )
     return Settings(**{**base, **overrides})
-
-
-def wait_ready(client: TestClient) -> None:
-    for _ in range(600):
-        if client.get("/ready").status_code == 200:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"never ready: {client.get('/ready').json()}")
 
 
 @pytest.fixture(scope="module")
@@ -567,13 +560,7 @@ def server_url(model_dirs):
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}/"
-    for _ in range(600):
-        try:
-            if httpx.get(url + "ready").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
+    wait_ready(url)
     yield url
     server.should_exit = True
     thread.join(30)

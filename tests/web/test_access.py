@@ -16,6 +16,7 @@ from service.config import Settings
 from service.web.access import AccessPolicy
 from service.web.request_id import RequestIdLogFilter
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 
@@ -46,11 +47,8 @@ def started(model_dir, clock: FakeClock | None = None, **overrides) -> TestClien
         app.state.access = AccessPolicy(settings, clock=clock)
     client = TestClient(app)
     client.__enter__()
-    for _ in range(3000):
-        if client.get("/ready").status_code == 200:
-            return client
-        time.sleep(0.01)
-    raise AssertionError("never ready")
+    wait_ready(client)
+    return client
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from service.config import Settings
 from service.text.segmenter import sentence_spans
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import only_model, solo_translator, tiny_model
 
 LIMITS = dict(
@@ -37,14 +38,6 @@ def make_settings(model_dir, **overrides) -> Settings:
     return Settings(
         exports=[model_dir], provider="cpu", intra_op_threads=1, **{**LIMITS, **overrides}
     )
-
-
-def wait_ready(client: TestClient) -> None:
-    for _ in range(3000):
-        if client.get("/ready").status_code == 200:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"never ready: {client.get('/ready').json()}")
 
 
 @pytest.fixture(scope="module")
@@ -443,8 +436,8 @@ def test_sentence_splitting(text, language, sentences):
 
 @pytest.mark.parametrize("value, expected", [("false", False), ("true", True)])
 def test_mt_access_log_switches_uvicorns_access_log(monkeypatch, value, expected):
-    from service.__main__ import uvicorn_config
     from service.config import Settings
+    from service.web.server import uvicorn_config
 
     monkeypatch.setenv("MT_ACCESS_LOG", value)
     settings = Settings()

@@ -9,7 +9,6 @@ with such characters; every one of them must come back exactly as often as it wa
 from __future__ import annotations
 
 import string
-import time
 import unicodedata
 from collections import Counter
 from html import escape, unescape
@@ -22,6 +21,7 @@ from hypothesis import strategies as st
 from service.config import Settings
 from service.text.placeholders import SYMBOL_CLOSE, SYMBOL_OPEN
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import _WORDS, tiny_model
 
 # Every character the tiny model's tokenizer was trained on (service_fixtures): anything
@@ -44,14 +44,6 @@ def serve(model_dir, **overrides) -> TestClient:
         exports=[model_dir], provider="cpu", intra_op_threads=1, max_new_tokens=64, **overrides
     )
     return TestClient(create_app(settings))
-
-
-def wait_ready(client: TestClient) -> None:
-    for _ in range(3000):
-        if client.get("/ready").status_code == 200:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"never ready: {client.get('/ready').json()}")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 
@@ -31,21 +32,12 @@ def make_settings(model_dir, data_dir, **overrides) -> Settings:
     )
 
 
-def ready(client: TestClient) -> TestClient:
-    import time
-
-    for _ in range(3000):
-        if client.get("/ready").status_code == 200:
-            return client
-        time.sleep(0.01)
-    raise AssertionError("never ready")
-
-
 @pytest.fixture(scope="module")
 def client(model_dir, tmp_path_factory):
     settings = make_settings(model_dir, tmp_path_factory.mktemp("deepl_data"))
     with TestClient(create_app(settings)) as test_client:
-        yield ready(test_client)
+        wait_ready(test_client)
+        yield test_client
 
 
 def translate(client: TestClient, form: bool, **fields):
@@ -116,7 +108,7 @@ def test_options_deepl_clients_send_are_accepted(client):
 def test_a_bad_or_missing_key_is_403_with_deepls_message(model_dir, tmp_path):
     settings = make_settings(model_dir, tmp_path, api_keys="k1")
     with TestClient(create_app(settings)) as keyed:
-        ready(keyed)
+        wait_ready(keyed)
         body = {"text": ["Save."], "target_lang": "DE"}
         good = keyed.post(
             "/v2/translate", json=body, headers={"Authorization": "DeepL-Auth-Key k1"}
@@ -133,7 +125,7 @@ def test_a_bad_or_missing_key_is_403_with_deepls_message(model_dir, tmp_path):
 def test_too_many_requests_is_429_with_retry_after_and_deepls_message(model_dir, tmp_path):
     settings = make_settings(model_dir, tmp_path, rate_limit_requests_per_minute=2)
     with TestClient(create_app(settings)) as limited:
-        ready(limited)
+        wait_ready(limited)
         body = {"text": ["Save."], "target_lang": "DE"}
         statuses = [limited.post("/v2/translate", json=body).status_code for _ in range(3)]
         assert statuses == [200, 200, 429]
@@ -195,7 +187,7 @@ def test_the_quota_is_456_past_the_limit_per_key_and_month_and_survives_a_restar
     k1 = {"Authorization": "DeepL-Auth-Key k1"}
     k2 = {"Authorization": "DeepL-Auth-Key k2"}
     with TestClient(create_app(settings)) as first:
-        ready(first)
+        wait_ready(first)
         body = {"text": ["Save the file."], "target_lang": "DE"}  # 14 characters
         assert first.post("/v2/translate", json=body, headers=k1).status_code == 200
         assert first.get("/v2/usage", headers=k1).json()["character_count"] == 14
@@ -208,7 +200,7 @@ def test_the_quota_is_456_past_the_limit_per_key_and_month_and_survives_a_restar
         assert first.post("/v2/translate", json=short, headers=k1).status_code == 200
         assert first.post("/v2/translate", json=body, headers=k2).status_code == 200  # own quota
     with TestClient(create_app(settings)) as second:
-        ready(second)
+        wait_ready(second)
         assert second.get("/v2/usage", headers=k1).json()["character_count"] == 19
         refused = second.post(
             "/v2/translate", json={"text": ["Hi there"], "target_lang": "DE"}, headers=k1

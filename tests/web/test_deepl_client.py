@@ -1,5 +1,5 @@
-"""The official ``deepl`` client, unchanged, against the real app on a real socket with three
-tiny models (en→de, de→en, en→fr): every listed target language translates, and the text
+"""The official ``deepl`` client, unchanged, against the service on a real socket, in both
+process modes, with three tiny models (en→de, de→en, en→fr): every listed target language translates, and the text
 options DeepL documents do what DeepL says (``ignore_tags``, ``splitting_tags``,
 ``non_splitting_tags``, ``outline_detection``, ``split_sentences``, ``preserve_formatting``).
 
@@ -14,9 +14,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from service.config import Settings
 from service.text.segmenter import keep_formatting
-from tests.live_server import live_server
+from tests.servers import serving
 from tests.service_fixtures import language_models, solo_translator
 
 deepl = pytest.importorskip("deepl")
@@ -29,16 +28,16 @@ def models(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def base_url(models, tmp_path_factory):
-    settings = Settings(
+def base_url(process_mode, models, tmp_path_factory):
+    """The service in each process mode, on a real socket: the client opens its own."""
+    with serving(
+        process_mode,
+        tmp_path_factory.mktemp("deepl_client"),
+        http=True,
         exports=list(models.values()),
-        provider="cpu",
-        intra_op_threads=1,
         max_new_tokens=MAX_NEW_TOKENS,
-        data_dir=tmp_path_factory.mktemp("deepl_client_data"),
-    )
-    with live_server(settings) as url:
-        yield url
+    ) as served:
+        yield served.base
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from service.config import Settings
 from service.web.request_log import JsonFormatter, key_id
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 API_KEY = "secret-key-4711"
@@ -50,8 +51,7 @@ def serve(model_dir, tmp_path, **overrides) -> TestClient:
 def test_json_logs_have_a_record_per_request_with_its_facts(model_dir, tmp_path, json_log):
     text = "Save the file."
     with serve(model_dir, tmp_path, log_format="json") as client:
-        while client.get("/ready").status_code != 200:
-            pass
+        wait_ready(client)
         response = client.post(
             "/v1/translate", json={"text": text}, headers={"Authorization": f"Bearer {API_KEY}"}
         )

@@ -5,13 +5,12 @@ stores is shared and read-only for the others. Without keys everything stays sha
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 KEY_A, KEY_B, ADMIN = "key-a", "key-b", "key-admin"
@@ -36,10 +35,7 @@ def client(model_dir, tmp_path_factory):
         admin_api_keys=ADMIN,
     )
     with TestClient(create_app(settings)) as test_client:
-        for _ in range(3000):
-            if test_client.get("/ready").status_code == 200:
-                break
-            time.sleep(0.01)
+        wait_ready(test_client)
         yield test_client
 
 

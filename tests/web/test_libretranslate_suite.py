@@ -9,24 +9,22 @@ named above each. Two things differ, both forced by the setting:
   here (the tiny models of tests/service_fixtures.py), so the target ``es`` is ``de``.
 * LibreTranslate's tests call Flask's test client (``client.post(url, data=...)``,
   ``response.data``, the ``response.json`` property). :class:`FlaskStyleClient` offers that
-  interface over FastAPI's TestClient, so each test body reads as the original does.
+  interface over an httpx client, so each test body reads as the original does.
 
-One app serves the whole module (LibreTranslate builds one per test): none of the tests
-changes the app's state, and loading the models per test would only add minutes.
+One service serves the whole module in each process mode (LibreTranslate builds one app per
+test): none of the tests changes the service's state, and loading the models per test would
+only add minutes.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
-from service.config import Settings
-from service.wiring import create_app
+from tests.servers import serving
 from tests.service_fixtures import language_models
 
 TARGET = "de"  # LibreTranslate's suite translates en→es; this service serves en→de
@@ -50,10 +48,10 @@ class FlaskStyleResponse:
 
 
 class FlaskStyleClient:
-    """Flask's ``app.test_client()`` interface over FastAPI's TestClient: ``data=`` a dict is
+    """Flask's ``app.test_client()`` interface over an httpx client: ``data=`` a dict is
     sent as form fields, ``json=`` as a JSON body, as Flask's client sends them."""
 
-    def __init__(self, client: TestClient) -> None:
+    def __init__(self, client: httpx.Client) -> None:
         self._client = client
 
     def get(self, url: str, **kwargs: Any) -> FlaskStyleResponse:
@@ -68,22 +66,16 @@ class FlaskStyleClient:
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
+def client(process_mode, tmp_path_factory):
+    """The suite's client, against the service in each process mode."""
     models = language_models(tmp_path_factory)
-    settings = Settings(
+    with serving(
+        process_mode,
+        tmp_path_factory.mktemp("libretranslate"),
         exports=[models[("en", "de")], models[("de", "en")]],
-        provider="cpu",
-        intra_op_threads=1,
         max_new_tokens=16,
-    )
-    with TestClient(create_app(settings)) as test_client:
-        for _ in range(600):
-            if test_client.get("/ready").status_code == 200:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError(f"never ready: {test_client.get('/ready').json()}")
-        yield FlaskStyleClient(test_client)
+    ) as served:
+        yield FlaskStyleClient(served.client)
 
 
 def test_the_shim_sends_what_flasks_test_client_sends(client):

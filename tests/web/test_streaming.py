@@ -1,6 +1,7 @@
 """``POST /v1/translate/stream`` read as server-sent events by an HTTP client (httpx), against the
-real app and the tiny real model: order, completeness against ``/v1/translate``, ``[DONE]``,
-errors after the start, and a client that hangs up (its rows freed, by the metrics)."""
+service in both process modes and the tiny real model: order, completeness against
+``/v1/translate``, ``[DONE]``, errors after the start, and a client that hangs up (its rows
+freed, by the metrics)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from service.config import Settings
 from service.text.segmenter import sentence_spans
 from service.wiring import create_app
 from tests.live_server import live_server
+from tests.ready import wait_ready
+from tests.servers import serving
 from tests.service_fixtures import tiny_model
 
 SENTENCES = [
@@ -33,8 +36,8 @@ def model_dir(tmp_path_factory):
     return tiny_model(tmp_path_factory)
 
 
-def make_settings(model_dir, **overrides) -> Settings:
-    return Settings(
+def settings_of(model_dir, **overrides) -> dict[str, object]:
+    return dict(
         exports=[model_dir],
         provider="cpu",
         intra_op_threads=1,
@@ -45,19 +48,16 @@ def make_settings(model_dir, **overrides) -> Settings:
     )
 
 
-def wait_ready(client: TestClient) -> None:
-    for _ in range(3000):
-        if client.get("/ready").status_code == 200:
-            return
-        time.sleep(0.01)
-    raise AssertionError("never ready")
+def make_settings(model_dir, **overrides) -> Settings:
+    return Settings(**settings_of(model_dir, **overrides))
 
 
 @pytest.fixture(scope="module")
-def client(model_dir):
-    with TestClient(create_app(make_settings(model_dir))) as test_client:
-        wait_ready(test_client)
-        yield test_client
+def client(process_mode, model_dir, tmp_path_factory):
+    """The service in each process mode: the events are the same whoever runs the engine."""
+    workdir = tmp_path_factory.mktemp("streaming")
+    with serving(process_mode, workdir, **settings_of(model_dir)) as served:
+        yield served.client
 
 
 def parse_events(lines) -> list[tuple[str, str]]:

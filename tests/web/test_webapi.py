@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 
 import httpx
 import polib
@@ -20,6 +19,7 @@ from fastapi.testclient import TestClient
 from service.config import Settings
 from service.text.placeholders import surviving_placeholders
 from service.wiring import create_app
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 LIMITS = dict(
@@ -85,14 +85,6 @@ def make_settings(model_dir, tmp_path, **overrides) -> Settings:
     )
 
 
-def wait_ready(client: TestClient) -> None:
-    for _ in range(3000):
-        if client.get("/ready").status_code == 200:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"never ready: {client.get('/ready').json()}")
-
-
 @pytest.fixture(scope="module")
 def client(model_dir, tmp_path_factory):
     settings = make_settings(model_dir, tmp_path_factory.mktemp("webapi"))
@@ -116,10 +108,10 @@ def translate_file(client: TestClient, name: str, content: bytes, **form) -> htt
     return client.post("/translate_file", data=data, files={"file": (name, content)})
 
 
-def download(client: TestClient, response: httpx.Response) -> tuple[str, bytes]:
+def download(client: httpx.Client, response: httpx.Response) -> tuple[str, bytes]:
     assert response.status_code == 200, response.text
     url = response.json()["translatedFileUrl"]
-    assert url.startswith("http://testserver/download_file/")
+    assert url.startswith(f"{str(client.base_url).rstrip('/')}/download_file/")
     got = client.get(url)
     assert got.status_code == 200, got.text
     disposition = got.headers["content-disposition"]

@@ -12,7 +12,6 @@ concurrent load, has a process killed with SIGKILL.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -28,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live_server import free_port
 from tests.process_tree import children, multiprocess_env, start_service, stop_service
+from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -71,17 +71,10 @@ def server(tmp_path_factory) -> Iterator[Server]:
         process = start_service(port, env, log)
     served = Server(f"http://127.0.0.1:{port}", process, log_path)
     try:
-        wait_until(lambda: ready(served), "the server is ready", READY_TIMEOUT_S, served)
+        wait_ready(served.base, READY_TIMEOUT_S, process=process, log=served.log)
         yield served
     finally:
         stop_service(process)
-
-
-def ready(server: Server) -> bool:
-    assert server.process.poll() is None, f"the server exited:\n{server.log()}"
-    with contextlib.suppress(httpx.HTTPError):
-        return httpx.get(f"{server.base}/ready", timeout=2).status_code == 200
-    return False
 
 
 def wait_until(condition, what: str, timeout_s: float, server: Server) -> None:

@@ -38,6 +38,7 @@ from service.engine_core.protocol import (
 from service.engine_core.server import tuned
 from service.translation.discovery import discover_models
 from service.wiring import create_app
+from tests.ready import wait_ready_async
 from tests.service_fixtures import only_model, tiny_model
 
 QUEUE_FULL = "the queue is full (4 of MT_MAX_QUEUE=4 sentences waiting; this request has 1)"
@@ -123,11 +124,13 @@ async def frontend(
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://mt") as client:
-            for _ in range(1000):  # ready, and (``heard``) the first pong heard
-                ready = (await client.get("/ready")).status_code == 200
-                if ready and (only_model(app).batcher.live_replicas or not heard):
-                    break
-                await asyncio.sleep(0.01)
+            await wait_ready_async(  # ready, and (``heard``) the first pong heard
+                client,
+                until=lambda ready: (
+                    ready.status_code == 200
+                    and (only_model(app).batcher.live_replicas > 0 or not heard)
+                ),
+            )
             yield client
 
 
@@ -168,3 +171,21 @@ async def test_a_stream_sent_before_the_first_pong_waits_for_the_engine_core(
             streamed = await client.post("/v1/translate/stream", json={"text": "Save changes"})
         assert core.submissions == 1
     assert streamed.status_code == 429, streamed.text  # the core's answer, not 503
+
+
+@pytest.mark.anyio
+async def test_an_idle_engine_core_is_sent_a_request_longer_than_its_queue(
+    tmp_path_factory, tmp_path, run_dir
+):
+    """As the one-process batcher: an empty queue takes any request within the text limits,
+    so the front-end sends it rather than refusing it from its own view of the queue."""
+    model_dir = tiny_model(tmp_path_factory)
+    [spec] = discover_models([], None, model_dir, None)
+    address = f"ipc://{run_dir / 'core.sock'}"
+    # six sentences, a queue of four
+    text = "Save changes. Open the file. Close it. Edit the name. Print it. Delete all files."
+    with RefusingCore(address, spec.model_id) as core:
+        async with frontend(model_dir, tmp_path / "data", address, spec.model_id) as client:
+            response = await client.post("/v1/translate", json={"text": text})
+        assert core.submissions == 1  # the engine core decides, as an idle batcher would
+    assert response.json()["error"] == QUEUE_FULL  # the stand-in's answer, not the front-end's
