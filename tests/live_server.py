@@ -35,7 +35,7 @@ def live_server(settings: Settings | None = None, app: FastAPI | None = None) ->
             port=port,
             log_level="warning",
             lifespan="on",
-            proxy_headers=False,  # as the service runs it (service.__main__.uvicorn_config)
+            proxy_headers=False,  # as the service runs it (service.web.server.uvicorn_config)
         )
     )
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)

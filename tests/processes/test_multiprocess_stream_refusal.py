@@ -180,7 +180,7 @@ async def test_an_idle_engine_core_is_sent_a_request_longer_than_its_queue(
     """As the one-process batcher: an empty queue takes any request within the text limits,
     so the front-end sends it rather than refusing it from its own view of the queue."""
     model_dir = tiny_model(tmp_path_factory)
-    [spec] = discover_models([], None, model_dir, None)
+    [spec] = discover_models([model_dir], None)
     address = f"ipc://{run_dir / 'core.sock'}"
     # six sentences, a queue of four
     text = "Save changes. Open the file. Close it. Edit the name. Print it. Delete all files."

@@ -12,10 +12,10 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from service.__main__ import uvicorn_config
 from service.config import Settings
 from service.web.forwarded import TrustedProxies
 from service.web.request_log import JsonFormatter
+from service.web.server import uvicorn_config
 from service.wiring import create_app
 from tests.service_fixtures import tiny_model
 
