@@ -248,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         args.batches, args.beams, args.threads = "8", "1", "1"
     config = json.loads((args.export / "config.json").read_text())
     source_language = config.get("source_lang", "en")
-    int8_export = args.int8_export or Path(f"{args.export}-int8")
+    # The variant the export carries for CPUs (export/int8_check.py), else a sibling one.
+    carried = args.export / "int8"
+    int8_export = args.int8_export or (
+        carried if (carried / "config.json").exists() else Path(f"{args.export}-int8")
+    )
     if "int8" in args.precisions and not (int8_export / "config.json").exists():
         from export.variants import make_int8
 
