@@ -43,7 +43,7 @@ from service.runtime.step_cost import (
     merge_features,
 )
 from service.runtime.types import BatchEstimate, DecodeRequest, FinishedRequest, RejectedRequest
-from service.runtime.variants import served_variant
+from service.runtime.variants import int8_variant, served_variant
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,9 @@ OPENING = ("provider", "intra_op_threads", "kv_backend", "kv_pool_bytes", "vocab
 def open_engine(model_dir: str | Path, options: EngineOptions) -> Engine:
     """The engine of one export, opened as the model settings say: on the CPU, the int8
     variant the export carries where its recorded check holds (service/runtime/variants.py)."""
-    on_cpu = runs_on_cpu(model_dir, options.provider)
-    model_dir = served_variant(model_dir, on_cpu, getattr(options, "cpu_int8", True))
+    cpu_int8 = getattr(options, "cpu_int8", True)
+    if cpu_int8 and int8_variant(Path(model_dir)) is not None:  # else no provider probe
+        model_dir = served_variant(model_dir, runs_on_cpu(model_dir, options.provider), True)
     return Engine.from_dir(
         model_dir,
         provider=options.provider,

@@ -74,3 +74,17 @@ def test_open_engine_opens_the_variant_the_settings_and_check_choose(exported, t
     (fp32 / "config.json").write_text(json.dumps(config))
     failed = open_engine(fp32, ModelSettings(provider="cpu", intra_op_threads=1))
     assert failed.model.info.variant == "fp32"
+
+
+def test_auto_provider_counts_as_cpu_unless_cuda_really_runs(monkeypatch, tmp_path):
+    from service.runtime import onnx_model
+
+    assert onnx_model.runs_on_cpu(tmp_path, "cpu") and not onnx_model.runs_on_cpu(tmp_path, "cuda")
+    monkeypatch.setattr(onnx_model.ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    assert onnx_model.runs_on_cpu(tmp_path, "auto")
+    listed = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(onnx_model.ort, "get_available_providers", lambda: listed)
+    monkeypatch.setattr(onnx_model, "cuda_is_usable", lambda path: False)  # listed, cannot load
+    assert onnx_model.runs_on_cpu(tmp_path, "auto")
+    monkeypatch.setattr(onnx_model, "cuda_is_usable", lambda path: True)
+    assert not onnx_model.runs_on_cpu(tmp_path, "auto")
