@@ -58,13 +58,34 @@ def extract_pairs(wheels: list[Path]) -> dict:
     }
 
 
+def compact_json(found: dict) -> str:
+    """The pairs file with one pair per line (readable diffs, a tenth of the lines)."""
+    lines = ["{"]
+    lines.append(f' "about": {json.dumps(found["about"], ensure_ascii=False)},')
+    lines.append(f' "sources": {json.dumps(found["sources"], ensure_ascii=False)},')
+    lines.append(' "pairs": {')
+    packages = list(found["pairs"].items())
+    for index, (name, parts) in enumerate(packages):
+        lines.append(f"  {json.dumps(name)}: {{")
+        kinds = list(parts.items())
+        for kind_index, (kind, pairs) in enumerate(kinds):
+            lines.append(f"   {json.dumps(kind)}: [")
+            rows = [f"    {json.dumps(pair, ensure_ascii=False)}" for pair in pairs]
+            lines.append(",\n".join(rows))
+            lines.append("   ]" + ("," if kind_index < len(kinds) - 1 else ""))
+        lines.append("  }" + ("," if index < len(packages) - 1 else ""))
+    lines.append(" }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("wheels", nargs="+", type=Path)
     parser.add_argument("--output", type=Path, default=PAIRS)
     args = parser.parse_args(argv)
     found = extract_pairs(args.wheels)
-    args.output.write_text(json.dumps(found, ensure_ascii=False, indent=0) + "\n")
+    args.output.write_text(compact_json(found))
     for name, parts in found["pairs"].items():
         print(name, {part: len(pairs) for part, pairs in parts.items()})
 
