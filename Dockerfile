@@ -67,6 +67,8 @@ COPY README.md ./
 COPY models/ models/
 COPY export/ export/
 COPY service/ service/
+# The held-out pairs the export's int8 check translates (export/int8_check.py).
+COPY bench/heldout/ui_pairs_en_de.json bench/heldout/ui_pairs_en_de.json
 
 # /export/<model>: the ONNX graphs, config and tokenizer files the runtime loads, one directory
 # per shipped model (MT_EXPORTS serves them all, routed by language pair). /dist: the project as a wheel, installed with --no-deps in the runtime

@@ -2,7 +2,9 @@
 
 Writes the fp32 export to OUTPUT and each requested variant to a sibling dir with the same
 file names (``OUTPUT-int8``, ``OUTPUT-fp16``), so any of them can be served by pointing
-``MT_EXPORTS`` at it.
+``MT_EXPORTS`` at it. Unless ``--no-cpu-int8``, OUTPUT also carries the int8 variant for CPU
+serving (``OUTPUT/int8``) with its chrF on held-out strings against fp32's
+(export/int8_check.py): a CPU engine opens it where that check holds.
 """
 
 from __future__ import annotations
@@ -30,6 +32,16 @@ def unreadable_model(model: Path) -> str | None:
     return f"no model directory at {model}{hint}"
 
 
+def format_check(check: dict) -> str:
+    if not check.get("pairs"):
+        return f"not measured ({check.get('why')}); CPUs serve fp32"
+    verdict = "CPUs serve int8" if check["holds"] else "CPUs serve fp32"
+    return (
+        f"chrF int8 {check['chrf_int8']} vs fp32 {check['chrf_fp32']} on {check['pairs']} "
+        f"held-out pairs ({check['identical']:.0%} identical): {verdict}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, type=Path, help="our model dir or a Marian dir")
@@ -42,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-vocab-screen",
         action="store_true",
         help="no int8 screen of greedy steps in the fp32 decoder (export/vocab_screen.py)",
+    )
+    parser.add_argument(
+        "--no-cpu-int8",
+        action="store_true",
+        help="no OUTPUT/int8 variant and held-out check (export/int8_check.py)",
     )
     parser.add_argument(
         "--verify", action="store_true", help="run export.verify on the fp32 export"
@@ -61,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from models.checkpoint import load_pretrained
 
-    stages = 2 + args.int8 + args.fp16 + args.verify
+    stages = 2 + (not args.no_cpu_int8) + args.int8 + args.fp16 + args.verify
     progress = iter(range(1, stages + 1))
     print(f"[{next(progress)}/{stages}] importing {args.model}", flush=True)
     started = time.perf_counter()
@@ -83,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         vocab_screen=not args.no_vocab_screen,
     )
     print(f"wrote {args.output} (opset {args.opset}) in {time.perf_counter() - started:.1f} s")
+    if not args.no_cpu_int8:
+        print(f"[{next(progress)}/{stages}] the int8 variant for CPUs and its check", flush=True)
+        from export.int8_check import add_cpu_int8
+
+        check = add_cpu_int8(args.output)
+        print(f"int8 check: {format_check(check)}")
     if args.int8:
         print(f"[{next(progress)}/{stages}] writing the int8 variant", flush=True)
         path = make_int8(args.output, Path(f"{args.output}-int8"), args.int8_mode)

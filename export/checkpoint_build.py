@@ -1,6 +1,7 @@
 """A served export from a downloaded checkpoint, in stages: import (models/marian.py,
 models/m2m100.py), ONNX export (export/onnx_export.py), a parity check of greedy decodes
-against PyTorch (export/verify.py), and the int8 or fp16 variant (export/variants.py).
+against PyTorch (export/verify.py), and the int8 or fp16 variant (export/variants.py); an fp32 build carries the int8 variant for
+CPUs with its held-out check (export/int8_check.py).
 
 ``python -m service models pull`` calls :func:`build_from_checkpoint` after its download; the
 torch side lives here, with the rest of the exporter, so that nothing under service/ imports
@@ -26,7 +27,7 @@ class BuildRefused(ValueError):
 
 
 def stages_for(variant: Variant) -> list[str]:
-    return ["import", "export", "parity", *([variant] if variant != "fp32" else [])]
+    return ["import", "export", "parity", "int8" if variant == "fp32" else variant]
 
 
 def build_from_checkpoint(
@@ -39,6 +40,7 @@ def build_from_checkpoint(
 ) -> Path:
     """The export of ``checkpoint`` as ``name``, written below ``staging``; its directory.
     ``stage(name)`` wraps each of :func:`stages_for`'s stages (a progress bar)."""
+    from export.int8_check import add_cpu_int8
     from export.onnx_export import export_model
     from export.variants import make_fp16, make_int8
     from export.verify import decode_agreement
@@ -68,4 +70,6 @@ def build_from_checkpoint(
     if variant == "fp16":
         with stage("fp16"):
             return make_fp16(fp32, staging / "fp16")
+    with stage("int8"):  # the variant CPUs serve where its held-out check holds
+        add_cpu_int8(fp32)
     return fp32

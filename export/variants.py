@@ -40,6 +40,7 @@ from export.onnx_export import (
 from export.search_head import HEAD_PREFIX
 from export.vocab_screen import strip_vocab_screen
 from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES
+from service.runtime.variants import INT8_CHECK_KEY
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_
     source, target = Path(fp32_dir), Path(output_dir)
     config = _copy_side_files(source, target)
     config.pop("vocab_screen", None)
+    config.pop(INT8_CHECK_KEY, None)  # the fp32 export's check of its own int8 variant
     weight_type, reduce_range = INT8_MODES[mode]
     for name in (ENCODER_FILE, DECODER_FILE):
         model = onnx.load(source / name)

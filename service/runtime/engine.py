@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from service.runtime import calibration
 from service.runtime.groups import EncodedRequests, Group, GroupSpan, GroupTensors, encode_calls
 from service.runtime.kv_cache import KVBackend
-from service.runtime.onnx_model import OnnxSeq2Seq, ProviderName
+from service.runtime.onnx_model import OnnxSeq2Seq, ProviderName, runs_on_cpu
 from service.runtime.placement import (
     BatchPlan,
     Placement,
@@ -43,6 +43,7 @@ from service.runtime.step_cost import (
     merge_features,
 )
 from service.runtime.types import BatchEstimate, DecodeRequest, FinishedRequest, RejectedRequest
+from service.runtime.variants import int8_variant, served_variant
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class EngineOptions(Protocol):
     def kv_pool_bytes(self) -> int: ...
     @property
     def vocab_screen(self) -> bool: ...
+    @property
+    def cpu_int8(self) -> bool: ...  # the export's int8 variant on the CPU where it holds
 
 
 # ``OnnxSeq2Seq``'s options that ``Engine.from_dir`` passes on.
@@ -66,7 +69,11 @@ OPENING = ("provider", "intra_op_threads", "kv_backend", "kv_pool_bytes", "vocab
 
 
 def open_engine(model_dir: str | Path, options: EngineOptions) -> Engine:
-    """The engine of one export, opened as the model settings say."""
+    """The engine of one export, opened as the model settings say: on the CPU, the int8
+    variant the export carries where its recorded check holds (service/runtime/variants.py)."""
+    cpu_int8 = getattr(options, "cpu_int8", True)
+    if cpu_int8 and int8_variant(Path(model_dir)) is not None:  # else no provider probe
+        model_dir = served_variant(model_dir, runs_on_cpu(model_dir, options.provider), True)
     return Engine.from_dir(
         model_dir,
         provider=options.provider,

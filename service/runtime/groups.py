@@ -89,6 +89,8 @@ class Group:
         self.tensors = tensors
         self.rows = sum(active.num_rows for active in requests)
         self.last_decode_s = 0.0  # the decoder call of the last step (the engine's timeline)
+        self._static_key: tuple | None = None  # what ``_static_arrays`` were built for
+        self._static_arrays: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
 
     @property
     def past_len(self) -> int:
@@ -143,22 +145,10 @@ class Group:
         rows = self.rows
         extra_bans = [active.search.bans() for active in self.requests]
         watched = [active.search.watch_ids() for active in self.requests]
-        ban_width = max((b.shape[1] for b in extra_bans if b is not None), default=0)
-        banned = np.full((rows, len(static_bans) + ban_width), info.pad_id, dtype=np.int64)
-        banned[:, : len(static_bans)] = static_bans
-        # A search that watches ids also sees its row's bans after them: it can tell the
-        # argmax before them (service/runtime/search.py).
-        watch_width = max((len(w) + len(static_bans) for w in watched if w is not None), default=1)
-        watch = np.full((rows, watch_width), info.pad_id, dtype=np.int64)
-        offset = 0
-        for active, bans, ids in zip(self.requests, extra_bans, watched, strict=True):
-            end = offset + active.num_rows
-            if bans is not None:
-                banned[offset:end, len(static_bans) : len(static_bans) + bans.shape[1]] = bans
-            if ids is not None:
-                watch[offset:end, : len(ids)] = ids
-                watch[offset:end, len(ids) : len(ids) + len(static_bans)] = static_bans
-            offset = end
+        if all(b is None for b in extra_bans) and all(w is None for w in watched):
+            banned, watch = self._static_bans(rows, info.pad_id, static_bans)
+        else:
+            banned, watch = self._bans(rows, info.pad_id, static_bans, extra_bans, watched)
         steps = np.array([active.steps for active in self.requests], dtype=np.int64)
         row_counts = [active.num_rows for active in self.requests]
         return StepInputs(
@@ -172,6 +162,46 @@ class Group:
             banned_ids=banned,
             watch_ids=watch,
         )
+
+    def _static_bans(
+        self, rows: int, pad_id: int, static_bans: list[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Bans and watched ids when no search adds its own (the usual step): the same
+        arrays step after step while the rows stay, built once (the graph only reads them)."""
+        key = (rows, pad_id, tuple(static_bans))
+        if self._static_key != key:
+            banned = np.empty((rows, len(static_bans)), dtype=np.int64)
+            banned[:] = static_bans
+            self._static_arrays = (banned, np.full((rows, 1), pad_id, dtype=np.int64))
+            self._static_key = key
+        return self._static_arrays
+
+    def _bans(
+        self,
+        rows: int,
+        pad_id: int,
+        static_bans: list[int],
+        extra_bans: list[np.ndarray | None],
+        watched: list[np.ndarray | None],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Bans and watched ids when some search adds its own (placeholder constraints)."""
+        ban_width = max((b.shape[1] for b in extra_bans if b is not None), default=0)
+        banned = np.full((rows, len(static_bans) + ban_width), pad_id, dtype=np.int64)
+        banned[:, : len(static_bans)] = static_bans
+        # A search that watches ids also sees its row's bans after them: it can tell the
+        # argmax before them (service/runtime/search.py).
+        watch_width = max((len(w) + len(static_bans) for w in watched if w is not None), default=1)
+        watch = np.full((rows, watch_width), pad_id, dtype=np.int64)
+        offset = 0
+        for active, bans, ids in zip(self.requests, extra_bans, watched, strict=True):
+            end = offset + active.num_rows
+            if bans is not None:
+                banned[offset:end, len(static_bans) : len(static_bans) + bans.shape[1]] = bans
+            if ids is not None:
+                watch[offset:end, : len(ids)] = ids
+                watch[offset:end, len(ids) : len(ids) + len(static_bans)] = static_bans
+            offset = end
+        return banned, watch
 
     def step(self, info: ModelInfo, static_bans: list[int]) -> list[FinishedRequest]:
         """One decoder call; every search advances; finished requests leave."""

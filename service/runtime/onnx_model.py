@@ -58,6 +58,18 @@ def cuda_is_usable(model_path: str | Path) -> bool:
     return session.get_providers()[0] == "CUDAExecutionProvider"
 
 
+def runs_on_cpu(model_dir: str | Path, provider: ProviderName) -> bool:
+    """Whether an export opened with ``provider`` runs on the CPU (``auto``: unless CUDA
+    really runs it, as ``OnnxSeq2Seq`` decides)."""
+    if provider == "cpu":
+        return True
+    if provider == "cuda":
+        return False
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return True
+    return not cuda_is_usable(Path(model_dir) / contract.ENCODER_FILE)
+
+
 class OnnxSeq2Seq:
     """Encoder and decoder sessions of one export directory on one execution provider, and the
     KV backend that runs them."""
