@@ -69,7 +69,7 @@ COPY export/ export/
 COPY service/ service/
 
 # /export/<model>: the ONNX graphs, config and tokenizer files the runtime loads, one directory
-# per shipped model (MT_MODEL_DIRS serves them all, routed by language pair). /dist: the project as a wheel, installed with --no-deps in the runtime
+# per shipped model (MT_EXPORTS serves them all, routed by language pair). /dist: the project as a wheel, installed with --no-deps in the runtime
 # stages (their dependency set is docker/requirements-runtime.txt plus the matching ORT).
 RUN python -m export --model models/default --output /export/default \
  && python -m export --model models/de-en --output /export/de-en \
@@ -123,9 +123,9 @@ RUN --mount=type=bind,source=docker/verify_runtime.py,target=/tmp/verify_runtime
     python /tmp/verify_runtime.py --flavour gpu
 
 COPY --chmod=0755 docker/healthcheck.py /usr/local/bin/mt-healthcheck
-# The exported shipped models (en→de, de→en), both served (MT_MODEL_DIRS). Serve another one
-# by mounting its export directory (read-only) and pointing MT_MODEL_DIR at it with
-# MT_MODEL_DIRS set empty (or add it to MT_MODEL_DIRS); the models are no VOLUME, because a
+# The exported shipped models (en→de, de→en), both served (MT_EXPORTS). Serve another one
+# by mounting its export directory (read-only) and setting MT_EXPORTS to it (or adding it to
+# MT_EXPORTS to serve it beside them); the models are no VOLUME, because a
 # VOLUME would copy them into a stray anonymous volume on every `docker run`. Models pulled by
 # name (the models image) are served from /models/pulled (MT_MODELS_DIR), empty unless a
 # volume is mounted there; one of them replaces a shipped model of its pair.
@@ -138,7 +138,7 @@ COPY --from=build /export/de-en /models/de-en
 
 # provider=cuda: the GPU image refuses to start on CPU (e.g. `--gpus` forgotten) instead of
 # silently serving at a fraction of the throughput; set MT_PROVIDER=auto to allow fallback.
-ENV MT_MODEL_DIRS=/models/default,/models/de-en \
+ENV MT_EXPORTS=/models/default,/models/de-en \
     MT_PROVIDER=cuda \
     MT_HOST=0.0.0.0 \
     MT_PORT=8000 \
@@ -194,7 +194,7 @@ COPY --chmod=0755 docker/healthcheck.py /usr/local/bin/mt-healthcheck
 COPY --from=build /export/default /models/default
 COPY --from=build /export/de-en /models/de-en
 
-ENV MT_MODEL_DIRS=/models/default,/models/de-en \
+ENV MT_EXPORTS=/models/default,/models/de-en \
     MT_PROVIDER=cpu \
     MT_HOST=0.0.0.0 \
     MT_PORT=8000 \

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 # Every shipped model: a directory under models/ with weights (models/default is en→de); each
-# is exported to build/onnx/<name> and `make serve` serves them all (MT_MODEL_DIRS).
+# is exported to build/onnx/<name> and `make serve` serves them all (MT_EXPORTS).
 SHIPPED := $(patsubst models/%/model.safetensors,%,$(wildcard models/*/model.safetensors))
 EXPORTS := $(foreach name,$(SHIPPED),build/onnx/$(name))
 comma  := ,
@@ -49,7 +49,7 @@ onnx: $(addsuffix /decoder.onnx,$(EXPORTS))
 
 serve: onnx
 	mkdir -p $(MT_MODELS_DIR)
-	MT_MODEL_DIRS=$(subst $(space),$(comma),$(EXPORTS)) MT_MODELS_DIR=$(MT_MODELS_DIR) \
+	MT_EXPORTS=$(subst $(space),$(comma),$(EXPORTS)) MT_MODELS_DIR=$(MT_MODELS_DIR) \
 		$(PY) -m service --host $(HOST) --port $(PORT)
 
 # A model by name into MT_MODELS_DIR, which `make serve` serves (docs/models.md):

@@ -254,7 +254,7 @@ async def _load_run(
     from service.translation.translator import Translator
     from service.wiring import spare_core
 
-    settings = Settings(model_dir=Path(model), batching=policy)
+    settings = Settings(exports=[Path(model)], batching=policy)
     engine = Engine.from_dir(model, provider="cpu", intra_op_threads=threads)
     engine.warmup()
     # As the service builds it (service/wiring.py): calibrate the step cost, then the

@@ -71,7 +71,7 @@ async def measure(args: argparse.Namespace) -> dict:
     from service.wiring import create_app
 
     settings = Settings(
-        model_dir=args.model,
+        exports=[args.model],
         provider="cpu",
         intra_op_threads=args.threads,
         translation_cache_size=0,

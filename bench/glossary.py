@@ -188,7 +188,7 @@ async def measure(args: argparse.Namespace) -> dict:
     chosen = [i for i, glossary in enumerate(glossaries) if glossary is not None]
 
     settings = Settings(
-        model_dir=args.model,
+        exports=[args.model],
         provider="cpu",
         intra_op_threads=args.threads,
         translation_cache_size=0,

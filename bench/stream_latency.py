@@ -73,9 +73,7 @@ def main() -> None:
     args = parser.parse_args()
 
     text = " ".join((SENTENCES * (args.sentences // len(SENTENCES) + 1))[: args.sentences])
-    settings = Settings(
-        model_dir=args.model, provider="cpu", intra_op_threads=args.threads, model_dirs=[]
-    )
+    settings = Settings(exports=[args.model], provider="cpu", intra_op_threads=args.threads)
     body = {"text": text, "beam_size": args.beam}
     with live_server(settings) as base:
         once(base, body)  # warm-up

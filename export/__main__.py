@@ -2,7 +2,7 @@
 
 Writes the fp32 export to OUTPUT and each requested variant to a sibling dir with the same
 file names (``OUTPUT-int8``, ``OUTPUT-fp16``), so any of them can be served by pointing
-``MT_MODEL_DIR`` at it.
+``MT_EXPORTS`` at it.
 """
 
 from __future__ import annotations

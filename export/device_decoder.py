@@ -4,7 +4,7 @@ Why: a step on the device path (service/runtime/device_kv.py) ran the decoder an
 graphs on its caches: ``kv_append`` (the new keys after the cache) every step, and
 ``kv_select`` (a row gather and a column trim) whenever beams reorder or rows leave. Each call is
 an IO binding and a session run on the host, and on a GPU the host is what bounds a step (the
-decoder call is flat in rows, issue 53). This graph does both inside the decoder call:
+decoder call's time is flat in rows). This graph does both inside the decoder call:
 
 ``past_rows`` (N,) int64
     the row of the cache tensors each of the step's N rows continues (a beam's parent, the

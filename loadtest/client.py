@@ -257,7 +257,7 @@ def spawned_process(
     )
     env = dict(os.environ)
     if model_dir is not None:  # relative to this checkout, wherever the service runs from
-        env["MT_MODEL_DIR"] = str(Path(REPO_ROOT, model_dir))
+        env["MT_EXPORTS"] = str(Path(REPO_ROOT, model_dir))
     env.update(extra_env or {})
     url = f"http://127.0.0.1:{port}"
     log_file = open(log_path, "wb") if log_path else None  # noqa: SIM115 - closed in finally
@@ -327,7 +327,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_name: str) 
     target.add_argument(
         "--spawn-server",
         metavar="MODEL_DIR",
-        help="start `python -m service` with MT_MODEL_DIR=MODEL_DIR on a free loopback port, "
+        help="start `python -m service` with MT_EXPORTS=MODEL_DIR on a free loopback port, "
         "run against it, and stop it at the end (ignores --url)",
     )
     target.add_argument(

@@ -1,7 +1,7 @@
 """``python -m loadtest.fault_server --port PORT``: the service with faults on signal, for
 ``python -m loadtest faults``. Never part of the service itself.
 
-The real engine (``MT_MODEL_DIR``) is wrapped so that:
+The real engine (``MT_EXPORTS``) is wrapped so that:
 
 * ``SIGUSR1``: the next decoder step raises ``RuntimeError`` (an engine error in one step);
 * ``SIGUSR2``: the next decoder step raises a ``BaseException`` that the batcher does not

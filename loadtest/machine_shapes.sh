@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Continuous against static batching on the machine shapes of issue #28, with nothing else
+# Continuous against static batching on the machine shapes given as arguments, with nothing else
 # running: capacity (closed loop, continuous), then `compare` at 50/85/95 % of it, two runs
 # each. JSON per cell under $RESULTS (loadtest/results/shapes/); summarise with
 #   .venv/bin/python -m loadtest.shapes_report loadtest/results/shapes

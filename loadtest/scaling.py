@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("shapes", nargs="+", type=parse_shape, metavar="NAME:SERVER:CLIENT")
-    parser.add_argument("--model", default="build/onnx/default", help="MT_MODEL_DIR")
+    parser.add_argument("--model", default="build/onnx/default", help="MT_EXPORTS")
     parser.add_argument("--duration", type=float, default=30.0, help="s per load point")
     parser.add_argument("--capacity-duration", type=float, default=20.0)
     parser.add_argument("--capacity", type=float, help="req/s: skip the closed loop")

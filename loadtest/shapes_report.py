@@ -1,7 +1,7 @@
 """Summarise ``loadtest/machine_shapes.sh``: per machine shape, load and run, continuous
 against static p50/p99, throughput and requests not served (429/503, errors and arrivals the
 generator dropped at its in-flight cap), and whether continuous is at or below static in
-every cell (the acceptance of issue #28). Then per shape and load, over its runs: the
+every cell (the acceptance criterion). Then per shape and load, over its runs: the
 continuous / static ratios (``paired_report``'s mean, range and runs at or below 1), and each
 policy's p50/p99 over every request of every run pooled (one run's p99 rests on its slowest
 few dozen requests; many runs' pooled p99 on hundreds). Where the cells ran a control arm

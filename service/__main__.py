@@ -101,13 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         "--model-dir",
         type=Path,
         default=None,
-        help="serve this one export (MT_MODEL_DIR; overrides MT_MODEL_DIRS and MT_MODELS_DIR)",
+        help="serve this one export (overrides MT_EXPORTS and MT_MODELS_DIR)",
     )
     parser.add_argument("--log-level", default=settings.process.log_level, help="MT_LOG_LEVEL")
     args = parser.parse_args(argv)
     update = {"host": args.host, "port": args.port, "log_level": args.log_level}
     if args.model_dir is not None:
-        update |= {"model_dir": args.model_dir, "model_dirs": [], "models_dir": None}
+        update |= {"exports": [args.model_dir], "models_dir": None}
     settings = settings.replace(**update)
     configure_logging(settings.process.log_level, settings.process.log_format)
     install_request_id_logging()  # the app logs while it is assembled

@@ -4,21 +4,19 @@ variables prefixed with ``MT_``.
 Each group is the object its consumer takes as it is: ``ModelSettings`` the model registry and
 each engine (service/translation/model_settings.py), ``BatchingSettings`` the batcher
 (service/scheduling/settings.py), ``TextLimits`` the text pipeline and the translator
-(service/text/limits.py); the access, storage and process groups below are read by the web
-layer and ``python -m service``. The variables stay flat (``MT_MAX_BATCH_ROWS``, not
+(service/text/limits.py), ``StorageSettings`` the store (service/storage/settings.py); the
+access and process groups below are read by the web layer and ``python -m service``. The variables stay flat (``MT_MAX_BATCH_ROWS``, not
 ``MT_SCHEDULING__MAX_BATCH_ROWS``): a field's variable is ``MT_`` and its name in capitals,
 whatever its group, and ``Settings(max_batch_rows=7)`` sets the same field as that variable.
 
-docs/configuration.md is generated from these models (``configuration_markdown``;
-``python scripts/config_docs.py`` rewrites it, and a test fails when it is stale).
+docs/configuration.md is generated from these models (``python scripts/config_docs.py``
+rewrites it, and a test fails when it is stale).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import tempfile
-from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +31,7 @@ from pydantic_settings import (
 )
 
 from service.scheduling.settings import BatchingSettings
+from service.storage.settings import StorageSettings
 from service.text.limits import TextLimits
 from service.translation.model_settings import ModelSettings
 
@@ -47,6 +46,15 @@ FIXED_NOW = {
     "ADMISSION_MAX_STALL_STEPS": "service/scheduling/chooser.py MAX_STALL_STEPS",
     "ENCODER_IDLE_PRIORITY": "service/scheduling/overlap.py ENCODER_IDLE_PRIORITY",
     "ENCODER_MAX_LAG_MS": "service/scheduling/overlap.py ENCODER_MAX_LAG_S",
+}
+
+
+# Variables renamed so that each concept has one name: old name -> new name. The old ones
+# still work (RenamedEnvSource), with a warning; a new name set beside its old one wins.
+RENAMED = {
+    "MODEL_DIR": "EXPORTS",  # one export: a list of one
+    "MODEL_DIRS": "EXPORTS",
+    "MODEL_NAME": "SERVED_MODEL_NAME",
 }
 
 
@@ -139,60 +147,6 @@ class AccessSettings(BaseModel):
         5000,
         ge=1,
         description="Most entries in one glossary, inline or stored (413 above it).",
-    )
-
-
-class StorageSettings(BaseModel):
-    """Files, documents and what is kept across restarts."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    data_dir: Path = Field(
-        Path("data"),
-        description="Where stored glossaries, translation memories, usage counts "
-        "(SQLite, mtserve.sqlite3), document jobs with their files (documents.sqlite3) and the "
-        "front-ends' rate-limit windows (limits.sqlite3) live, kept across restarts; created at "
-        "start-up, which checks that it can be written (/ready says 503 and why when not). "
-        "Unused when database_url is set.",
-    )
-    database_url: str | None = Field(
-        None,
-        pattern=r"^(postgres(ql)?://.*)?$",
-        description="A PostgreSQL database (postgresql://user:password@host:5432/name) that "
-        "holds glossaries, memories, document jobs, usage counts and rate limits instead of "
-        "the SQLite files under data_dir: every replica given the same URL serves one state "
-        "(docs/deployment.md). Unset or empty: SQLite, for one process.",
-    )
-    document_lease_s: float = Field(
-        30.0,
-        ge=1.0,
-        description="How long a document job stays claimed by a replica without word from it; "
-        "a job whose replica died is taken up by another within about this long.",
-    )
-    files_translation: bool = Field(
-        True, description="Serve POST /translate_file and /download_file (LibreTranslate's)."
-    )
-    files_dir: Path = Field(
-        Path(tempfile.gettempdir()) / "mtserve-files",
-        description="Where translated files wait for their download.",
-    )
-    files_ttl_s: float = Field(
-        1800.0,
-        gt=0,
-        description="Translated files older than this are deleted (LibreTranslate: 30 min).",
-    )
-    document_jobs: int = Field(
-        1,
-        ge=1,
-        description="Document jobs (POST /v1/documents, DeepL's /v2/document) translated at "
-        "once; each sends its sentences to the translator a few at a time, so interactive "
-        "requests are not queued behind a document.",
-    )
-    document_ttl_s: float = Field(
-        86400.0,
-        gt=0,
-        description="Finished document jobs (their upload and result) older than this are "
-        "deleted (checked whenever a job is created).",
     )
 
 
@@ -297,6 +251,51 @@ class FlatEnvSource(PydanticBaseSettingsSource):
         return values
 
 
+class RenamedEnvSource(PydanticBaseSettingsSource):
+    """The values of the variables in :data:`RENAMED`, under their new names, each with a
+    warning that names the new variable. Below :class:`FlatEnvSource`: a new name wins. Of
+    ``MT_MODEL_DIR`` and ``MT_MODEL_DIRS``, the list wins, as it always did."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ reads every renamed variable
+
+    def __call__(self) -> dict[str, Any]:
+        environment = {key.upper(): value for key, value in os.environ.items()}
+        found: dict[str, Any] = {}
+        # MODEL_DIRS after MODEL_DIR: the list replaces the single directory.
+        for old_name, new_name in RENAMED.items():
+            value = environment.get(f"{ENV_PREFIX}{old_name}")
+            if value is None:
+                continue
+            logger.warning(
+                "%s%s is deprecated; it is read as %s%s, its new name",
+                ENV_PREFIX,
+                old_name,
+                ENV_PREFIX,
+                new_name,
+            )
+            # A new name wins; an empty old one says nothing (``MT_MODEL_DIRS=`` beside
+            # ``MT_MODEL_DIR`` meant that one directory).
+            if f"{ENV_PREFIX}{new_name}" not in environment and value.strip():
+                found[new_name.lower()] = value
+        if not found:
+            return {}
+        # Parsed as the new variables are: through the group's own environment source.
+        values: dict[str, Any] = {}
+        for name, value in found.items():
+            group = GROUP_OF[name]
+            source = EnvSettingsSource(
+                GROUPS[group],  # type: ignore[arg-type]  # read as a settings class
+                case_sensitive=False,
+                env_prefix=ENV_PREFIX,
+            )
+            field = GROUPS[group].model_fields[name]
+            values.setdefault(group, {})[name] = source.prepare_field_value(
+                name, field, value, source.field_is_complex(field)
+            )
+        return values
+
+
 class Settings(BaseSettings):
     """The service's configuration, by group; ``Settings(max_batch_rows=7)`` takes flat field
     names as the environment does."""
@@ -319,7 +318,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, FlatEnvSource(settings_cls)
+        return init_settings, FlatEnvSource(settings_cls), RenamedEnvSource(settings_cls)
 
     @model_validator(mode="before")
     @classmethod
@@ -335,65 +334,3 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
-
-
-# --- docs/configuration.md ---------------------------------------------------------------------
-
-
-def variables() -> Iterator[tuple[str, str, str, str]]:
-    """(group title, variable, default, description) of every setting, in the models' order."""
-    for model in GROUPS.values():
-        title = (model.__doc__ or "").strip().splitlines()[0].rstrip(".")
-        for name, field in model.model_fields.items():
-            default = field.get_default(call_default_factory=True)
-            yield title, f"{ENV_PREFIX}{name.upper()}", _shown(default), field.description or ""
-
-
-def _shown(default: object) -> str:
-    if default is None:
-        return "unset"
-    if isinstance(default, bool):
-        return "true" if default else "false"
-    if isinstance(default, list):
-        return ",".join(str(item) for item in default) or "empty"
-    if default == "":
-        return "empty"
-    if isinstance(default, Path) and str(default).startswith(tempfile.gettempdir()):
-        return str(Path("$TMPDIR") / default.relative_to(tempfile.gettempdir()))
-    return str(default)
-
-
-def configuration_markdown() -> str:
-    """docs/configuration.md: every variable, its default and what it does, by group."""
-    lines = [
-        "# Configuration",
-        "",
-        "<!-- Generated from the settings models (service/config.py) by "
-        "`python scripts/config_docs.py`; do not edit by hand. -->",
-        "",
-        "Every setting is an environment variable prefixed with `MT_`. "
-        "`python -m service --host/--port/--model-dir/--log-level` override the matching ones.",
-    ]
-    group = None
-    for title, name, default, description in variables():
-        if title != group:
-            group = title
-            lines += [
-                "",
-                f"## {title}",
-                "",
-                "| Variable | Default | What it does |",
-                "|---|---|---|",
-            ]
-        text = description.replace("|", "\\|")
-        lines.append(f"| `{name}` | `{default}` | {text} |")
-    lines += [
-        "",
-        "## No longer settings",
-        "",
-        "These are fixed bounds of the scheduler, named constants beside the code that uses "
-        "them with their reasons; a value set for them is ignored, with a warning at start-up.",
-        "",
-    ]
-    lines += [f"- `{ENV_PREFIX}{name}`: {where}" for name, where in FIXED_NOW.items()]
-    return "\n".join(lines) + "\n"

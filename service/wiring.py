@@ -28,22 +28,18 @@ from service.metrics import ServiceMetrics
 from service.runtime.engine import Engine, open_engine
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
+from service.storage.databases import Databases, open_databases
+from service.storage.glossaries import GlossaryStore
+from service.storage.memories import MemoryStore
 from service.text.tokenizer import Tokenizer
 from service.translation.detection import LanguageDetector
+from service.translation.discovery import RegistryError, discover_models
 from service.translation.dispatch import Dispatcher
 from service.translation.exports import ModelSpec
-from service.translation.glossaries import GlossaryStore
-from service.translation.memories import MemoryStore
 from service.translation.plan_follower import PlanFollower
-from service.translation.registry import (
-    LoadedModel,
-    ModelLoader,
-    ModelRegistry,
-    RegistryError,
-    discover_models,
-)
+from service.translation.registry import ModelRegistry
 from service.translation.routing import source_languages
-from service.translation.storage import Databases, open_databases
+from service.translation.slots import LoadedModel, ModelLoader
 from service.translation.translator import Translator
 from service.web.access import AccessPolicy
 from service.web.app import build_app
@@ -182,7 +178,7 @@ def build_registry(
 ) -> ModelRegistry:
     model = settings.model
     specs = discover_models(
-        model.model_dirs, model.models_dir, model.model_dir, model.model_name, model.load_only
+        model.exports, model.models_dir, model.served_model_name, model.load_only
     )
     fair = len(specs) > 1 and model.model_fairness == "round_robin"
     turns = RoundRobinTurns() if fair else None

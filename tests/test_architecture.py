@@ -10,6 +10,7 @@ Layers, lowest first (docs/architecture.md draws them)::
     scheduling            the continuous batcher
     engine_core           the batcher behind a socket: protocol, engine-core server, client
     text                  tokenizer, segmenter, protected spans, pipeline, documents
+    storage               the store: interface, SQLite, PostgreSQL, migrations, the stores
     translation           translator, registry, routing, detection, dispatch
     config                Settings (read by the web layer and the composition root only)
     web                   FastAPI app, routes, middleware
@@ -43,13 +44,14 @@ LAYERS = {
     "scheduling": 2,
     "engine_core": 2,
     "text": 3,
-    "translation": 4,
-    "config": 5,
-    "web": 6,
-    "wiring": 7,
-    "__main__": 8,
-    "models_cli": 8,
-    "processes": 8,
+    "storage": 4,
+    "translation": 5,
+    "config": 6,
+    "web": 7,
+    "wiring": 8,
+    "__main__": 9,
+    "models_cli": 9,
+    "processes": 9,
 }
 # What the runtime may import besides the standard library and itself.
 RUNTIME_THIRD_PARTY = {"numpy", "onnxruntime"}

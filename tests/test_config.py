@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service.config import FIXED_NOW, GROUPS, Settings, configuration_markdown
+from scripts.config_docs import configuration_markdown
+from service.config import FIXED_NOW, GROUPS, RENAMED, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,13 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # it must land in (group.field) and that value parsed. Written out, not derived from the
 # models: renaming a field must fail here, since the variable's name would change with it.
 VARIABLES = {
-    "MT_MODEL_DIR": ("model.model_dir", "/exports/one", Path("/exports/one")),
-    "MT_MODEL_DIRS": ("model.model_dirs", "/a, /b", [Path("/a"), Path("/b")]),
+    "MT_EXPORTS": ("model.exports", "/a, /b", [Path("/a"), Path("/b")]),
     "MT_MODELS_DIR": ("model.models_dir", "/exports", Path("/exports")),
     "MT_MODELS": ("model.models", "opus-mt-en-fr, m2m100_418M", ["opus-mt-en-fr", "m2m100_418M"]),
     "MT_RELOAD_POLL_S": ("model.reload_poll_s", "2.5", 2.5),
     "MT_LOAD_ONLY": ("model.load_only", "en, de,fr", ["en", "de", "fr"]),
-    "MT_MODEL_NAME": ("model.model_name", "opus", "opus"),
+    "MT_SERVED_MODEL_NAME": ("model.served_model_name", "opus", "opus"),
     "MT_PROVIDER": ("model.provider", "cpu", "cpu"),
     "MT_INTRA_OP_THREADS": ("model.intra_op_threads", "3", 3),
     "MT_KV_POOL_MB": ("model.kv_pool_mb", "64", 64),
@@ -143,7 +143,7 @@ def test_flat_keywords_set_the_same_fields_and_win_over_the_environment(clean_en
     settings = Settings(max_batch_rows=3, provider="cpu")
     assert (settings.scheduling.max_batch_rows, settings.scheduling.max_queue) == (3, 9)
     assert settings.model.provider == "cpu"
-    replaced = settings.replace(port=1, model_dirs=[])
+    replaced = settings.replace(port=1, exports=[])
     assert (replaced.process.port, replaced.scheduling.max_batch_rows) == (1, 3)
     with pytest.raises(ValueError, match="max_batch_rows"):
         Settings(max_batch_rows=0)
@@ -158,6 +158,35 @@ def test_a_variable_that_became_a_fixed_bound_is_ignored_with_a_warning(clean_en
         settings = Settings()
     assert settings == Settings.model_validate({})
     assert any(f"MT_{name} is no longer a setting" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("old", "raw", "path", "expected"),
+    [
+        ("MT_MODEL_DIR", "/exports/one", "model.exports", [Path("/exports/one")]),
+        ("MT_MODEL_DIRS", "/a, /b", "model.exports", [Path("/a"), Path("/b")]),
+        ("MT_MODEL_NAME", "opus", "model.served_model_name", "opus"),
+    ],
+)
+def test_a_renamed_variable_still_works_with_a_warning_naming_the_new_one(
+    clean_env, caplog, old, raw, path, expected
+):
+    clean_env.setenv(old, raw)
+    with caplog.at_level(logging.WARNING, logger="service.config"):
+        settings = Settings()
+    assert field(settings, path) == expected
+    new = f"MT_{RENAMED[old.removeprefix('MT_')]}"
+    assert any(old in r.message and new in r.message for r in caplog.records)
+
+
+def test_a_new_name_wins_over_its_old_one_and_the_old_list_over_the_old_directory(clean_env):
+    clean_env.setenv("MT_MODEL_DIR", "/one")
+    clean_env.setenv("MT_MODEL_DIRS", "/a,/b")
+    assert Settings().model.exports == [Path("/a"), Path("/b")]
+    clean_env.setenv("MT_MODEL_DIRS", "")  # empty, as compose files set it: the directory
+    assert Settings().model.exports == [Path("/one")]
+    clean_env.setenv("MT_EXPORTS", "/new")
+    assert Settings().model.exports == [Path("/new")]
 
 
 def test_the_configuration_page_is_generated_from_the_models():

@@ -124,7 +124,7 @@ def test_the_warning_is_logged_at_start_up(tmp_path, monkeypatch, caplog):
 
     root, proc = v2_tree(tmp_path, "200000 100000")
     monkeypatch.setattr(wiring, "cpu_budget", lambda: cpus.cpu_budget(root, proc, affinity=16))
-    settings = Settings(intra_op_threads=2, model_dir=tmp_path / "no-models")
+    settings = Settings(intra_op_threads=2, exports=[tmp_path / "no-models"])
     with caplog.at_level(logging.WARNING, logger="service.wiring"):
         wiring.create_app(settings)
     assert any("MT_INTRA_OP_THREADS=2 on 2 usable CPUs" in r.message for r in caplog.records)

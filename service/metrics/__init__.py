@@ -253,7 +253,7 @@ class ServiceMetrics:
         )
         self.process_plan = Gauge(
             "mt_process_plan",
-            "The process plan (issue 53): HTTP front-ends, engine cores per model and intra-op "
+            "The process plan: HTTP front-ends, engine cores per model and intra-op "
             "threads per engine core (count); one of each in the one-process mode.",
             ["count"],
             registry=r,

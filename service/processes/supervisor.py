@@ -33,12 +33,13 @@ from types import FrameType
 
 from prometheus_client.multiprocess import mark_process_dead
 
-from service.config import Settings
+from service.config import ENV_PREFIX, RENAMED, Settings
 from service.cpus import cpu_budget
 from service.engine_core.plan import ProcessPlan, plan_processes, runs_split
 from service.processes.children import Child, frontend
 from service.processes.swaps import RevisionSwaps
-from service.translation.registry import ModelSpec, RegistryError, discover_models
+from service.translation.discovery import RegistryError, discover_models
+from service.translation.exports import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -206,12 +207,14 @@ def child_env(settings: Settings) -> dict[str, str]:
     """The children's environment: this one, with the settings the command line changed."""
     env = dict(os.environ)
     env.pop("MT_MODELS_DIR", None)
+    for old_name in RENAMED:  # their values are in the new names below
+        env.pop(f"{ENV_PREFIX}{old_name}", None)
     env.update(
         MT_HOST=settings.process.host,
         MT_PORT=str(settings.process.port),
         MT_LOG_LEVEL=settings.process.log_level,
-        MT_MODEL_DIR=str(settings.model.model_dir),
-        MT_MODEL_DIRS=",".join(str(path) for path in settings.model.model_dirs),
+        MT_EXPORTS=",".join(str(path) for path in settings.model.exports),
+        MT_SERVED_MODEL_NAME=settings.model.served_model_name,
     )
     if settings.model.models_dir is not None:
         env["MT_MODELS_DIR"] = str(settings.model.models_dir)
@@ -225,7 +228,7 @@ def build_supervisor(settings: Settings) -> Supervisor | None:
     try:
         model = settings.model
         specs = discover_models(
-            model.model_dirs, model.models_dir, model.model_dir, model.model_name, model.load_only
+            model.exports, model.models_dir, model.served_model_name, model.load_only
         )
     except RegistryError as error:
         logger.error("%s", error)

@@ -12,7 +12,7 @@ the model was trained on sentences whose symbols are numbered from 0); tokenize.
 decoding: strip eos/pad, detokenize, restore the placeholders, put the edge tags back and join
 the sentences with the whitespace they had.
 
-A translation memory (service/translation/memories.py), where the request has one, is asked
+A translation memory (service/storage/memories.py), where the request has one, is asked
 first: for the whole text, then for each sentence as it is and without the markup at its
 edges. A segment it knows is written as approved and never reaches the model (nor the
 cache, nor the glossary: an approved translation is final).

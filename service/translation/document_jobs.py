@@ -1,7 +1,8 @@
 """Document jobs: a file uploaded now, translated in the background, its progress polled and
-its result downloaded later (``/v1/documents`` and DeepL's ``/v2/document``). The rows, the
-files and how a job is claimed are service/translation/document_store.py's; this module's
-runner claims queued jobs and translates them.
+its result downloaded later (``/v1/documents`` and DeepL's ``/v2/document``). The rows and
+files are service/storage/documents.py's, how a job is claimed
+service/storage/document_claims.py's; this module's runner claims queued jobs and translates
+them.
 
 Decisions:
 
@@ -37,16 +38,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from service.errors import NotFound, ServiceError, StoreUnavailable
+from service.storage.document_claims import DocumentClaims, process_holder
+from service.storage.documents import DocumentJob, DocumentStore
 from service.text.bulk import TranslateTexts
 from service.text.files import TranslatedFile, translate_file
-from service.translation.document_store import (
-    DocumentJob,
-    DocumentStore,
-    count_sentences,
-    process_owner,
-)
-
-__all__ = ["DocumentJob", "DocumentRunner", "DocumentStore", "count_sentences"]
+from service.text.segmenter import sentence_spans
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +52,11 @@ POLL_S = 1.0  # how often an idle worker looks for jobs submitted elsewhere or l
 
 # A job's texts in, their translations out (the web layer binds the dispatcher and the pair).
 TranslatorFor = Callable[[DocumentJob], TranslateTexts]
+
+
+def count_sentences(texts: list[str], language: str) -> int:
+    """How many sentences the segmenter makes of ``texts`` (a text without one counts one)."""
+    return sum(max(len(sentence_spans(text, language)), 1) for text in texts)
 
 
 class LeaseLost(Exception):
@@ -74,10 +75,11 @@ class DocumentRunner:
         holder: str | None = None,
     ) -> None:
         self.store = store
+        self.claims = DocumentClaims(store)
         self.translate_for = translate_for
         self.concurrency = concurrency
         self.lease_s = lease_s
-        self.holder = holder or process_owner()
+        self.holder = holder or process_holder()
         self._wake = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -90,7 +92,6 @@ class DocumentRunner:
         """Start the workers and the lease keeper (what a previous run left translating is
         claimed again: at once on SQLite, once its lease runs out on PostgreSQL)."""
         self._wake = asyncio.Event()  # bound to this event loop
-        self.store.sweep_orphans()
         self._workers = [
             asyncio.create_task(self._work(), name=f"document-worker-{n}")
             for n in range(self.concurrency)
@@ -117,7 +118,7 @@ class DocumentRunner:
                 await task
         for job_id in running:
             with contextlib.suppress(StoreUnavailable):  # then the lease runs out instead
-                self.store.release(job_id, self.holder)
+                self.claims.release(job_id, self.holder)
         self._workers = []
         self._running = {}
 
@@ -146,7 +147,7 @@ class DocumentRunner:
 
     async def _claim(self) -> DocumentJob | None:
         try:
-            return await asyncio.to_thread(self.store.claim, self.holder, self.lease_s)
+            return await asyncio.to_thread(self.claims.claim, self.holder, self.lease_s)
         except StoreUnavailable as error:
             logger.warning("document jobs: %s", error.message)
         except Exception:  # a worker must outlive a bad moment of the database
@@ -160,7 +161,7 @@ class DocumentRunner:
             for job_id, task in list(self._running.items()):
                 try:
                     held = await asyncio.to_thread(
-                        self.store.renew, job_id, self.holder, self.lease_s
+                        self.claims.renew, job_id, self.holder, self.lease_s
                     )
                 except StoreUnavailable:
                     continue  # try again next time; the lease may run out meanwhile
@@ -170,12 +171,12 @@ class DocumentRunner:
 
     async def _run(self, job: DocumentJob) -> None:
         job = replace(job, status="translating")
-        store, holder = self.store, self.holder
+        claims, holder = self.claims, self.holder
         try:
-            content = await asyncio.to_thread(store.upload, job)
+            content = await asyncio.to_thread(self.store.upload, job)
             translated = await self._translate_off_loop(job, content)
             await asyncio.to_thread(
-                store.finish, job, holder, translated.filename, translated.content
+                claims.finish, job, holder, translated.filename, translated.content
             )
         except asyncio.CancelledError:
             raise
@@ -185,11 +186,11 @@ class DocumentRunner:
         except NotFound as error:  # deleted meanwhile
             logger.info("document job %s: %s", job.job_id, error.message)
         except ServiceError as error:
-            await asyncio.to_thread(store.fail, job.job_id, holder, error.message)
+            await asyncio.to_thread(claims.fail, job.job_id, holder, error.message)
         except Exception as error:  # a job's failure must not stop the runner
             logger.exception("document job %s failed", job.job_id)
             message = f"internal error ({type(error).__name__})"
-            await asyncio.to_thread(store.fail, job.job_id, holder, message)
+            await asyncio.to_thread(claims.fail, job.job_id, holder, message)
 
     async def _translate_off_loop(self, job: DocumentJob, content: bytes) -> TranslatedFile:
         """Parse and write the document in a worker thread (a long document takes the CPU
@@ -245,7 +246,7 @@ class DocumentRunner:
     async def _progress(self, job: DocumentJob, sentences_done: int) -> None:
         try:
             held = await asyncio.to_thread(
-                self.store.progress, job.job_id, self.holder, sentences_done, self.lease_s
+                self.claims.progress, job.job_id, self.holder, sentences_done, self.lease_s
             )
         except StoreUnavailable:
             return  # progress is for the client's eyes; the lease keeper retries the lease

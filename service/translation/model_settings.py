@@ -1,5 +1,10 @@
 """The model settings: which exports are served, how each engine opens them, and how many
-models share the process (``MT_MODEL_DIR`` ... ``MT_LANGUAGE_DETECTION``).
+models share the process (``MT_EXPORTS`` ... ``MT_LANGUAGE_DETECTION``).
+
+Where models come from, one setting each: ``exports`` (export directories served as they
+are), ``models_dir`` (the installed models, where ``python -m service models pull`` writes)
+and ``models`` (names pulled into it at start-up); ``served_model_name`` names a model served
+alone.
 
 The object itself is what the model registry (service/translation/registry.py) and each
 engine (``EngineOptions``: service/runtime/engine.py) read; service/config.py reads it from
@@ -16,28 +21,26 @@ from pydantic_settings import NoDecode
 
 from service.cpus import cpu_budget
 
+DEFAULT_EXPORT = Path("build/onnx/default")  # served when no model is configured (`make export`)
+
 
 class ModelSettings(BaseModel):
     """Models and runtime."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model_dir: Path = Field(
-        Path("build/onnx/default"),
-        description="Directory written by `python -m export`: encoder.onnx, decoder.onnx, "
-        "config.json and the tokenizer files. Served alone when neither model_dirs nor "
-        "models_dir is set.",
-    )
-    model_dirs: Annotated[list[Path], NoDecode] = Field(
+    exports: Annotated[list[Path], NoDecode] = Field(
         default_factory=list,
-        description="Comma-separated export directories, one model each (`make serve` sets "
-        "it to every shipped model). Each export's config.json declares source_lang and "
-        "target_lang; two models for one pair are a start-up error.",
+        description="Comma-separated export directories (written by `python -m export`: "
+        "encoder.onnx, decoder.onnx, config.json and the tokenizer files), one model each "
+        "(`make serve` sets it to every shipped model). Each export's config.json declares "
+        "source_lang and target_lang; two models for one pair are a start-up error. Empty: "
+        "build/onnx/default when models_dir holds no model either.",
     )
     models_dir: Path | None = Field(
         None,
-        description="A directory of exports: every sub-directory with a config.json is a "
-        "model (added to model_dirs; one of them replaces a model_dirs model of its pair). "
+        description="The installed models: every sub-directory with a config.json is a "
+        "model, served beside the exports (one of them replaces an export of its pair). "
         "`python -m service models pull` installs here (unset: into MT_DATA_DIR/models); "
         "`make serve` sets it to that directory.",
     )
@@ -66,10 +69,11 @@ class ModelSettings(BaseModel):
         "only the models whose languages are all in the list are served, and a multilingual "
         "model serves only the listed ones. Empty: every configured model.",
     )
-    model_name: str = Field(
+    served_model_name: str = Field(
         "",
-        description="Name reported by the API for a model served alone; defaults to the "
-        "export's model_name, else the directory name.",
+        description="The name the API reports for the one model served when a single "
+        "export is (vLLM's --served-model-name); defaults to the export's model_name, else "
+        "its directory name.",
     )
     provider: Literal["auto", "cuda", "cpu"] = Field(
         "auto",
@@ -143,7 +147,7 @@ class ModelSettings(BaseModel):
     def kv_pool_bytes(self) -> int:
         return self.kv_pool_mb << 20
 
-    @field_validator("model_dirs", "models", "load_only", mode="before")
+    @field_validator("exports", "models", "load_only", mode="before")
     @classmethod
     def _split_lists(cls, value: object) -> object:
         if isinstance(value, str):

@@ -11,7 +11,7 @@ supervisor (``PublishedPlan.acknowledge``), which then stops them.
 from __future__ import annotations
 
 from service.engine_core.plan import PublishedPlan
-from service.translation.registry import Freshness, ModelSlot
+from service.translation.slots import Freshness, ModelSlot
 
 
 class PlanFollower(Freshness):

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
+from service.storage.memories import PAIR_DEFAULT, MemoryChoice
 from service.text.glossary import Glossary
 from service.text.html import MarkupRules
 from service.text.pipeline import DecodingOptions, TextHandling
 from service.translation.languages import LanguagePair
-from service.translation.memories import PAIR_DEFAULT, MemoryChoice
 
 
 class Output(Enum):

@@ -14,7 +14,7 @@
   LibreTranslate's ``Slowdown: ...`` text; a request with more characters than a whole
   minute's allowance can never pass and is 413.
 
-* **Owners.** With keys on, what a key stores is its own (service/translation/owners.py);
+* **Owners.** With keys on, what a key stores is its own (service/storage/owners.py);
   an admin key (``MT_ADMIN_API_KEYS``) stores into the shared space, which every key reads.
 
 Checked after the body is parsed (the key and the character count may be in it) and before
@@ -33,7 +33,7 @@ from typing import Protocol
 from fastapi import Request
 
 from service.config import Settings
-from service.translation.owners import SHARED, Owner, key_owner
+from service.storage.owners import SHARED, Owner, key_owner
 from service.web.errors import ApiError
 from service.web.rate_limits import Clock, RateLimiter, Refusal
 from service.web.request_log import note_client
@@ -107,11 +107,13 @@ class AccessPolicy:
     def keys_required(self) -> bool:
         return bool(self.keys)
 
-    def admit(self, request: Request, body_key: str | None, chars: int) -> None:
-        """Raise ``ApiError`` (401, 403 or 429) unless this request may be served now."""
+    def admit(self, request: Request, body_key: str | None, chars: int) -> Owner:
+        """Whose stored glossaries, memories and documents the request sees, once it is
+        admitted; ``ApiError`` (401, 403 or 429) unless it may be served now."""
         identity, limits = self._identify(request, body_key)
         note_client(identity.removeprefix("key:") if identity.startswith("key:") else None, chars)
         self._charge(identity, limits, requests=1, chars=chars)
+        return self._owner(identity)
 
     def identity(self, request: Request) -> str:
         """Whom usage is counted for (DeepL's quota, service/web/quota.py): the API key, or
@@ -137,10 +139,9 @@ class AccessPolicy:
             return ApiError(403, "invalid_api_key", "Authorization failure: no key")
         return ApiError(401, "api_key_required", MISSING_KEY, {"WWW-Authenticate": "Bearer"})
 
-    def owner(self, request: Request, body_key: str | None = None) -> Owner:
-        """Whose stored glossaries, memories and documents the request sees; 401 or 403 as
-        ``admit``. Keys off: the shared space, as one trusted client."""
-        identity, _ = self._identify(request, body_key)
+    def _owner(self, identity: str) -> Owner:
+        """Whose stored items ``identity`` sees: keys off, the shared space, as one trusted
+        client; an admin key, the shared space too; any other key, its own and the shared."""
         if not self.keys_required:
             return SHARED
         key = identity.removeprefix("key:")

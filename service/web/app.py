@@ -6,11 +6,11 @@ pieces live in service/web/: routes per API in ``routes/`` (``v1``, ``glossaries
 ``stream``, ``libretranslate``, ``deepl``, ``files``, ``ops``, ``page``: the page at ``/``),
 ``errors`` (one error shape, domain errors mapped to statuses), ``middleware`` (body size
 limit, request metrics), ``lifecycle`` (background load, graceful shutdown), ``deps`` (what
-routes share), ``admission`` (the in-flight bound that refuses before any work), ``access``
+routes share), ``inflight`` (the in-flight bound that refuses before any work), ``access``
 and ``rate_limits`` (API keys, per-client limits) and ``request_id``.
 
 Middleware, outermost first: request id, request metrics, CORS (when configured), the
-admission gate (which checks a header's key and reads the body before taking a slot), the
+in-flight gate (which checks a header's key and reads the body before taking a slot), the
 body size limit; so every response, a refusal included, has an
 ``X-Request-ID`` and is counted.
 """
@@ -23,9 +23,9 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from service.web.access import AccessPolicy
-from service.web.admission import AdmissionGate, BodyLimits
 from service.web.errors import install_error_handlers
 from service.web.file_store import TranslatedFiles
+from service.web.inflight import BodyLimits, InflightGate
 from service.web.lifecycle import ServiceState, lifespan_of
 from service.web.middleware import BodySizeLimit, RequestMetrics
 from service.web.request_id import HEADER, RequestId
@@ -82,7 +82,7 @@ def build_app(service: ServiceState) -> FastAPI:
     app.state.service = service
     app.state.access = AccessPolicy(settings)
     # Where replicas share a database, a download may reach another replica than the upload.
-    shared = service.databases.main if service.documents.shared else None
+    shared = service.databases.main if service.databases.shared_by_replicas else None
     app.state.translated_files = TranslatedFiles(
         settings.storage.files_dir, settings.storage.files_ttl_s, shared
     )
@@ -95,7 +95,7 @@ def build_app(service: ServiceState) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=settings.access.max_body_bytes)
     # Before anything reads the body: under overload a refusal must cost next to nothing.
     app.add_middleware(
-        AdmissionGate,
+        InflightGate,
         max_in_flight=settings.access.max_inflight_requests,
         retry_after_s=settings.access.retry_after_s,
         metrics=metrics,

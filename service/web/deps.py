@@ -1,5 +1,6 @@
-"""What routes share: the service state and the access policy as dependencies, and awaiting
-the batcher with the client's connection watched."""
+"""What routes share: the service state, the access policy and the admitted owner of a
+stored item's route as dependencies, and awaiting the batcher with the client's connection
+watched."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
+from service.storage.owners import Owner
 from service.web.access import AccessPolicy
 from service.web.errors import ApiError
 from service.web.lifecycle import ServiceState
@@ -31,6 +33,16 @@ async def get_access(request: Request) -> AccessPolicy:
 
 
 Access = Annotated[AccessPolicy, Depends(get_access)]
+
+
+async def get_current_owner(request: Request, access: Access) -> Owner:
+    """The owner of a request that manages stored items (glossaries, memories, document
+    jobs): admitted as one request of no characters (401, 403 or 429 as
+    ``AccessPolicy.admit``), and seeing what its key owns and what is shared."""
+    return access.admit(request, None, chars=0)
+
+
+CurrentOwner = Annotated[Owner, Depends(get_current_owner)]
 
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")

@@ -19,7 +19,8 @@ from urllib.parse import quote
 
 from fastapi import Response
 
-from service.translation.database import Database, Migration
+from service.storage.database import Database
+from service.storage.migrations import Migration
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _STORED_NAME = re.compile(

@@ -21,15 +21,16 @@ from fastapi import FastAPI
 
 from service.config import Settings
 from service.metrics import ServiceMetrics
+from service.storage.databases import Databases, open_databases
+from service.storage.documents import DocumentJob, DocumentStore
+from service.storage.glossaries import GlossaryStore
+from service.storage.memories import MemoryChoice, MemoryStore
+from service.storage.sqlite import store_problem
 from service.text.bulk import TranslateTexts
-from service.translation.database import store_problem
 from service.translation.dispatch import Dispatcher, document_translator
-from service.translation.document_jobs import DocumentJob, DocumentRunner, DocumentStore
-from service.translation.glossaries import GlossaryStore
+from service.translation.document_jobs import DocumentRunner
 from service.translation.languages import LanguagePair
-from service.translation.memories import MemoryChoice, MemoryStore
 from service.translation.registry import ModelRegistry
-from service.translation.storage import Databases, open_databases
 from service.web.errors import ApiError, ErrorInfo, describe_error
 from service.web.quota import CharacterQuota
 
@@ -71,8 +72,7 @@ class ServiceState:
         main = self.databases.main
         self.glossaries = glossaries or GlossaryStore(main, settings.access.max_glossary_entries)
         self.memories = memories or MemoryStore(main, settings.limits.max_chars_per_text)
-        legacy_dir = None if storage.database_url else storage.data_dir
-        self.documents = DocumentStore(self.databases.documents, storage.document_ttl_s, legacy_dir)
+        self.documents = DocumentStore(self.databases.documents, storage.document_ttl_s)
         metrics.watch_documents(self.documents.counts)
         self.document_runner = DocumentRunner(
             self.documents,
@@ -113,7 +113,7 @@ class ServiceState:
         if self.phase == "loading":
             self.phase = "ready"
             logger.info("ready: %d models, %d loaded", len(registry.slots), registry.loaded_count())
-            registry.watch_revisions()  # new revisions of installed models (models update)
+            registry.revisions.watch()  # new revisions of installed models (models update)
 
     def _document_translator(self, job: DocumentJob) -> TranslateTexts:
         """A document job's texts through the dispatcher, by the job's pair, with the

@@ -21,7 +21,9 @@ from __future__ import annotations
 import math
 import time
 
-from service.translation.database import Database, Migration, Session
+from service.storage.database import Database
+from service.storage.migrations import Migration
+from service.storage.session import Session
 from service.web.rate_limits import Clock, Refusal
 
 WINDOW_S = 60.0

@@ -317,12 +317,13 @@ def test_prometheus_discovers_every_mtserve_container():
         assert alias in aliases, f"{name} is not discoverable as {alias!r}"
 
 
-def test_custom_model_is_mounted_read_only_and_selected_by_mt_model_dir():
+def test_custom_model_is_mounted_read_only_and_served_alone_by_mt_exports():
     service = compose_config(("custom-model",))["services"]["mt-custom"]
     (mount,) = [volume for volume in service["volumes"] if volume["type"] == "bind"]
     assert mount["read_only"] is True
-    assert service["environment"]["MT_MODEL_DIR"] == mount["target"]
-    assert service["environment"]["MT_MODEL_DIRS"] == ""  # else the image's models are served
+    # Alone: the image's own MT_EXPORTS (its shipped models) is replaced, not added to.
+    assert service["environment"]["MT_EXPORTS"] == mount["target"]
+    assert "MT_SERVED_MODEL_NAME" in service["environment"]
 
 
 # --- Dockerfile contract ------------------------------------------------------------------------
@@ -361,7 +362,7 @@ def test_runtime_image_declares_port_healthcheck_stop_signal_and_model(stage):
     (healthcheck,) = by_keyword["HEALTHCHECK"]
     assert "/health" in healthcheck and "curl" not in healthcheck
     env = " ".join(by_keyword["ENV"])
-    assert re.search(r"\bMT_MODEL_DIRS=/models/default,/models/de-en\b", env)
+    assert re.search(r"\bMT_EXPORTS=/models/default,/models/de-en\b", env)
     for model in ("default", "de-en"):  # every shipped model, exported in the build stage
         assert any(
             re.search(rf"--from=build\s+/export/{model}\s+/models/{model}$", rest)

@@ -104,7 +104,7 @@ def test_the_rules_alert_on_what_an_operator_must_know():
 @pytest.fixture(scope="module")
 def exposition(tmp_path_factory):
     settings = Settings(
-        model_dir=tiny_model(tmp_path_factory),
+        exports=[tiny_model(tmp_path_factory)],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=8,

@@ -228,7 +228,7 @@ def test_runtime_venv_serves_a_translation_and_stops_on_sigterm(
     port = _free_port()
     log_path = tmp_path / "server.log"
     env = _clean_env(
-        MT_MODEL_DIR=str(model_dir),
+        MT_EXPORTS=str(model_dir),
         MT_PROVIDER="cpu",
         MT_INTRA_OP_THREADS="1",
         MT_SHUTDOWN_GRACE_S=str(SHUTDOWN_GRACE_S),

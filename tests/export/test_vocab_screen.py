@@ -309,7 +309,7 @@ def test_the_exporter_screens_large_vocabularies_only(exported, tmp_path, monkey
 
 def test_the_service_setting_turns_the_screen_off(screened_dirs):
     from service.config import Settings
-    from service.translation.registry import ModelSpec
+    from service.translation.exports import ModelSpec
     from service.wiring import engine_loader
 
     spec = ModelSpec("tiny", screened_dirs[24], "en", "de")

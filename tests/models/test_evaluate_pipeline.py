@@ -30,7 +30,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_evaluation_gives_the_translations_the_service_serves(model_dir):
-    settings = Settings(model_dir=model_dir, provider="cpu", intra_op_threads=1)
+    settings = Settings(exports=[model_dir], provider="cpu", intra_op_threads=1)
     with TestClient(create_app(settings)) as client:
         for _ in range(600):
             if client.get("/ready").status_code == 200:

@@ -28,7 +28,7 @@ from service.models_cli import main as models_main
 from service.models_cli.catalog import TOKENIZER_FILES, resolve
 from service.models_cli.errors import ModelsError
 from service.models_cli.store import MANIFEST_FILE, sha256_of
-from service.translation.registry import RegistryError, discover_models
+from service.translation.discovery import RegistryError, discover_models
 from tests.conftest import build_random_marian
 from tests.hub_cache import pull_offline, seed, use_offline
 from tests.live_server import free_port, live_server
@@ -221,7 +221,7 @@ def test_a_pulled_model_replaces_a_configured_model_of_its_pair(pulled, tmp_path
     other = tmp_path / "shipped-en-de"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
-    specs = discover_models([shipped, other], pulled, Path("unused"))
+    specs = discover_models([shipped, other], pulled)
     assert {spec.model_id: spec.pair for spec in specs} == {
         "shipped-en-de": ("en", "de"),
         ALIAS: ("en", "fr"),
@@ -239,7 +239,7 @@ def test_two_installed_models_of_one_pair_are_a_start_up_error(tmp_path):
     write_export_config(root / "a", source_lang="en", target_lang="fr")
     write_export_config(root / "b", source_lang="en", target_lang="fr")
     with pytest.raises(RegistryError, match="two models with the language pair"):
-        discover_models([], root, Path("unused"))
+        discover_models([], root)
 
 
 def test_load_only_serves_the_models_of_the_listed_languages(tmp_path):
@@ -249,16 +249,14 @@ def test_load_only_serves_the_models_of_the_listed_languages(tmp_path):
     write_export_config(root / "en-fr", source_lang="en", target_lang="fr")
     write_export_config(root / "nllb", languages=["eng_Latn", "deu_Latn", "spa_Latn"])
     write_export_config(root / ".hidden-en-it", source_lang="en", target_lang="it")  # a staging dir
-    everything = discover_models([], root, Path("unused"))
+    everything = discover_models([], root)
     assert sorted(spec.model_id for spec in everything) == ["de-en", "en-de", "en-fr", "nllb"]
-    specs = {
-        spec.model_id: spec for spec in discover_models([], root, Path("unused"), "", ["EN", "de"])
-    }
+    specs = {spec.model_id: spec for spec in discover_models([], root, "", ["EN", "de"])}
     assert set(specs) == {"en-de", "de-en", "nllb"}
     assert specs["nllb"].languages == ("en", "de")  # cut down to the listed languages
     assert sorted(specs["nllb"].pairs()) == [("de", "en"), ("en", "de")]
     with pytest.raises(RegistryError, match="MT_LOAD_ONLY=it,ja leaves no model"):
-        discover_models([], root, Path("unused"), "", ["it", "ja"])
+        discover_models([], root, "", ["it", "ja"])
 
 
 def test_load_only_setting_splits_and_reaches_the_served_languages(pulled, tmp_path):
@@ -272,7 +270,7 @@ def test_load_only_setting_splits_and_reaches_the_served_languages(pulled, tmp_p
     config.update(source_lang="de", target_lang="en", model_name="opus-mt-de-en")
     (copy / "config.json").write_text(json.dumps(config))
     settings = Settings(
-        model_dirs=[copy], models_dir=pulled, load_only="de,en", provider="cpu", lazy_load=True
+        exports=[copy], models_dir=pulled, load_only="de,en", provider="cpu", lazy_load=True
     )
     assert settings.model.load_only == ["de", "en"]
     with TestClient(create_app(settings)) as client:

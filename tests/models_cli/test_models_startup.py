@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ from service.config import Settings
 from service.models_cli import main as models_main
 from service.models_cli.errors import ModelsError
 from service.models_cli.startup import pull_missing, startup_settings
-from service.translation.registry import RegistryError, discover_models
+from service.translation.discovery import RegistryError, discover_models
 from tests.hub_cache import seed, use_offline
 
 HUB_ID = "Helsinki-NLP/opus-mt-en-fr"
@@ -88,7 +87,7 @@ def test_start_up_pulls_a_missing_model_into_the_data_dir_and_serves_it(
     manifest = json.loads((tmp_path / "data/models/opus-mt-en-fr/manifest.json").read_text())
     assert (manifest["hub_id"], manifest["revision"]) == (HUB_ID, COMMIT)
     model = served.model
-    specs = discover_models(model.model_dirs, model.models_dir, model.model_dir)
+    specs = discover_models(model.exports, model.models_dir)
     assert [(spec.model_id, spec.pair) for spec in specs] == [("opus-mt-en-fr", ("en", "fr"))]
 
 
@@ -112,12 +111,12 @@ def test_a_configured_models_dir_that_is_missing_is_created(tmp_path):
     shipped = tmp_path / "shipped"
     shipped.mkdir()
     (shipped / "config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
-    settings = Settings(model_dirs=[shipped], models_dir=tmp_path / "volume" / "models")
+    settings = Settings(exports=[shipped], models_dir=tmp_path / "volume" / "models")
     with pytest.raises(RegistryError, match="is not a directory"):
-        discover_models([shipped], settings.model.models_dir, Path("unused"))
+        discover_models([shipped], settings.model.models_dir)
     served = startup_settings(settings)
     assert served.model.models_dir.is_dir()
-    specs = discover_models([shipped], served.model.models_dir, Path("unused"))
+    specs = discover_models([shipped], served.model.models_dir)
     assert [spec.pair for spec in specs] == [("en", "de")]
 
 

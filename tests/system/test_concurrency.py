@@ -129,7 +129,7 @@ def settings_for(model_dir, **overrides) -> Settings:
     """These tests pin admission by step counts: the cost-aware rule, which decides by
     measured timings, is off here (tests/scheduling/test_batcher_costs.py pins it on a deterministic cost)."""
     overrides.setdefault("admission_cost_aware", False)
-    return Settings(model_dir=model_dir, provider="cpu", intra_op_threads=1, **overrides)
+    return Settings(exports=[model_dir], provider="cpu", intra_op_threads=1, **overrides)
 
 
 async def wait_until(predicate, what: str) -> None:

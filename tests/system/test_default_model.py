@@ -81,7 +81,7 @@ def onnx_dirs(tmp_path_factory):
 
 
 def serve(onnx_dirs, **overrides):
-    settings = Settings(model_dirs=onnx_dirs, provider="cpu", intra_op_threads=1, **overrides)
+    settings = Settings(exports=onnx_dirs, provider="cpu", intra_op_threads=1, **overrides)
     test_client = TestClient(create_app(settings))
     test_client.__enter__()
     for _ in range(600):

@@ -43,7 +43,7 @@ FUZZ_REPORT = os.environ.get("MT_FUZZ_REPORT")
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory):
     settings = Settings(
-        model_dir=tiny_model(tmp_path_factory),
+        exports=[tiny_model(tmp_path_factory)],
         provider="cpu",
         intra_op_threads=1,
         max_body_bytes=2_000_000,  # a 1 MB word gets past the body limit to the text limits

@@ -65,7 +65,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
     model_dir = tiny_model(tmp_path_factory)
     root = tmp_path_factory.mktemp("multiprocess")
     port = free_port()
-    env = multiprocess_env(MT_MODEL_DIR=str(model_dir), MT_DATA_DIR=str(root / "data"))
+    env = multiprocess_env(MT_EXPORTS=str(model_dir), MT_DATA_DIR=str(root / "data"))
     log_path = root / "server.log"
     with log_path.open("wb") as log:
         process = start_service(port, env, log)

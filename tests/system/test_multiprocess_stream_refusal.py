@@ -36,7 +36,7 @@ from service.engine_core.protocol import (
     encode,
 )
 from service.engine_core.server import tuned
-from service.translation.registry import discover_models
+from service.translation.discovery import discover_models
 from service.wiring import create_app
 from tests.service_fixtures import only_model, tiny_model
 
@@ -112,7 +112,7 @@ async def frontend(
     model_dir: Path, data_dir: Path, address: str, model_id: str, heard: bool = True
 ):
     settings = Settings(
-        model_dir=model_dir,
+        exports=[model_dir],
         provider="cpu",
         data_dir=data_dir,
         language_detection=False,
@@ -136,7 +136,7 @@ async def test_a_stream_the_engine_core_refuses_gets_a_plain_429(
     tmp_path_factory, tmp_path, run_dir
 ):
     model_dir = tiny_model(tmp_path_factory)
-    [spec] = discover_models([], None, model_dir, None)
+    [spec] = discover_models([model_dir], None)
     address = f"ipc://{run_dir / 'core.sock'}"
     with RefusingCore(address, spec.model_id) as core:
         async with frontend(model_dir, tmp_path / "data", address, spec.model_id) as client:
@@ -158,7 +158,7 @@ async def test_a_stream_sent_before_the_first_pong_waits_for_the_engine_core(
     """Right after start-up, rows reach the engine core once it answers (within a second),
     streamed or not, instead of finding no replica live (503)."""
     model_dir = tiny_model(tmp_path_factory)
-    [spec] = discover_models([], None, model_dir, None)
+    [spec] = discover_models([model_dir], None)
     address = f"ipc://{run_dir / 'core.sock'}"
     with RefusingCore(address, spec.model_id) as core:
         core.speaking.clear()

@@ -60,7 +60,7 @@ def replica(model_dir: Path, database_url: str, workdir: Path) -> Iterator[Repli
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "MT_MODEL_DIR": str(model_dir),
+        "MT_EXPORTS": str(model_dir),
         "MT_PROVIDER": "cpu",
         "MT_INTRA_OP_THREADS": "1",
         "MT_DATABASE_URL": database_url,
@@ -197,7 +197,7 @@ def holder_pid(database_url: str, job_id: str) -> int:
         (holder,) = connection.execute(
             "SELECT lease_holder FROM document_jobs WHERE id = %s", (job_id,)
         ).fetchone()
-    return int(holder.split("/")[1])  # host/pid/random (service/translation/document_store.py)
+    return int(holder.split("/")[1])  # host/pid/random (service/storage/document_claims.py)
 
 
 def test_killing_the_replica_that_runs_a_job_lets_the_other_finish_it(two_replicas):
@@ -230,7 +230,7 @@ def test_a_replica_without_its_database_is_not_ready_and_answers_503_not_500(
     from service.wiring import create_app
 
     settings = Settings(
-        model_dir=tiny_model(tmp_path_factory),
+        exports=[tiny_model(tmp_path_factory)],
         provider="cpu",
         intra_op_threads=1,
         files_dir=tmp_path / "files",

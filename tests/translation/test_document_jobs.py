@@ -25,10 +25,10 @@ from odf.opendocument import load as odf_load
 from translate.storage import xliff, xliff2
 
 from service.errors import InputTooLarge, QueueFull
+from service.storage.document_claims import DocumentClaims, process_holder
+from service.storage.sqlite import SqliteDatabase
 from service.translation import document_jobs
-from service.translation.database import SqliteDatabase
 from service.translation.document_jobs import DocumentRunner, DocumentStore
-from service.translation.document_store import process_owner
 from service.wiring import create_app
 from tests.text import test_documents as documents
 from tests.text.test_documents import (
@@ -270,16 +270,18 @@ def dead_process_holder() -> str:
         capture_output=True,
         check=True,
     )
-    return process_owner().split("/")[0] + f"/{child.stdout.strip()}/0"
+    return process_holder().split("/")[0] + f"/{child.stdout.strip()}/0"
 
 
 def test_a_job_of_a_dead_process_is_taken_up_and_a_live_ones_is_left(tmp_path):
     store, held = store_with_job(tmp_path)
     orphaned = store.create("orphan.txt", TEXT.encode(), "en", "de", sentences=10, characters=5)
     # Both under a long lease: one translating here, in another runner of this process...
-    assert store.claim(process_owner(), lease_s=3600).job_id == held.job_id
+    assert DocumentClaims(store).claim(process_holder(), lease_s=3600).job_id == held.job_id
     # ...and one translating when its process was killed.
-    assert store.claim(dead_process_holder(), lease_s=3600).job_id == orphaned.job_id
+    assert (
+        DocumentClaims(store).claim(dead_process_holder(), lease_s=3600).job_id == orphaned.job_id
+    )
 
     async def run() -> None:
         runner = DocumentRunner(store, lambda _job: shout, concurrency=1)
@@ -321,39 +323,14 @@ def test_a_job_cancelled_through_another_front_end_stops_and_writes_nothing(tmp_
 
 def test_finished_jobs_past_their_ttl_are_swept_with_their_files(tmp_path):
     store, job = store_with_job(tmp_path)
-    assert store.claim("replica-a", lease_s=30).job_id == job.job_id
-    store.fail(job.job_id, "replica-a", "boom")
+    assert DocumentClaims(store).claim("replica-a", lease_s=30).job_id == job.job_id
+    DocumentClaims(store).fail(job.job_id, "replica-a", "boom")
     store.ttl_s = 0.0
     assert store.sweep() == 1
     with store.database.read() as db:  # the files went with the row
         assert db.execute("SELECT COUNT(*) FROM document_files").fetchone()[0] == 0
     with pytest.raises(Exception, match="no document job"):
         store.get(job.job_id)
-
-
-def test_legacy_upload_folders_without_a_row_are_swept_at_start(tmp_path):
-    """An earlier version kept uploads in ``documents/<id>/`` and, killed between writing one
-    and committing its row, left a folder no job names: the next runner's start deletes it
-    and keeps a job's own."""
-    data = tmp_path / "data"
-    store = DocumentStore(
-        SqliteDatabase(data / "documents.sqlite3", write_ahead_log=True), 3600, legacy_dir=data
-    )
-    job = store.create("a.txt", b"Save", "en", "de", sentences=1, characters=4)
-    store.cancel(job.job_id)  # its row stays; nothing for the runner to translate
-    kept, orphan = data / "documents" / job.job_id, data / "documents" / "0123abcd"
-    for folder in (kept, orphan):
-        folder.mkdir(parents=True)
-        (folder / "upload").write_bytes(b"half")
-
-    async def run() -> None:
-        runner = DocumentRunner(store, lambda job: None, concurrency=1)  # type: ignore[arg-type,return-value]
-        runner.start()
-        await runner.stop()
-
-    asyncio.run(run())
-    assert not orphan.exists()
-    assert (kept / "upload").is_file()
 
 
 # --- the API with the tiny model ---------------------------------------------------------------
@@ -428,8 +405,8 @@ def test_a_restart_takes_up_jobs_left_unfinished(app_settings):
     # Claimed under a long lease by a process of this machine that died: on SQLite the next
     # start takes it up at once rather than after the lease.
     dead = dead_process_holder()
-    assert store.claim(dead, lease_s=3600).job_id == halfway.job_id
-    store.progress(halfway.job_id, dead, 1, lease_s=3600)
+    assert DocumentClaims(store).claim(dead, lease_s=3600).job_id == halfway.job_id
+    DocumentClaims(store).progress(halfway.job_id, dead, 1, lease_s=3600)
     store.close()
     with TestClient(create_app(app_settings)) as client:
         wait_ready(client)

@@ -12,22 +12,20 @@ sees exactly which segments the memory wrote.
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import pytest
 from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.errors import InputTooLarge, NotFound
-from service.translation.database import FILE_NAME, SqliteDatabase
-from service.translation.glossaries import GlossaryStore
-from service.translation.memories import (
+from service.storage.memories import (
     NO_MEMORY,
     PAIR_DEFAULT,
     MemoryChoice,
     MemoryEntriesError,
     MemoryStore,
 )
+from service.storage.sqlite import FILE_NAME, SqliteDatabase
 from service.wiring import create_app
 from tests.service_fixtures import language_models, tiny_model
 
@@ -114,21 +112,6 @@ def test_over_long_segments_are_413_and_unknown_ids_404(store):
     assert store.list() == [] and store.lookup(PAIR_DEFAULT, "en", "de") is None
 
 
-def test_a_data_dir_from_before_memories_keeps_its_glossaries(tmp_path):
-    earlier = GlossaryStore(SqliteDatabase(tmp_path / FILE_NAME), 10)
-    gid = earlier.create("ui", "en", "de", [("save", "sichern")]).glossary_id
-    earlier.database.close()
-    (tmp_path / "mtserve.sqlite3").rename(tmp_path / "glossaries.sqlite3")  # the old name
-    database = SqliteDatabase(tmp_path / FILE_NAME)
-    glossaries, memories = GlossaryStore(database, 10), MemoryStore(database, 100)
-    assert glossaries.entries(gid) == [("save", "sichern")]
-    memories.add(None, "en", "de", [("a", "b")])
-    assert not (tmp_path / "glossaries.sqlite3").exists()
-    with sqlite3.connect(tmp_path / "mtserve.sqlite3") as raw:  # one file holds both
-        tables = {name for (name,) in raw.execute("SELECT name FROM sqlite_master")}
-    assert {"glossaries", "memories", "memory_entries"} <= tables
-
-
 # --- through the service -----------------------------------------------------------------------
 
 
@@ -139,7 +122,7 @@ def model_dir(tmp_path_factory):
 
 def make_settings(model_dir, data_dir, **overrides) -> Settings:
     return Settings(
-        model_dir=model_dir,
+        exports=[model_dir],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=24,
@@ -344,7 +327,7 @@ def test_a_pivot_uses_the_memory_of_the_requested_pair(tmp_path_factory, tmp_pat
     """de->fr runs de->en->fr; the de->fr memory answers before either model runs."""
     dirs = language_models(tmp_path_factory)
     settings = Settings(
-        model_dirs=list(dirs.values()),
+        exports=list(dirs.values()),
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=24,

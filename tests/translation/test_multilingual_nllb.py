@@ -18,8 +18,9 @@ from service.config import Settings
 from service.runtime.engine import Engine
 from service.runtime.types import DecodeRequest
 from service.text.tokenizer import NLLB_LANGUAGE_CODES, Tokenizer, nllb_language_ids
+from service.translation.discovery import serving_pairs
+from service.translation.exports import ModelSpec
 from service.translation.languages import LanguagePair
-from service.translation.registry import ModelSpec, serving_pairs
 from service.translation.routing import plan_route
 from service.wiring import create_app
 from tests.conftest import NLLB_TEST_CODES, build_random_nllb
@@ -236,7 +237,7 @@ MAX_NEW = 20
 @pytest.fixture(scope="module")
 def client(nllb):
     settings = Settings(
-        model_dirs=[nllb[2]],
+        exports=[nllb[2]],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=MAX_NEW,
@@ -392,12 +393,12 @@ def test_an_export_with_external_data_decodes_as_the_inline_one(
 def test_discovery_reads_the_languages_of_a_multilingual_export(nllb, tmp_path):
     import json
 
-    from service.translation.registry import discover_models
+    from service.translation.discovery import discover_models
 
     pair_dir = tmp_path / "de-fr"
     pair_dir.mkdir()
     (pair_dir / "config.json").write_text(json.dumps({"source_lang": "de", "target_lang": "fr"}))
-    multilingual, pair = discover_models([nllb[2], pair_dir], None, nllb[2])
+    multilingual, pair = discover_models([nllb[2], pair_dir], None)
     assert multilingual.languages == ("en", "de", "fr", "es") and not pair.languages
     served = serving_pairs([multilingual, pair])
     assert served[("de", "fr")] == pair.model_id and served[("fr", "de")] == multilingual.model_id

@@ -47,7 +47,7 @@ def model_dirs(tmp_path_factory):
 
 def settings_for(model_dirs, **overrides) -> Settings:
     base = dict(
-        model_dirs=list(model_dirs.values()),
+        exports=list(model_dirs.values()),
         provider="cpu",
         intra_op_threads=1,
         max_queue=64,

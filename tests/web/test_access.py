@@ -39,7 +39,7 @@ def model_dir(tmp_path_factory):
 
 def started(model_dir, clock: FakeClock | None = None, **overrides) -> TestClient:
     settings = Settings(
-        model_dir=model_dir, provider="cpu", intra_op_threads=1, max_new_tokens=8, **overrides
+        exports=[model_dir], provider="cpu", intra_op_threads=1, max_new_tokens=8, **overrides
     )
     app = create_app(settings)
     if clock is not None:
@@ -197,7 +197,7 @@ def test_limits_are_per_key(make_client):
 
 def test_without_keys_limits_are_per_client_address(model_dir):
     clock = FakeClock()
-    settings = Settings(model_dir=model_dir, rate_limit_requests_per_minute=1)
+    settings = Settings(exports=[model_dir], rate_limit_requests_per_minute=1)
     policy = AccessPolicy(settings, clock=clock)
 
     class Request:
@@ -279,3 +279,41 @@ def test_the_request_id_is_in_the_log_lines_of_its_request(make_client, caplog):
     request_id = response.headers["X-Request-ID"]
     assert response.status_code == 413
     assert any(getattr(record, "request_id", None) == request_id for record in caplog.records)
+
+
+STORED_ITEM_ROUTES = ("/v1/glossaries", "/v1/memories", "/v1/documents", "/v2/glossar", "/v2/doc")
+
+
+def dependency_calls(dependant) -> set:
+    """Every function a route's dependency tree calls."""
+    calls = set()
+    pending = list(dependant.dependencies)
+    while pending:
+        dependency = pending.pop()
+        calls.add(dependency.call)
+        pending.extend(dependency.dependencies)
+    return calls
+
+
+def test_every_stored_item_route_is_admitted_through_the_owner_dependency():
+    """Glossaries, memories and document jobs, on both APIs: keys, limits and the owner come
+    from one dependency, so no route of them can forget the access check."""
+    from fastapi.routing import APIRoute
+
+    from service.web.app import ROUTERS
+    from service.web.deps import get_current_owner
+    from service.web.routes.deepl import get_deepl_owner
+
+    routes = [
+        route
+        for module, _tag in ROUTERS
+        for route in module.router.routes
+        if isinstance(route, APIRoute) and route.path.startswith(STORED_ITEM_ROUTES)
+    ]
+    assert len(routes) >= 20
+    unchecked = [
+        f"{sorted(route.methods)} {route.path}"
+        for route in routes
+        if not dependency_calls(route.dependant) & {get_current_owner, get_deepl_owner}
+    ]
+    assert unchecked == []

@@ -41,7 +41,7 @@ def model_dir(tmp_path_factory):
 
 def serve(model_dir, **overrides) -> TestClient:
     settings = Settings(
-        model_dir=model_dir, provider="cpu", intra_op_threads=1, max_new_tokens=64, **overrides
+        exports=[model_dir], provider="cpu", intra_op_threads=1, max_new_tokens=64, **overrides
     )
     return TestClient(create_app(settings))
 

@@ -64,7 +64,7 @@ pytestmark = [
 def base_url(tmp_path_factory):
     # Three tiny models (en→de, de→en, en→fr): the page switches between real pairs.
     settings = Settings(
-        model_dirs=list(language_models(tmp_path_factory).values()),
+        exports=list(language_models(tmp_path_factory).values()),
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=32,
@@ -233,7 +233,7 @@ def keyed_url(tmp_path_factory):
     keys_file = tmp_path_factory.mktemp("keys") / "keys.json"
     keys_file.write_text(json.dumps({"k1": {}}))
     settings = Settings(
-        model_dirs=[language_models(tmp_path_factory)[("en", "de")]],
+        exports=[language_models(tmp_path_factory)[("en", "de")]],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=32,

@@ -22,7 +22,7 @@ def model_dir(tmp_path_factory):
 
 def make_settings(model_dir, data_dir, **overrides) -> Settings:
     return Settings(
-        model_dir=model_dir,
+        exports=[model_dir],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=16,
@@ -161,9 +161,9 @@ def test_the_official_client_raises_its_own_exceptions(model_dir, tmp_path, monk
 
 
 def test_in_flight_bound_answers_v2_in_deepls_shape(model_dir, tmp_path):
-    from service.web.admission import AdmissionGate
+    from service.web.inflight import InflightGate
 
-    gate = AdmissionGate(None, max_in_flight=0, retry_after_s=3, metrics=_metrics())  # type: ignore[arg-type]
+    gate = InflightGate(None, max_in_flight=0, retry_after_s=3, metrics=_metrics())  # type: ignore[arg-type]
     sent: list[dict] = []
 
     async def send(message: dict) -> None:
@@ -217,7 +217,7 @@ def test_the_quota_is_456_past_the_limit_per_key_and_month_and_survives_a_restar
 
 
 def test_the_quota_starts_again_each_month(tmp_path):
-    from service.translation.database import FILE_NAME, SqliteDatabase
+    from service.storage.sqlite import FILE_NAME, SqliteDatabase
     from service.web.errors import ApiError
     from service.web.quota import CharacterQuota
 

@@ -31,7 +31,7 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def base_url(models, tmp_path_factory):
     settings = Settings(
-        model_dirs=list(models.values()),
+        exports=list(models.values()),
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=MAX_NEW_TOKENS,

@@ -37,7 +37,7 @@ def json_log(caplog):
 
 def serve(model_dir, tmp_path, **overrides) -> TestClient:
     settings = Settings(
-        model_dir=model_dir,
+        exports=[model_dir],
         provider="cpu",
         intra_op_threads=1,
         data_dir=tmp_path / "data",

@@ -26,7 +26,7 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(model_dir, tmp_path_factory):
     settings = Settings(
-        model_dir=model_dir,
+        exports=[model_dir],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=8,

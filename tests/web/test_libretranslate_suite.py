@@ -71,7 +71,7 @@ class FlaskStyleClient:
 def client(tmp_path_factory):
     models = language_models(tmp_path_factory)
     settings = Settings(
-        model_dirs=[models[("en", "de")], models[("de", "en")]],
+        exports=[models[("en", "de")], models[("de", "en")]],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=16,

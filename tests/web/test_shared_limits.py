@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from service.translation.database import SqliteDatabase
+from service.storage.sqlite import SqliteDatabase
 from service.web.rate_limits import RateLimiter
 from service.web.shared_limits import SharedRateLimiter
 
@@ -49,7 +49,7 @@ def test_the_shared_windows_refuse_what_the_in_process_ones_refuse(tmp_path):
 CHARGER = """
 import sys, time
 from pathlib import Path
-from service.translation.storage import open_databases
+from service.storage.databases import open_databases
 from service.web.shared_limits import SharedRateLimiter
 limiter = SharedRateLimiter(open_databases(Path(sys.argv[1]), None).limits)
 while time.time() < float(sys.argv[2]):
@@ -82,7 +82,7 @@ def test_front_ends_of_the_multi_process_service_share_their_windows(tmp_path):
     from service.engine_core.plan import ProcessPlan
     from service.wiring import create_app
 
-    settings = Settings(data_dir=tmp_path, model_dir=tmp_path / "none", language_detection=False)
+    settings = Settings(data_dir=tmp_path, exports=[tmp_path / "none"], language_detection=False)
     front_end = create_app(settings, engine_cores=ProcessPlan(2, 1, 1, 2))
     assert isinstance(front_end.state.access.limiter, SharedRateLimiter)
     assert isinstance(create_app(settings).state.access.limiter, RateLimiter)

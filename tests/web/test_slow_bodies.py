@@ -1,4 +1,4 @@
-"""Slow bodies hold no admission slot: a translation request's body is read before it takes
+"""Slow bodies hold no in-flight slot: a translation request's body is read before it takes
 an in-flight slot, within MT_BODY_READ_TIMEOUT_S (408 after), and a key sent in a header is
 checked before the body is read. Raw sockets play the slow clients."""
 
@@ -52,7 +52,7 @@ def _trickle(url: str, answers: list[bytes], stop: threading.Event) -> None:
 
 def test_clients_trickling_bodies_do_not_shut_out_a_translation(model_dir, tmp_path):
     settings = Settings(
-        model_dir=model_dir,
+        exports=[model_dir],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=8,
@@ -82,7 +82,7 @@ def test_clients_trickling_bodies_do_not_shut_out_a_translation(model_dir, tmp_p
 
 def test_a_wrong_key_in_a_header_is_refused_before_the_body(model_dir, tmp_path):
     settings = Settings(
-        model_dir=model_dir, provider="cpu", intra_op_threads=1, api_keys="good", data_dir=tmp_path
+        exports=[model_dir], provider="cpu", intra_op_threads=1, api_keys="good", data_dir=tmp_path
     )
     with live_server(settings) as url:
         for head, status in (
@@ -97,18 +97,18 @@ def test_a_wrong_key_in_a_header_is_refused_before_the_body(model_dir, tmp_path)
 
 
 @pytest.mark.parametrize("path", ["/v1/documents", "/v2/document"])
-def test_uploads_count_against_admission(path):
+def test_uploads_count_against_the_in_flight_bound(path):
     """An upload's parsing and checks take a worker thread as a translation does: with every
     slot taken it is refused at once, its body unread."""
     import asyncio
 
     from service.metrics import ServiceMetrics
-    from service.web.admission import AdmissionGate
+    from service.web.inflight import InflightGate
 
     async def unreachable(scope, receive, send):
         raise AssertionError("the upload got past a full gate")
 
-    gate = AdmissionGate(unreachable, max_in_flight=1, retry_after_s=1, metrics=ServiceMetrics())
+    gate = InflightGate(unreachable, max_in_flight=1, retry_after_s=1, metrics=ServiceMetrics())
     gate.in_flight = 1
     sent: list[dict] = []
 

@@ -35,7 +35,7 @@ def model_dir(tmp_path_factory):
 
 def make_settings(model_dir, **overrides) -> Settings:
     return Settings(
-        model_dir=model_dir,
+        exports=[model_dir],
         provider="cpu",
         intra_op_threads=1,
         max_new_tokens=64,

@@ -34,19 +34,19 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import FileResponse
 from starlette.datastructures import UploadFile
 
 from service.errors import ApiError, NotFound
+from service.storage.documents import DocumentJob
+from service.storage.glossaries import GlossaryInfo
+from service.storage.owners import Owner
 from service.text.glossary import entries_tsv, parse_entries
 from service.translation.dispatch import collect
-from service.translation.document_jobs import DocumentJob
-from service.translation.glossaries import GlossaryInfo
 from service.translation.languages import LanguagePair, language_name
-from service.translation.owners import Owner
 from service.translation.request import TranslationRequest
 from service.translation.routing import source_languages, targets_by_source
 from service.web.access import AccessPolicy
@@ -89,14 +89,23 @@ def deepl_code(code: str) -> str:
     return code.strip().split("-")[0].lower()
 
 
-def admit(request: Request, access: AccessPolicy, chars: int) -> None:
-    """The service's keys and limits, with DeepL's status for a missing key (403)."""
+def admit(request: Request, access: AccessPolicy, chars: int) -> Owner:
+    """The service's keys and limits, with DeepL's status for a missing key (403); whose
+    stored items the request sees."""
     try:
-        access.admit(request, None, chars=chars)
+        return access.admit(request, None, chars=chars)
     except ApiError as error:
         if error.status == 401:
             raise ApiError(403, "invalid_api_key", "Authorization failure: no key") from error
         raise
+
+
+async def get_deepl_owner(request: Request, access: Access) -> Owner:
+    """``CurrentOwner`` (service/web/deps.py) with DeepL's answer to a missing key."""
+    return admit(request, access, chars=0)
+
+
+DeepLOwner = Annotated[Owner, Depends(get_deepl_owner)]
 
 
 def _form(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
@@ -139,7 +148,7 @@ async def translate(
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise ApiError(400, "invalid_request", "Parameter 'text' not specified")
     characters = sum(map(len, texts))
-    admit(request, access, chars=characters)
+    owner = admit(request, access, chars=characters)
     identity = access.identity(request)
     service.quota.check(identity, characters)
     target = deepl_code(string_field(fields, "target_lang", required=True) or "")
@@ -149,7 +158,6 @@ async def translate(
     glossary_id = string_field(fields, "glossary_id")
     if glossary_id is not None and source is None:
         raise ApiError(400, "invalid_request", "a glossary needs source_lang")  # as DeepL
-    owner = access.owner(request)
     glossary = service.glossaries.glossary(glossary_id, owner.key) if glossary_id else None
     memory = memory_choice(owner, string_field(fields, "translation_memory_id"))
     dispatcher = service.require_dispatcher()
@@ -176,9 +184,12 @@ async def translate(
     }
 
 
-@router.get("/languages", summary="Source or target languages (DeepL API v2)")
-async def languages(request: Request, service: Service, access: Access) -> list[dict[str, Any]]:
-    admit(request, access, chars=0)
+@router.get(
+    "/languages",
+    summary="Source or target languages (DeepL API v2)",
+    dependencies=[Depends(get_deepl_owner)],
+)
+async def languages(request: Request, service: Service) -> list[dict[str, Any]]:
     kind = request.query_params.get("type")
     if kind is None and request.method == "GET":
         # DeepL's client sends ``type`` as a form body, even on GET.
@@ -199,10 +210,11 @@ async def languages(request: Request, service: Service, access: Access) -> list[
 
 
 @router.get(
-    "/usage", summary="This client's characters through /v2 this month, and its limit (DeepL)"
+    "/usage",
+    summary="This client's characters through /v2 this month, and its limit (DeepL)",
+    dependencies=[Depends(get_deepl_owner)],
 )
 async def usage(request: Request, service: Service, access: Access) -> dict[str, int]:
-    admit(request, access, chars=0)
     used = service.quota.usage(access.identity(request))
     return {
         "character_count": used.characters,
@@ -216,9 +228,12 @@ def _v2_card(info: GlossaryInfo) -> dict[str, Any]:
     return {**card(info).model_dump(exclude={"entries"}), "ready": True}
 
 
-@router.get("/glossary-language-pairs", summary="Pairs glossaries can be made for")
-async def glossary_pairs(request: Request, service: Service, access: Access) -> dict[str, Any]:
-    admit(request, access, chars=0)
+@router.get(
+    "/glossary-language-pairs",
+    summary="Pairs glossaries can be made for",
+    dependencies=[Depends(get_deepl_owner)],
+)
+async def glossary_pairs(service: Service) -> dict[str, Any]:
     pairs = service.registry.by_pair if service.registry is not None else {}
     reachable = targets_by_source(pairs, service.settings.model.pivot_lang)
     return {
@@ -245,16 +260,15 @@ async def glossary_pairs(request: Request, service: Service, access: Access) -> 
         },
     ),
 )
-async def create(request: Request, service: Service, access: Access) -> dict[str, Any]:
+async def create(request: Request, service: Service, owner: DeepLOwner) -> dict[str, Any]:
     fields = await read_fields(request)
-    admit(request, access, chars=0)
     entries = parse_entries(
         string_field(fields, "entries", required=True) or "",
         string_field(fields, "entries_format") or "tsv",
     )
     info = create_glossary(
         service,
-        access.owner(request),
+        owner,
         string_field(fields, "name", required=True) or "",
         deepl_code(string_field(fields, "source_lang", required=True) or ""),
         deepl_code(string_field(fields, "target_lang", required=True) or ""),
@@ -264,34 +278,24 @@ async def create(request: Request, service: Service, access: Access) -> dict[str
 
 
 @router.get("/glossaries", summary="The stored glossaries (DeepL API v2)")
-async def list_all(request: Request, service: Service, access: Access) -> dict[str, Any]:
-    admit(request, access, chars=0)
-    return {
-        "glossaries": [
-            _v2_card(info) for info in service.glossaries.list(access.owner(request).key)
-        ]
-    }
+async def list_all(service: Service, owner: DeepLOwner) -> dict[str, Any]:
+    return {"glossaries": [_v2_card(info) for info in service.glossaries.list(owner.key)]}
 
 
 @router.get("/glossaries/{glossary_id}", summary="One glossary (DeepL API v2)")
-async def get_one(
-    glossary_id: str, request: Request, service: Service, access: Access
-) -> dict[str, Any]:
-    admit(request, access, chars=0)
-    return _v2_card(service.glossaries.info(glossary_id, access.owner(request).key))
+async def get_one(glossary_id: str, service: Service, owner: DeepLOwner) -> dict[str, Any]:
+    return _v2_card(service.glossaries.info(glossary_id, owner.key))
 
 
 @router.get("/glossaries/{glossary_id}/entries", summary="A glossary's entries as TSV")
-async def entries(glossary_id: str, request: Request, service: Service, access: Access) -> Response:
-    admit(request, access, chars=0)
-    tsv = entries_tsv(service.glossaries.entries(glossary_id, access.owner(request).key))
+async def entries(glossary_id: str, service: Service, owner: DeepLOwner) -> Response:
+    tsv = entries_tsv(service.glossaries.entries(glossary_id, owner.key))
     return Response(tsv, media_type="text/tab-separated-values; charset=utf-8")
 
 
 @router.delete("/glossaries/{glossary_id}", status_code=204, summary="Delete a glossary")
-async def delete(glossary_id: str, request: Request, service: Service, access: Access) -> Response:
-    admit(request, access, chars=0)
-    service.glossaries.delete(glossary_id, access.owner(request).key)
+async def delete(glossary_id: str, service: Service, owner: DeepLOwner) -> Response:
+    service.glossaries.delete(glossary_id, owner.key)
     return Response(status_code=204)
 
 
@@ -326,8 +330,10 @@ _KEY_BODY = _form(["document_key"], {"document_key": _STRING})
         ["target_lang"], {"source_lang": _STRING, "target_lang": _STRING, "filename": _STRING}
     ),
 )
-async def upload_document(request: Request, service: Service, access: Access) -> dict[str, Any]:
-    admit(request, access, chars=0)  # the characters are charged once the file is read
+async def upload_document(
+    request: Request, service: Service, access: Access, owner: DeepLOwner
+) -> dict[str, Any]:
+    # Admitted as one request of no characters: they are charged once the file is read.
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise ApiError(400, "invalid_request", "Parameter 'file' not specified")
     form = await request.form()
@@ -341,6 +347,7 @@ async def upload_document(request: Request, service: Service, access: Access) ->
         request,
         service,
         access,
+        owner,
         upload,
         deepl_code(source) if source else None,
         deepl_code(target),
@@ -353,10 +360,9 @@ async def upload_document(request: Request, service: Service, access: Access) ->
     "/document/{document_id}", summary="A document's status (DeepL API v2)", openapi_extra=_KEY_BODY
 )
 async def document_status(
-    document_id: str, request: Request, service: Service, access: Access
+    document_id: str, request: Request, service: Service, owner: DeepLOwner
 ) -> dict[str, Any]:
-    admit(request, access, chars=0)
-    job = _document(service, access.owner(request), document_id, await read_fields(request))
+    job = _document(service, owner, document_id, await read_fields(request))
     status: dict[str, Any] = {
         "document_id": job.job_id,
         "status": _DEEPL_STATUS.get(job.status, "error"),
@@ -377,8 +383,7 @@ async def document_status(
     response_class=FileResponse,
 )
 async def document_result(
-    document_id: str, request: Request, service: Service, access: Access
+    document_id: str, request: Request, service: Service, owner: DeepLOwner
 ) -> Response:
-    admit(request, access, chars=0)
     fields = await read_fields(request)
-    return result_response(service, _document(service, access.owner(request), document_id, fields))
+    return result_response(service, _document(service, owner, document_id, fields))

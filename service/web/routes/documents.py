@@ -20,14 +20,15 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
 from service.errors import NotFound
+from service.storage.documents import DocumentJob
+from service.storage.owners import Owner
 from service.text.documents.inline import TAG_RE
 from service.text.files import UnsupportedFile, translate_file
-from service.translation.document_jobs import DocumentJob, count_sentences
+from service.translation.document_jobs import count_sentences
 from service.translation.languages import LanguageCode, LanguagePair
-from service.translation.owners import Owner
 from service.translation.routing import targets_by_source
 from service.web.access import AccessPolicy
-from service.web.deps import Access, Service, upload_body
+from service.web.deps import Access, CurrentOwner, Service, upload_body
 from service.web.errors import ERROR_RESPONSES, ApiError
 from service.web.file_store import attachment, safe_filename
 from service.web.lifecycle import ServiceState
@@ -59,12 +60,12 @@ async def submit(
     request: Request,
     service: ServiceState,
     access: AccessPolicy,
+    owner: Owner,
     upload: object,
     source: str | None,
     target: str | None,
-    body_key: str | None = None,
 ) -> DocumentJob:
-    """Check, count, charge and queue an uploaded document (both APIs)."""
+    """Check, count, charge and queue ``owner``'s uploaded document (both APIs)."""
     require_files_enabled(service)
     upload, filename = checked_upload(upload)
     dispatcher = service.require_dispatcher()
@@ -95,8 +96,7 @@ async def submit(
         service.limits.check_request_size([text])
     # Characters of the text itself: formatting boundaries are the service's markup.
     characters = sum(len(TAG_RE.sub("", text)) for text in texts)
-    access.charge_characters(request, body_key, chars=characters)
-    owner = access.owner(request, body_key)
+    access.charge_characters(request, None, chars=characters)
     job = await asyncio.to_thread(
         service.documents.create,
         safe_filename(filename),
@@ -171,8 +171,10 @@ _UPLOAD_BODY = upload_body(
     summary="Upload a document to translate in the background",
     openapi_extra=_UPLOAD_BODY,
 )
-async def create_job(request: Request, service: Service, access: Access) -> DocumentJobStatus:
-    access.admit(request, None, chars=0)  # the characters are charged once the file is read
+async def create_job(
+    request: Request, service: Service, access: Access, owner: CurrentOwner
+) -> DocumentJobStatus:
+    # Admitted as one request of no characters: they are charged once the file is read.
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise ApiError(400, "invalid_request", "Invalid request: missing file parameter")
     form = await request.form()
@@ -181,6 +183,7 @@ async def create_job(request: Request, service: Service, access: Access) -> Docu
         request,
         service,
         access,
+        owner,
         form.get("file"),
         source if isinstance(source, str) else None,
         target if isinstance(target, str) else None,
@@ -195,10 +198,9 @@ async def create_job(request: Request, service: Service, access: Access) -> Docu
     summary="A document job's status and progress",
 )
 async def get_job(
-    job_id: str, request: Request, service: Service, access: Access
+    job_id: str, request: Request, service: Service, owner: CurrentOwner
 ) -> DocumentJobStatus:
-    access.admit(request, None, chars=0)
-    return job_status(request, owned_job(service, job_id, access.owner(request)))
+    return job_status(request, owned_job(service, job_id, owner))
 
 
 @router.get(
@@ -208,9 +210,8 @@ async def get_job(
     responses={**ERROR_RESPONSES, 409: ERROR_RESPONSES[400], 410: ERROR_RESPONSES[400]},
     summary="The translated document (409 until the job is done)",
 )
-async def get_result(job_id: str, request: Request, service: Service, access: Access) -> Response:
-    access.admit(request, None, chars=0)
-    return result_response(service, owned_job(service, job_id, access.owner(request)))
+async def get_result(job_id: str, service: Service, owner: CurrentOwner) -> Response:
+    return result_response(service, owned_job(service, job_id, owner))
 
 
 @router.delete(
@@ -220,8 +221,7 @@ async def get_result(job_id: str, request: Request, service: Service, access: Ac
     summary="Cancel a document job (and delete its files)",
 )
 async def cancel_job(
-    job_id: str, request: Request, service: Service, access: Access
+    job_id: str, request: Request, service: Service, owner: CurrentOwner
 ) -> DocumentJobStatus:
-    access.admit(request, None, chars=0)
-    owned_job(service, job_id, access.owner(request))  # 404 before anything is cancelled
+    owned_job(service, job_id, owner)  # 404 before anything is cancelled
     return job_status(request, service.document_runner.cancel(job_id))

@@ -77,7 +77,7 @@ async def translate_file(
     body_key = api_key if isinstance(api_key, str) else None
     # Keys and the request rate now; a file's characters are known once it is parsed, and
     # are counted (MT_RATE_LIMIT_CHARS_PER_MINUTE) before any of its texts is translated.
-    access.admit(request, body_key, chars=0)
+    owner = access.admit(request, body_key, chars=0)
     upload = form.get("file")
     for name in ("source", "target"):
         if not form.get(name):
@@ -89,7 +89,7 @@ async def translate_file(
     options = service.limits.options(None, None)
     # The pair is chosen once for the whole file: a named source is checked now, before any
     # work; "auto" is detected on the file's first texts.
-    memory = memory_choice(access.owner(request, body_key))
+    memory = memory_choice(owner)
     translate_chunk = document_translator(dispatcher, languages, options, memory)
 
     async def translate_texts(texts: list[str]) -> list[str]:

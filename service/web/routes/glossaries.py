@@ -3,7 +3,7 @@ and what both translation APIs share: turning a request's ``glossary`` or ``glos
 into the glossary the pipeline enforces (service/text/glossary.py).
 
 A glossary is created from JSON entries or from an uploaded TSV/CSV file (multipart, field
-``file``); it is validated before anything is stored (service/translation/glossaries.py), so
+``file``); it is validated before anything is stored (service/storage/glossaries.py), so
 a refused one leaves the stored ones as they were.
 """
 
@@ -15,12 +15,12 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
+from service.storage.glossaries import GlossaryInfo, GlossaryStore
+from service.storage.owners import Owner
 from service.text.glossary import Glossary, GlossaryError, parse_entries
-from service.translation.glossaries import GlossaryInfo, GlossaryStore
 from service.translation.languages import LanguageCode, LanguagePair
-from service.translation.owners import Owner
 from service.translation.routing import plan_route
-from service.web.deps import Access, Service, json_body, request_body, sends_form
+from service.web.deps import CurrentOwner, Service, json_body, request_body, sends_form
 from service.web.errors import ERROR_RESPONSES, ApiError, validated
 from service.web.lifecycle import ServiceState
 from service.web.schemas import GlossaryCard, GlossaryCreate, GlossaryList, MemoryPost
@@ -119,10 +119,8 @@ def entries_of(body: GlossaryCreate | MemoryPost) -> list[tuple[str, str]]:
     # (and the fuzz tests) what it holds.
     openapi_extra=request_body(GlossaryCreate.model_json_schema(), "application/json"),
 )
-async def create(request: Request, service: Service, access: Access) -> GlossaryCard:
+async def create(request: Request, service: Service, owner: CurrentOwner) -> GlossaryCard:
     body = await read_entries_body(request, GlossaryCreate, "glossary")
-    access.admit(request, None, chars=0)
-    owner = access.owner(request)
     info = create_glossary(
         service, owner, body.name, body.source_lang, body.target_lang, entries_of(body)
     )
@@ -130,9 +128,7 @@ async def create(request: Request, service: Service, access: Access) -> Glossary
 
 
 @router.get("/v1/glossaries", response_model=GlossaryList, summary="The stored glossaries")
-async def list_all(request: Request, service: Service, access: Access) -> GlossaryList:
-    access.admit(request, None, chars=0)
-    owner = access.owner(request)
+async def list_all(service: Service, owner: CurrentOwner) -> GlossaryList:
     return GlossaryList(glossaries=[card(info) for info in service.glossaries.list(owner.key)])
 
 
@@ -142,17 +138,12 @@ async def list_all(request: Request, service: Service, access: Access) -> Glossa
     response_model_exclude_none=True,
     summary="One stored glossary with its entries",
 )
-async def get_one(
-    glossary_id: str, request: Request, service: Service, access: Access
-) -> GlossaryCard:
-    access.admit(request, None, chars=0)
+async def get_one(glossary_id: str, service: Service, owner: CurrentOwner) -> GlossaryCard:
     store: GlossaryStore = service.glossaries
-    owner = access.owner(request)
     return card(store.info(glossary_id, owner.key), store.entries(glossary_id, owner.key))
 
 
 @router.delete("/v1/glossaries/{glossary_id}", status_code=204, summary="Delete a glossary")
-async def delete(glossary_id: str, request: Request, service: Service, access: Access) -> Response:
-    access.admit(request, None, chars=0)
-    service.glossaries.delete(glossary_id, access.owner(request).key)
+async def delete(glossary_id: str, service: Service, owner: CurrentOwner) -> Response:
+    service.glossaries.delete(glossary_id, owner.key)
     return Response(status_code=204)

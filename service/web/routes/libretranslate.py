@@ -64,7 +64,7 @@ async def translate(
 ) -> LibreTranslateResponse:
     body = await read_body(request, LibreTranslateRequest)
     texts = [body.q] if isinstance(body.q, str) else body.q
-    access.admit(request, body.api_key, chars=sum(map(len, texts)))
+    owner = access.admit(request, body.api_key, chars=sum(map(len, texts)))
     dispatcher = service.require_dispatcher()
     alternatives = _alternatives(body.alternatives, service.settings)
     options = service.limits.options(None, None)
@@ -79,7 +79,7 @@ async def translate(
         format=body.format,
         output=Output.ALTERNATIVES if n_best else Output.WHOLE,
         alternatives=n_best,
-        memory=memory_choice(access.owner(request, body.api_key)),
+        memory=memory_choice(owner),
     )
     result = await run_for_client(request, service, collect(dispatcher.translate(translation)))
     translated = [t.text for t in result.batch.translations]

@@ -4,7 +4,7 @@ which TSV cannot carry).
 
 A post adds approved pairs, as JSON entries or an uploaded TSV/CSV ``file``, to the memory
 it names (created if new) or to its language pair's default memory
-(service/translation/memories.py); a refused post stores nothing. Translation requests use
+(service/storage/memories.py); a refused post stores nothing. Translation requests use
 the pair's default memory unless they name another one or turn memories off.
 """
 
@@ -13,16 +13,16 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service.errors import ApiError
-from service.translation.languages import LanguageCode, LanguagePair
-from service.translation.memories import (
+from service.storage.memories import (
     NO_MEMORY,
     MemoryChoice,
     MemoryInfo,
     MemoryUpdate,
 )
-from service.translation.owners import Owner
+from service.storage.owners import Owner
+from service.translation.languages import LanguageCode, LanguagePair
 from service.translation.routing import plan_route
-from service.web.deps import Access, Service, request_body
+from service.web.deps import CurrentOwner, Service, request_body
 from service.web.errors import ERROR_RESPONSES
 from service.web.lifecycle import ServiceState
 from service.web.routes.glossaries import entries_of, iso_time, read_entries_body
@@ -91,11 +91,9 @@ def card(info: MemoryInfo, update: MemoryUpdate | None = None) -> MemoryCard:
     openapi_extra=request_body(MemoryPost.model_json_schema(), "application/json"),
 )
 async def post(
-    request: Request, response: Response, service: Service, access: Access
+    request: Request, response: Response, service: Service, owner: CurrentOwner
 ) -> MemoryCard:
     body = await read_entries_body(request, MemoryPost, "memory")
-    access.admit(request, None, chars=0)
-    owner = access.owner(request)
     update = add_entries(
         service, owner, body.memory_id, body.source_lang, body.target_lang, entries_of(body)
     )
@@ -109,9 +107,7 @@ async def post(
     response_model_exclude_none=True,
     summary="The translation memories",
 )
-async def list_all(request: Request, service: Service, access: Access) -> MemoryList:
-    access.admit(request, None, chars=0)
-    owner = access.owner(request)
+async def list_all(service: Service, owner: CurrentOwner) -> MemoryList:
     return MemoryList(memories=[card(info) for info in service.memories.list(owner.key)])
 
 
@@ -121,9 +117,8 @@ async def list_all(request: Request, service: Service, access: Access) -> Memory
     response_model_exclude_none=True,
     summary="One translation memory",
 )
-async def get_one(memory_id: str, request: Request, service: Service, access: Access) -> MemoryCard:
-    access.admit(request, None, chars=0)
-    return card(service.memories.info(memory_id, access.owner(request).key))
+async def get_one(memory_id: str, service: Service, owner: CurrentOwner) -> MemoryCard:
+    return card(service.memories.info(memory_id, owner.key))
 
 
 @router.get(
@@ -131,15 +126,11 @@ async def get_one(memory_id: str, request: Request, service: Service, access: Ac
     response_model=MemoryEntries,
     summary="A memory's approved pairs, [[source, target], ...] (the form a post takes)",
 )
-async def entries(
-    memory_id: str, request: Request, service: Service, access: Access
-) -> MemoryEntries:
-    access.admit(request, None, chars=0)
-    return MemoryEntries(entries=service.memories.entries(memory_id, access.owner(request).key))
+async def entries(memory_id: str, service: Service, owner: CurrentOwner) -> MemoryEntries:
+    return MemoryEntries(entries=service.memories.entries(memory_id, owner.key))
 
 
 @router.delete("/v1/memories/{memory_id}", status_code=204, summary="Delete a translation memory")
-async def delete(memory_id: str, request: Request, service: Service, access: Access) -> Response:
-    access.admit(request, None, chars=0)
-    service.memories.delete(memory_id, access.owner(request).key)
+async def delete(memory_id: str, service: Service, owner: CurrentOwner) -> Response:
+    service.memories.delete(memory_id, owner.key)
     return Response(status_code=204)

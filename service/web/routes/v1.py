@@ -8,8 +8,9 @@ from fastapi import APIRouter, Request, Response
 
 from service.text.pipeline import TextTranslation
 from service.translation.detection import Detection
-from service.translation.dispatch import Dispatcher, DispatchResult, RoutePlan, collect
+from service.translation.dispatch import Dispatcher, DispatchResult, collect
 from service.translation.languages import LanguagePair
+from service.translation.planning import RoutePlan
 from service.translation.request import Output, Routing, TranslationRequest
 from service.web.access import AccessPolicy
 from service.web.deps import Access, Service, run_for_client
@@ -80,8 +81,7 @@ def admit(
     service is ready, fill in and check the decoding options, the glossary and the memory.
     Each text is detected and routed on its own."""
     texts = [body.text] if isinstance(body.text, str) else body.text
-    access.admit(request, None, chars=sum(map(len, texts)))
-    owner = access.owner(request)
+    owner = access.admit(request, None, chars=sum(map(len, texts)))
     dispatcher = service.require_dispatcher()
     translation = TranslationRequest(
         texts,

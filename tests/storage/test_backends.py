@@ -1,4 +1,4 @@
-"""The service's store on both back-ends (service/translation/database.py, postgres.py): every
+"""The service's store on both back-ends (service/storage/): every
 test runs on SQLite files and on a real PostgreSQL database (tests/postgres_server.py; skipped
 with the reason where none can be started). "Two replicas" are two independently opened
 ``Databases`` on one database, as two processes would open them.
@@ -6,18 +6,17 @@ with the reason where none can be started). "Two replicas" are two independently
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 
 import pytest
 
 from service.errors import NotFound, StoreUnavailable
-from service.translation.database import FILE_NAME, SqliteDatabase
-from service.translation.document_store import DocumentStore
-from service.translation.glossaries import GlossaryStore
-from service.translation.memories import PAIR_DEFAULT, MemoryChoice, MemoryEntriesError, MemoryStore
-from service.translation.storage import Databases, open_databases
+from service.storage.databases import Databases, open_databases
+from service.storage.document_claims import DocumentClaims
+from service.storage.documents import DocumentStore
+from service.storage.glossaries import GlossaryStore
+from service.storage.memories import PAIR_DEFAULT, MemoryChoice, MemoryEntriesError, MemoryStore
 from service.web.errors import ApiError
 from service.web.file_store import TranslatedFiles
 from service.web.quota import CharacterQuota
@@ -114,31 +113,32 @@ def test_a_job_is_claimed_by_one_replica_and_taken_over_when_its_lease_runs_out(
     b = DocumentStore(replicas().documents, ttl_s=3600)
     job = a.create("a.txt", b"one.\ntwo.\n", "en", "de", 2, 8, owner_key="key-a")
     assert b.get(job.job_id).owner_key == "key-a"
-    assert a.claim("replica-a", lease_s=0.3).job_id == job.job_id
-    assert b.claim("replica-b", lease_s=0.3) is None  # held
-    assert a.progress(job.job_id, "replica-a", 1, lease_s=0.3)
+    assert DocumentClaims(a).claim("replica-a", lease_s=0.3).job_id == job.job_id
+    assert DocumentClaims(b).claim("replica-b", lease_s=0.3) is None  # held
+    assert DocumentClaims(a).progress(job.job_id, "replica-a", 1, lease_s=0.3)
     assert b.get(job.job_id).sentences_done == 1  # progress seen everywhere
     time.sleep(0.4)  # replica-a stops renewing: its lease runs out
-    taken = b.claim("replica-b", lease_s=30)
+    taken = DocumentClaims(b).claim("replica-b", lease_s=30)
     assert taken.job_id == job.job_id and taken.sentences_done == 0
     # The first holder can no longer write anything for it.
-    assert not a.progress(job.job_id, "replica-a", 2, lease_s=30)
-    assert not a.finish(job, "replica-a", "a.txt", b"LATE")
-    assert not a.renew(job.job_id, "replica-a", 30)
+    assert not DocumentClaims(a).progress(job.job_id, "replica-a", 2, lease_s=30)
+    assert not DocumentClaims(a).finish(job, "replica-a", "a.txt", b"LATE")
+    assert not DocumentClaims(a).renew(job.job_id, "replica-a", 30)
     assert b.upload(taken) == b"one.\ntwo.\n"
-    assert b.finish(taken, "replica-b", "a.txt", b"ONE.\nTWO.\n")
+    assert DocumentClaims(b).finish(taken, "replica-b", "a.txt", b"ONE.\nTWO.\n")
     done = a.get(job.job_id)
     assert done.status == "done" and a.result(done) == b"ONE.\nTWO.\n"
 
 
 def test_concurrent_claims_take_each_job_exactly_once(replicas):
     stores = [DocumentStore(replicas().documents, ttl_s=3600) for _ in range(4)]
+    claims = [DocumentClaims(store) for store in stores]
     jobs = {stores[0].create(f"{n}.txt", b"x.\n", "en", "de", 1, 2).job_id for n in range(12)}
     claimed: list[tuple[str, str]] = []
     lock = threading.Lock()
 
     def claimer(index: int) -> None:
-        while (job := stores[index].claim(f"replica-{index}", lease_s=60)) is not None:
+        while (job := claims[index].claim(f"replica-{index}", lease_s=60)) is not None:
             with lock:
                 claimed.append((job.job_id, f"replica-{index}"))
 
@@ -154,10 +154,10 @@ def test_a_cancelled_job_is_no_longer_its_holders_and_loses_its_files(replicas):
     a = DocumentStore(replicas().documents, ttl_s=3600)
     b = DocumentStore(replicas().documents, ttl_s=3600)
     job = a.create("a.txt", b"one.\n", "en", "de", 1, 4)
-    a.claim("replica-a", lease_s=30)
+    DocumentClaims(a).claim("replica-a", lease_s=30)
     assert b.cancel(job.job_id).status == "cancelled"
-    assert not a.renew(job.job_id, "replica-a", 30)
-    assert not a.finish(job, "replica-a", "a.txt", b"ONE.\n")
+    assert not DocumentClaims(a).renew(job.job_id, "replica-a", 30)
+    assert not DocumentClaims(a).finish(job, "replica-a", "a.txt", b"ONE.\n")
     with pytest.raises(NotFound):
         a.upload(job)
 
@@ -165,8 +165,8 @@ def test_a_cancelled_job_is_no_longer_its_holders_and_loses_its_files(replicas):
 def test_finished_jobs_are_swept_with_their_files(replicas):
     store = DocumentStore(replicas().documents, ttl_s=0.0)
     job = store.create("a.txt", b"one.\n", "en", "de", 1, 4)
-    store.claim("r", lease_s=30)
-    store.fail(job.job_id, "r", "boom")
+    DocumentClaims(store).claim("r", lease_s=30)
+    DocumentClaims(store).fail(job.job_id, "r", "boom")
     assert store.get(job.job_id).error == "boom"
     assert store.sweep() == 1
     with pytest.raises(NotFound):
@@ -213,24 +213,8 @@ def test_migrations_are_recorded_and_run_once(replicas):
     assert second.applied_versions("glossaries") == [1, 2]
 
 
-def test_an_sqlite_file_from_before_migrations_is_upgraded_in_place(tmp_path):
-    with sqlite3.connect(tmp_path / FILE_NAME) as raw:  # the schema as it was
-        raw.executescript(
-            "CREATE TABLE glossaries (id TEXT PRIMARY KEY, name TEXT NOT NULL, source_lang TEXT "
-            "NOT NULL, target_lang TEXT NOT NULL, created_at REAL NOT NULL, entry_count INTEGER "
-            "NOT NULL); CREATE TABLE glossary_entries (glossary_id TEXT NOT NULL REFERENCES "
-            "glossaries(id) ON DELETE CASCADE, position INTEGER NOT NULL, source TEXT NOT NULL, "
-            "target TEXT NOT NULL, PRIMARY KEY (glossary_id, position));"
-            "INSERT INTO glossaries VALUES ('g1', 'ui', 'en', 'de', 1.0, 1);"
-            "INSERT INTO glossary_entries VALUES ('g1', 0, 'save', 'sichern');"
-        )
-    store = GlossaryStore(SqliteDatabase(tmp_path / FILE_NAME), 10)
-    assert store.info("g1").owner_key is None and store.entries("g1") == [("save", "sichern")]
-    assert store.database.applied_versions("glossaries") == [1, 2]
-
-
 def test_an_unreachable_database_is_a_503_and_a_reason_not_a_crash():
-    from service.translation import postgres
+    from service.storage import postgres
     from tests.live_server import free_port
 
     database = postgres.PostgresDatabase(
@@ -248,7 +232,7 @@ def test_an_unreachable_database_is_a_503_and_a_reason_not_a_crash():
 
 
 def test_requests_after_a_failed_attempt_are_refused_at_once():
-    from service.translation import postgres
+    from service.storage import postgres
     from tests.live_server import free_port
 
     database = postgres.PostgresDatabase(

@@ -9,7 +9,7 @@ database that every replica shares, through psycopg 3 and its connection pool.
   the next :data:`_REFUSE_AFTER_FAILURE_S` are refused at once instead of each waiting the
   connect timeout.
 * **Migrations** run on the first connection, each store's under one advisory lock, so
-  replicas that start together migrate once (service/translation/database.py).
+  replicas that start together migrate once (service/storage/migrations.py).
 * **One truth.** Every read is a fresh query: no replica caches a row another may change.
 """
 
@@ -24,7 +24,8 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from service.errors import StoreUnavailable
-from service.translation.database import Database, Session
+from service.storage.database import Database
+from service.storage.session import Session
 
 # Seconds a request waits for a connection (or for the database to answer a new one)
 # before it is refused with 503; short, since a client retries and /ready tells the balancer.

@@ -14,13 +14,13 @@ segment found is written exactly as approved, is not sent to the model, and is c
 * **Growing.** Posting a source a memory already holds replaces its target (the latest
   approval wins); within one post, one source with two different targets is refused, since
   which one was approved is not for the service to guess.
-* **Storage.** Rows live in the service's database (service/translation/database.py: the
+* **Storage.** Rows live in the service's database (service/storage/database.py: the
   SQLite file, or the PostgreSQL database every replica shares) and are written in one
   transaction per post, so a refused post changes nothing. A lookup is one indexed query: a
   memory of any size costs the process no memory, and a pair posted holds for the very next
   request, on every replica.
 * **Owners.** ``owner_key`` is the API key id that created a memory (None: shared, as every
-  memory is while keys are off; service/translation/owners.py). A key's memory, its pair
+  memory is while keys are off; service/storage/owners.py). A key's memory, its pair
   default included, is stored as ``<owner_key>/<id>`` (an id a client chooses holds no ``/``):
   each key has its own ``default:en-de``, two keys may use one name, and a key's memories
   change only its own translations. A key reads its own memory of a name first, then the
@@ -38,24 +38,24 @@ from dataclasses import dataclass, replace
 import regex
 
 from service.errors import InputTooLarge, NotFound, TextError
+from service.storage.database import Database
+from service.storage.migrations import Migration
+from service.storage.owners import Owner
+from service.storage.session import Session
 from service.text.pipeline import MemoryLookup
-from service.translation.database import Database, Migration, Session
-from service.translation.owners import Owner
 
 MIGRATIONS = [
-    # The schema from before versioned migrations (IF NOT EXISTS: such a file already has it;
-    # SQLite's WITHOUT ROWID there is a storage detail the queries do not see).
     Migration(
         1,
         """
-        CREATE TABLE IF NOT EXISTS memories (
+        CREATE TABLE memories (
             id TEXT PRIMARY KEY,
             source_lang TEXT NOT NULL,
             target_lang TEXT NOT NULL,
             created_at DOUBLE PRECISION NOT NULL,
             updated_at DOUBLE PRECISION NOT NULL
         );
-        CREATE TABLE IF NOT EXISTS memory_entries (
+        CREATE TABLE memory_entries (
             memory_id TEXT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
             source_key TEXT NOT NULL,
             source TEXT NOT NULL,

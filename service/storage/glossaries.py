@@ -1,7 +1,7 @@
 """Stored glossaries: named glossaries for a language pair, kept in the service's store so
 they survive a restart and, on PostgreSQL, are known to every replica.
 
-The tables live in the service's database (service/translation/database.py: the SQLite file
+The tables live in the service's database (service/storage/database.py: the SQLite file
 under ``MT_DATA_DIR`` or the database of ``MT_DATABASE_URL``). Entries are validated by
 :meth:`Glossary.from_entries` before anything is written, and a glossary is written in one
 transaction, so a refused glossary leaves the store as it was. A glossary is never changed
@@ -20,16 +20,17 @@ import uuid
 from dataclasses import dataclass
 
 from service.errors import NotFound
+from service.storage.database import Database
+from service.storage.migrations import Migration
+from service.storage.owners import Owner
+from service.storage.session import Session
 from service.text.glossary import Glossary
-from service.translation.database import Database, Migration, Session
-from service.translation.owners import Owner
 
 MIGRATIONS = [
-    # The schema from before versioned migrations (IF NOT EXISTS: such a file already has it).
     Migration(
         1,
         """
-        CREATE TABLE IF NOT EXISTS glossaries (
+        CREATE TABLE glossaries (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL,
             source_lang TEXT NOT NULL,
@@ -37,7 +38,7 @@ MIGRATIONS = [
             created_at DOUBLE PRECISION NOT NULL,
             entry_count INTEGER NOT NULL
         );
-        CREATE TABLE IF NOT EXISTS glossary_entries (
+        CREATE TABLE glossary_entries (
             glossary_id TEXT NOT NULL REFERENCES glossaries(id) ON DELETE CASCADE,
             position INTEGER NOT NULL,
             source TEXT NOT NULL,

@@ -1,5 +1,6 @@
-"""Admission control: decide whether to take a translation request on *before* any work is
-done for it.
+"""The in-flight gate: decide whether to take a translation request on *before* any work is
+done for it (the scheduler's admission, service/scheduling/, decides later which queued rows
+join the batch).
 
 Under overload the costly part of a refusal is everything done before it: reading and parsing
 the body, validating it, splitting and tokenizing the texts, all on the event loop that also
@@ -120,7 +121,7 @@ def replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-class AdmissionGate:
+class InflightGate:
     """429 at once for translation requests beyond ``max_in_flight`` concurrent ones."""
 
     def __init__(

@@ -7,7 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.translation.database import FILE_NAME, Database, SqliteDatabase
+from service.storage.database import Database
+from service.storage.sqlite import (
+    DOCUMENTS_FILE_NAME,
+    FILE_NAME,
+    LIMITS_FILE_NAME,
+    SqliteDatabase,
+)
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,7 @@ class Databases:
 def open_databases(data_dir: Path, database_url: str | None, pool_size: int = 8) -> Databases:
     """SQLite under ``data_dir`` unless ``database_url`` names a PostgreSQL database."""
     if database_url:
-        from service.translation.postgres import PostgresDatabase
+        from service.storage.postgres import PostgresDatabase
 
         shared = PostgresDatabase(database_url, pool_size)
         return Databases(shared, shared, shared)
@@ -46,6 +52,6 @@ def open_databases(data_dir: Path, database_url: str | None, pool_size: int = 8)
     # do not wait for a writer.
     return Databases(
         SqliteDatabase(data_dir / FILE_NAME, write_ahead_log=True),
-        SqliteDatabase(data_dir / "documents.sqlite3", write_ahead_log=True),
-        SqliteDatabase(data_dir / "limits.sqlite3", write_ahead_log=True),
+        SqliteDatabase(data_dir / DOCUMENTS_FILE_NAME, write_ahead_log=True),
+        SqliteDatabase(data_dir / LIMITS_FILE_NAME, write_ahead_log=True),
     )
