@@ -7,8 +7,8 @@ service/scheduling/scheduler.py).
 
 A sentence that arrives while others decode joins at a step boundary; a finished row leaves
 at once, so a short request never waits for an unrelated long one. The event loop never runs
-inference: ``submit`` queues ``ScheduledSentence``s (service/scheduling/sentences.py) and awaits asyncio
-futures that the engine thread resolves with ``loop.call_soon_threadsafe``.
+inference: ``submit`` queues ``ScheduledSentence``s (service/scheduling/sentences.py) and
+awaits asyncio futures that the engine thread resolves with ``loop.call_soon_threadsafe``.
 
 The parts: when admission is open (``ContinuousPolicy``, ``StaticPolicy``:
 service/scheduling/scheduler.py), who joins and whether joining now beats waiting
@@ -30,15 +30,9 @@ from contextlib import AbstractContextManager
 
 from service.metrics import ServiceMetrics
 from service.runtime.types import DecodeRequest
-from service.scheduling.chooser import COST_TOLERANCE, MAX_STALL_STEPS
 from service.scheduling.engine_api import DecodeEngine
 from service.scheduling.engine_loop import EngineLoop
-from service.scheduling.overlap import (
-    ENCODER_IDLE_PRIORITY,
-    ENCODER_MAX_LAG_S,
-    EncoderCpuShare,
-    EncoderOverlap,
-)
+from service.scheduling.overlap import EncoderOverlap
 from service.scheduling.scheduler import Scheduler
 from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue
 from service.scheduling.settings import DEFAULT_MAX_QUEUE, BatchingPolicy, BatchingSettings
@@ -64,27 +58,18 @@ class ContinuousBatcher:
         config: BatchingSettings | None = None,
         *,
         metrics: ServiceMetrics | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        turn: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
         spare_core: bool = True,
-        encoder_share: EncoderCpuShare | None = None,
-        admission_window: int | None = None,
-        cost_tolerance: float = COST_TOLERANCE,
-        max_stall_steps: float = MAX_STALL_STEPS,
-        encoder_idle_priority: bool = ENCODER_IDLE_PRIORITY,
-        encoder_max_lag_s: float = ENCODER_MAX_LAG_S,
-        **overrides: object,
+        turn: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``config``: the batching settings (default ``BatchingSettings()``); ``overrides``:
-        fields of it to replace (tests, scripts). ``turn``: several models on one device take
-        turns (service/scheduling/turns.py), held around each admission and step.
-        ``spare_core``: whether a core is free for the encoder thread (service/wiring.py asks
-        the CPU budget); without one the encoder runs in line whatever ``encoder_overlap``
-        says. The rest are the scheduler's fixed bounds (named constants where they are used),
-        replaced only by tests and experiments."""
+        """``config``: the batching settings group as it is (default ``BatchingSettings()``;
+        ``max_queue`` unset means ``DEFAULT_MAX_QUEUE``: ``BatchingSettings.queue_for`` sizes
+        it). ``spare_core``: whether a core is free for the encoder thread (service/wiring.py
+        asks the CPU budget); without one the encoder runs in line whatever
+        ``encoder_overlap`` says. ``turn``: several models on one device take turns
+        (service/scheduling/turns.py), held around each admission and step. ``clock``: what
+        queue waits, idle waits and the encoder's lag are measured on."""
         config = config or BatchingSettings()
-        if overrides:
-            config = BatchingSettings.model_validate(config.model_dump() | overrides)
         self.config = config
         self.engine = engine
         self.metrics = metrics if metrics is not None else ServiceMetrics().for_model("default")
@@ -99,14 +84,7 @@ class ContinuousBatcher:
         self._idle.set()
         self._thread: threading.Thread | None = None
         overlap = (
-            EncoderOverlap(
-                engine.encode,
-                self.metrics,
-                clock,
-                idle_priority=encoder_idle_priority,
-                max_lag_s=encoder_max_lag_s,
-                share=encoder_share,
-            )
+            EncoderOverlap(engine.encode, self.metrics, clock)
             if encoder_overlap and config.batching == "continuous"
             else None
         )
@@ -119,9 +97,6 @@ class ContinuousBatcher:
             phases=PhaseClock(self.metrics.engine_phase, busy=self.metrics.engine_busy),
             idle=self._idle,
             clock=clock,
-            admission_window=admission_window,
-            cost_tolerance=cost_tolerance,
-            max_stall_steps=max_stall_steps,
         )
         self.idle_wait_s = scheduler.idle_wait_s
         self._loop = EngineLoop(engine, scheduler, clock=clock, turn=turn)

@@ -139,17 +139,11 @@ class EncoderOverlap:
         encode: Callable[[list], EncodedRequests],
         metrics: ServiceMetrics,
         clock: Callable[[], float],
-        *,
-        idle_priority: bool = ENCODER_IDLE_PRIORITY,
-        max_lag_s: float = ENCODER_MAX_LAG_S,
-        share: EncoderCpuShare | None = None,
     ) -> None:
         self._encode = encode
         self._metrics = metrics
         self._clock = clock
-        self._idle_priority = idle_priority
-        self._max_lag_s = max_lag_s
-        self.share = share or EncoderCpuShare()
+        self.share = EncoderCpuShare()  # the share of a core the encoder thread gets
         self._executor: ThreadPoolExecutor | None = None
         self.in_flight: Encoding | None = None
 
@@ -178,16 +172,17 @@ class EncoderOverlap:
 
     def _encoder_thread_started(self) -> None:
         self._metrics.threads.register("encoder")
-        if self._idle_priority:
+        if ENCODER_IDLE_PRIORITY:
             _idle_priority_for_this_thread()
 
     def lagging(self) -> bool:
-        """Whether the encoder call in flight has run past ``max_lag_s``: the engine thread
-        then waits for it, which frees its core for the encoder thread. Counted when so."""
+        """Whether the encoder call in flight has run past ``ENCODER_MAX_LAG_S``: the engine
+        thread then waits for it, which frees its core for the encoder thread. Counted when
+        so."""
         encoding = self.in_flight
-        if encoding is None or self._max_lag_s <= 0 or encoding.future.done():
+        if encoding is None or encoding.future.done():
             return False
-        if self._clock() - encoding.admitted_at <= self._max_lag_s:
+        if self._clock() - encoding.admitted_at <= ENCODER_MAX_LAG_S:
             return False
         self._metrics.encoder_lag_waits.inc()
         return True

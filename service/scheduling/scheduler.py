@@ -29,7 +29,7 @@ open is the policy's (``MT_BATCHING``):
     budgets) and stepped until every row in it has finished, with admission closed.
 
 A choice that deferred every queued unit is held (``DeferralHold``, service/scheduling/
-chooser.py): ``schedule`` skips choosing again while its outcome is known.
+hold.py): ``schedule`` skips choosing again while its outcome is known.
 """
 
 from __future__ import annotations
@@ -42,14 +42,9 @@ from typing import Protocol
 
 from service.metrics import ServiceMetrics
 from service.runtime.types import FinishedRequest
-from service.scheduling.chooser import (
-    COST_TOLERANCE,
-    MAX_STALL_STEPS,
-    AdmissionChooser,
-    BatchChanges,
-    DeferralHold,
-)
+from service.scheduling.chooser import COST_TOLERANCE, AdmissionChooser, Choice
 from service.scheduling.engine_api import CostedEngine
+from service.scheduling.hold import BatchChanges, DeferralHold
 from service.scheduling.overlap import EncoderOverlap
 from service.scheduling.sentences import RowResult, ScheduledSentence, SentenceQueue, Units
 from service.scheduling.settings import BatchingPolicy, BatchingSettings
@@ -76,13 +71,22 @@ class SchedulerOutput:
     encoded_joins: bool
     await_encoder: bool
     busy: bool  # newcomers, running rows or an encoder call: the loop takes a turn
+    # The admission chooser's answer, whole (who joins, or why nobody does); None where no
+    # choice was made (nothing queued, the last deferral holds, admission closed, or an
+    # admission still encoding).
+    choice: Choice | None
+
+
+# The knee (``mt_row_limit``) is estimated again every this many steps.
+KNEE_EVERY_STEPS = 16
+# How far past the head of the queue admission looks for sentences that fit the running
+# batch's width, in batches of ``max_batch_rows``: bounded, so a sentence is overtaken only
+# so often.
+ADMISSION_WINDOW_BATCHES = 4
 
 
 class Scheduler:
     """Plans each step boundary and keeps the running sentences (engine thread only)."""
-
-    # The knee (``mt_row_limit``) is estimated again every this many steps.
-    KNEE_EVERY_STEPS = 16
 
     def __init__(
         self,
@@ -95,14 +99,8 @@ class Scheduler:
         phases: PhaseClock,
         idle: threading.Event,
         clock: Callable[[], float],
-        admission_window: int | None = None,
-        cost_tolerance: float = COST_TOLERANCE,
-        max_stall_steps: float = MAX_STALL_STEPS,
     ) -> None:
-        """``overlap``: the encoder thread, where newcomers may be encoded (None: in line).
-        ``admission_window``: how far past the head of the queue admission looks for sentences
-        that fit the running batch's width (default four batches); bounded, so a sentence is
-        overtaken only so often. The rest are the chooser's fixed bounds."""
+        """``overlap``: the encoder thread, where newcomers may be encoded (None: in line)."""
         self.engine = engine
         self.queue = queue
         self.config = config
@@ -112,15 +110,14 @@ class Scheduler:
         self.idle = idle  # set while there is no work at all
         self.idle_wait_s = config.idle_wait_s(overlap is not None)
         self.policy = admission_policy(config, self.idle_wait_s, clock)
-        self.admission_window = admission_window or 4 * config.max_batch_rows
+        self.admission_window = ADMISSION_WINDOW_BATCHES * config.max_batch_rows
         self.chooser = AdmissionChooser(
             engine,
             config,
-            cost_tolerance=cost_tolerance,
-            max_stall_steps=max_stall_steps,
             judges_cost=self.policy.judges_cost and config.admission_cost_aware,
             encode_in_line=overlap is None,
             metrics=metrics,
+            clock=clock,
         )
         self.running: dict[int, ScheduledSentence] = {}
         self.batch_changes = BatchChanges()
@@ -145,14 +142,21 @@ class Scheduler:
                 version, arrived_rows, row_rate = queue.version, queue.arrived_rows, queue.row_rate
                 units = self._units(dropped) if encoding is None else {}
             staying = [s for i, s in self.running.items() if i not in dropped]
+            choice: Choice | None = None
             newcomers: list[ScheduledSentence] = []
             if units:
                 with thread_cpu(self.metrics.admission_choice_cpu):
-                    newcomers = self.chooser.choose(list(units.values()), staying, row_rate)
-                self._remember(bool(newcomers), units, version, arrived_rows)
-            if newcomers:
+                    choice = self.chooser.choose(list(units.values()), staying, row_rate)
+                self.hold.record(
+                    choice,
+                    head_unit=next(iter(units)),
+                    queue_version=version,
+                    step=self.engine.steps,
+                    arrived_rows=arrived_rows,
+                )
+            if choice is not None and choice.took:
                 with queue.cond:
-                    newcomers = queue.take(newcomers)
+                    newcomers = queue.take(list(choice.newcomers))
                     self.metrics.queue_depth.set(len(queue))
         return SchedulerOutput(
             dropped,
@@ -161,6 +165,7 @@ class Scheduler:
             encoded_joins=encoding is not None,
             await_encoder=not staying,
             busy=bool(newcomers or staying or encoding is not None),
+            choice=choice,
         )
 
     def _wait_for_work(self) -> None:
@@ -192,22 +197,6 @@ class Scheduler:
         if not self.policy.open(queue, running_rows):
             return {}
         return queue.units(self.admission_window)
-
-    def _remember(self, took: bool, units: Units, version: int, arrived_rows: int) -> None:
-        """A choice that took no one is held (``DeferralHold``); one that took someone clears
-        the hold."""
-        chooser = self.chooser
-        if took:
-            self.hold.clear()
-            return
-        self.hold.record(
-            next(iter(units)) if chooser.head_refused else version,  # the head first
-            head_refused=chooser.head_refused,
-            head_over_stall=chooser.head_over_stall,
-            step=self.engine.steps,
-            deficit=chooser.deficit,
-            arrived_rows=arrived_rows,
-        )
 
     # --- the running sentences --------------------------------------------------------------
 
@@ -243,8 +232,8 @@ class Scheduler:
                     list(done.hypotheses),
                 )
             )
-        if self.config.admission_cost_aware and finished_step % self.KNEE_EVERY_STEPS == 0:
-            knee = self.engine.estimate((), self.config.max_batch_rows, self.chooser.cost_tolerance)
+        if self.config.admission_cost_aware and finished_step % KNEE_EVERY_STEPS == 0:
+            knee = self.engine.estimate((), self.config.max_batch_rows, COST_TOLERANCE)
             metrics.row_limit.set(knee.row_limit or 0)
 
 

@@ -193,6 +193,16 @@ class OverlapEngine(GatedEngine):
         return FakeEncoded(list(requests))
 
 
+class FakeClock:
+    """A clock the test moves by hand (admission waits without wall-clock asserts)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def sentence(length: int, first: int = 1, **options) -> DecodeRequest:
     """A source of ``length`` ids ending in eos."""
     return DecodeRequest(src_ids=tuple(range(first, first + length - 1)) + (EOS,), **options)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from service.scheduling.batcher import ContinuousBatcher
+from service.scheduling.settings import BatchingSettings
 from tests.scheduling.batcher_helpers import FakeEngine, GatedEngine, OverlapEngine
 
 
@@ -18,18 +19,16 @@ def test_the_fakes_offer_every_method_the_batcher_calls():
 
 def test_unknown_batching_policy_is_refused():
     with pytest.raises(ValueError, match="batching"):
-        ContinuousBatcher(FakeEngine(), batching="eager")
+        BatchingSettings(batching="eager")
 
 
 def test_the_batcher_takes_the_settings_batching_group_as_it_is():
     from service.config import Settings
-    from service.scheduling.chooser import MAX_STALL_STEPS
 
     settings = Settings(max_batch_rows=7, admission_cost_aware=False)
     batcher = ContinuousBatcher(FakeEngine(), settings.scheduling)
     assert batcher.config is settings.scheduling
     assert (batcher.max_batch_rows, batcher.config.admission_cost_aware) == (7, False)
-    assert batcher._loop.scheduler.chooser.max_stall_steps == MAX_STALL_STEPS  # a fixed bound
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from service.scheduling.chooser import Choice, Refusal
 from tests.scheduling.batcher_helpers import (
     FakeEngine,
     GatedEngine,
@@ -89,7 +90,7 @@ async def test_an_in_line_admission_is_cut_into_chunks_that_stall_the_running_ro
     one sentence per admission, each within the bound, instead of stalling them 120 ms."""
     engine = GatedEngine()
     one_core_costs(engine)
-    batcher = make_batcher(engine, max_stall_steps=2.0)
+    batcher = make_batcher(engine)
     running = asyncio.ensure_future(batcher.submit([sentence(40, first=1)]))
     await wait_until(lambda: engine.active_rows == 1 and engine.waiting.is_set(), "1 running")
     paragraph = [sentence(5, first=100 + 10 * i) for i in range(6)]
@@ -105,6 +106,21 @@ async def test_an_in_line_admission_is_cut_into_chunks_that_stall_the_running_ro
     assert sizes == [1] * 6
 
 
+def scheduler_choices(batcher) -> list[Choice]:
+    """The choices the batcher's scheduler makes from now on, as its outputs carry them."""
+    scheduler, choices = batcher._loop.scheduler, []
+    schedule = scheduler.schedule
+
+    def recorded():
+        output = schedule()
+        if output is not None and output.choice is not None:
+            choices.append(output.choice)
+        return output
+
+    scheduler.schedule = recorded
+    return choices
+
+
 @pytest.mark.anyio
 async def test_a_head_whose_first_sentence_alone_exceeds_the_stall_bound_is_marked_so(
     make_batcher,
@@ -114,15 +130,15 @@ async def test_a_head_whose_first_sentence_alone_exceeds_the_stall_bound_is_mark
     engine loop's hold relies on), it joins once the running row has finished."""
     engine = GatedEngine()
     one_core_costs(engine)
-    batcher = make_batcher(engine, max_stall_steps=2.0)
-    chooser = batcher._loop.scheduler.chooser
+    batcher = make_batcher(engine)
+    choices = scheduler_choices(batcher)
     running = asyncio.ensure_future(batcher.submit([sentence(40, first=1)]))
     await wait_until(lambda: engine.active_rows == 1 and engine.waiting.is_set(), "1 running")
     head = asyncio.ensure_future(batcher.submit([sentence(6, first=100)]))
     await wait_until(lambda: batcher.queue_depth == 1, "head queued")
     engine.allow(1)
     await wait_until(lambda: engine.steps == 1 and engine.waiting.is_set(), "one step")
-    assert chooser.head_refused and chooser.head_over_stall
+    assert choices[-1] == Choice.defer(Refusal.HEAD_OVER_STALL)
     engine.allow(10**6)
     [late], [long] = await asyncio.gather(head, running)
     assert late.admitted_step == long.finished_step
@@ -162,7 +178,7 @@ async def test_cost_aware_admission_holds_the_batch_at_the_throughput_knee(make_
     for cost_aware in (True, False):
         engine = FakeEngine()
         engine.throughput = throughput
-        batcher = make_batcher(engine, admission_cost_aware=cost_aware, cost_tolerance=0.0)
+        batcher = make_batcher(engine, admission_cost_aware=cost_aware)
         rows = [sentence(4 + index % 3, first=index * 10 + 1) for index in range(10)]
         answers = await asyncio.gather(*(batcher.submit([row]) for row in rows))
         assert [a[0].tokens for a in answers] == [FakeEngine.expected(r.src_ids) for r in rows]
@@ -183,7 +199,7 @@ async def test_the_sentences_of_one_request_join_the_batch_together(make_batcher
     trickle in as single rows retire: it joins whole, once 3 rows are free."""
     engine = GatedEngine()
     engine.throughput = knee_at(4)
-    batcher = make_batcher(engine, cost_tolerance=0.0)
+    batcher = make_batcher(engine)
     # four running sentences that finish one per step (after 3, 4, 5 and 6 tokens)
     running = [
         asyncio.ensure_future(batcher.submit([sentence(4 + i, first=1 + 20 * i)])) for i in range(4)
@@ -208,7 +224,7 @@ async def test_a_request_wider_than_the_knee_joins_sentence_by_sentence(make_bat
     ever: its sentences join as they fit."""
     engine = GatedEngine()
     engine.throughput = knee_at(4)
-    batcher = make_batcher(engine, cost_tolerance=0.0)
+    batcher = make_batcher(engine)
     first = asyncio.ensure_future(batcher.submit([sentence(8, first=1)]))
     await wait_until(lambda: engine.active_rows == 1 and engine.waiting.is_set(), "1 running")
     paragraph = [sentence(3 + i, first=100 + 10 * i) for i in range(6)]
@@ -232,7 +248,7 @@ async def test_at_the_knee_a_backlog_joins_in_batches_not_row_by_row(make_batche
     engine.step_seconds = lambda rows: 0.010 + 0.001 * rows
     engine.encode_seconds = 0.0005
     engine.place_seconds = 0.005
-    batcher = make_batcher(engine, cost_tolerance=0.0)
+    batcher = make_batcher(engine)
     # 2..6 tokens out: rows of one admission retire at different steps
     rows = [sentence(8, first=index * 12 + 1, max_new_tokens=2 + index % 5) for index in range(40)]
     answers = asyncio.gather(*(batcher.submit([row]) for row in rows))

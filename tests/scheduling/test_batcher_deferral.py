@@ -6,6 +6,8 @@ import asyncio
 
 import pytest
 
+from service.scheduling.chooser import Choice, Refusal
+from service.scheduling.hold import RECHECK_STEPS
 from tests.scheduling.batcher_helpers import (
     FakeEngine,
     GatedEngine,
@@ -25,12 +27,14 @@ async def test_a_deferral_holds_until_the_queue_or_the_batch_changes(make_batche
     engine = GatedEngine()
     batcher = make_batcher(engine)
     scheduler = batcher._loop.scheduler
-    chooser, recheck = scheduler.chooser, scheduler.hold.RECHECK_STEPS
+    chooser, recheck = scheduler.chooser, RECHECK_STEPS
     chooser_choose, calls, defer = chooser.choose, [], [True]
 
     def choose(units, staying, row_rate=0.0):
         calls.append(engine.steps)
-        return [] if defer[0] and staying else chooser_choose(units, staying, row_rate)
+        if defer[0] and staying:
+            return Choice.defer(Refusal.BACKGROUND)
+        return chooser_choose(units, staying, row_rate)
 
     chooser.choose = choose  # type: ignore[method-assign]
     long_task, waiting_task = await a_running_row_and_a_newcomer(
@@ -65,9 +69,9 @@ def refuse_the_head_while_rows_run(batcher, engine, over_stall: bool = False) ->
 
     def choose(units, staying, row_rate=0.0):
         calls.append(engine.steps)
-        chooser.head_refused = bool(staying)
-        chooser.head_over_stall = over_stall and bool(staying)
-        return [] if staying else [s for unit in units for s in unit]
+        if staying:
+            return Choice.defer(Refusal.HEAD_OVER_STALL if over_stall else Refusal.HEAD)
+        return Choice.take([s for unit in units for s in unit])
 
     chooser.choose = choose
     return calls

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from service.scheduling.hold import RECHECK_STEPS
 from tests.scheduling.batcher_helpers import FakeEngine, GatedEngine, sentence, wait_until
 
 
@@ -95,4 +96,4 @@ async def test_token_budget_counts_the_running_past_length(make_batcher):
     # The fake shrinks P with no row leaving (the engine's P shrinks only when rows leave,
     # which has the queue looked at again at once): the deferral made at the first boundary
     # is looked at again after RECHECK_STEPS.
-    assert late.admitted_step == 1 + batcher._loop.scheduler.hold.RECHECK_STEPS < long.finished_step
+    assert late.admitted_step == 1 + RECHECK_STEPS < long.finished_step

@@ -10,8 +10,10 @@ import pytest
 
 from service.errors import EngineFailure
 from service.runtime.types import DecodeRequest
-from service.scheduling.overlap import EncoderCpuShare
+from service.scheduling import overlap
+from service.scheduling.overlap import ENCODER_MAX_LAG_S, EncoderCpuShare
 from tests.scheduling.batcher_helpers import (
+    FakeClock,
     FakeEncoded,
     FakeEngine,
     OverlapEngine,
@@ -92,9 +94,12 @@ async def one_overlapped_encoding(batcher, engine: OverlapEngine) -> None:
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
 @pytest.mark.parametrize("idle", [True, False])
 @pytest.mark.anyio
-async def test_the_encoder_thread_runs_at_idle_priority_unless_told_not_to(make_batcher, idle):
+async def test_the_encoder_thread_runs_at_idle_priority_unless_told_not_to(
+    make_batcher, monkeypatch, idle
+):
+    monkeypatch.setattr(overlap, "ENCODER_IDLE_PRIORITY", idle)
     engine = PolicyRecordingEngine()
-    batcher = make_batcher(engine, encoder_idle_priority=idle)
+    batcher = make_batcher(engine)
     await one_overlapped_encoding(batcher, engine)
     assert engine.encoder_policies == [os.SCHED_OTHER, os.SCHED_IDLE if idle else os.SCHED_OTHER]
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the test's own thread is untouched
@@ -116,16 +121,6 @@ async def test_a_refused_idle_priority_is_logged_and_the_encoder_thread_still_wo
     assert "SCHED_IDLE refused" in caplog.text
 
 
-class FakeClock:
-    """A clock the test moves by hand (admission waits without wall-clock asserts)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.mark.anyio
 async def test_an_encoder_call_past_the_lag_bound_stops_the_steps_until_it_is_done(make_batcher):
     """The newcomer's encoder call is held; while it is younger than the bound the running row
@@ -133,7 +128,7 @@ async def test_an_encoder_call_past_the_lag_bound_stops_the_steps_until_it_is_do
     permits for 5 more steps go unused, and the newcomer joins before the next step."""
     engine = OverlapEngine()
     clock = FakeClock()
-    batcher = make_batcher(engine, clock=clock, encoder_max_lag_s=0.025)
+    batcher = make_batcher(engine, clock=clock)
     lag_waits = "mt_encoder_lag_waits_total"
     registry = batcher.metrics.registry
     engine.release_encoder.clear()
@@ -145,7 +140,7 @@ async def test_an_encoder_call_past_the_lag_bound_stops_the_steps_until_it_is_do
     engine.allow(1)
     await wait_until(lambda: engine.steps == 2 and engine.waiting.is_set(), "stepped on")
     assert registry.get_sample_value(lag_waits) == 0  # within the bound: no wait
-    clock.now += 0.030  # the encoder call is now 30 ms old
+    clock.now += ENCODER_MAX_LAG_S + 0.005  # the encoder call is now past the bound
     engine.allow(5)
     await wait_until(lambda: registry.get_sample_value(lag_waits) == 1, "engine waits")
     assert engine.steps == 3  # step 3 was waiting for its permit already; then the wait
@@ -204,7 +199,8 @@ async def test_the_encoder_threads_share_of_a_core_is_exported_per_window(make_b
     encoder_share = EncoderCpuShare(
         window=1, cpu_clock=TickingClock(0.25), wall_clock=TickingClock(1.0)
     )
-    batcher = make_batcher(engine, encoder_share=encoder_share)
+    batcher = make_batcher(engine)
+    batcher._loop.overlap.share = encoder_share  # measured on the test's clocks
     registry = batcher.metrics.registry
     labels = {"model": "default"}
     running, newcomer = await a_running_row_and_a_newcomer(

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from service.metrics import ServiceMetrics
+from service.scheduling.chooser import Choice, Refusal
 from service.scheduling.overlap import EncoderOverlap
 from service.scheduling.scheduler import EncoderCall, Scheduler
 from service.scheduling.sentences import SentenceQueue
@@ -22,20 +23,20 @@ def anyio_backend():
     return "asyncio"
 
 
-def a_scheduler(encoder_thread: bool, **settings) -> Scheduler:
+def a_scheduler(encoder_thread: bool, clock=time.monotonic, **settings) -> Scheduler:
     engine, metrics = FakeEngine(), ServiceMetrics().for_model("m")
     settings = {"batching": "continuous", "admission_idle_wait_ms": 0.0, **settings}
     config = BatchingSettings.model_validate(settings)
     overlap = EncoderOverlap(engine.encode, metrics, time.monotonic) if encoder_thread else None
     return Scheduler(
         engine,
-        SentenceQueue(64, time.monotonic),
+        SentenceQueue(64, clock),
         config,
         overlap,
         metrics,
         phases=PhaseClock(metrics.engine_phase),
         idle=threading.Event(),
-        clock=time.monotonic,
+        clock=clock,
     )
 
 
@@ -94,3 +95,21 @@ async def test_a_static_batch_takes_no_one_while_it_runs():
     output = scheduler.schedule()
     assert output is not None and (output.newcomers, output.busy) == ([], True)
     assert len(scheduler.queue) == 1
+
+
+@pytest.mark.anyio
+async def test_the_plan_carries_the_whole_choice_who_joins_or_why_nobody_does():
+    """The chooser's answer travels in the plan: the newcomers it took, or why it took none;
+    where the last deferral holds, no choice is made at all."""
+    scheduler = a_scheduler(False, clock=lambda: 1000.0)  # the clock stands still
+    [first] = scheduler.queue.put([sentence(4)])
+    output = scheduler.schedule()
+    assert output is not None and output.choice == Choice.take([first])
+    scheduler.joined(first)
+    # a document's sentence waits beside interactive rows (background_max_wait_ms)
+    scheduler.queue.put([sentence(3, first=50)], background=True)
+    output = scheduler.schedule()
+    assert output is not None and output.newcomers == []
+    assert output.choice == Choice.defer(Refusal.BACKGROUND)
+    output = scheduler.schedule()  # nothing changed: the deferral holds
+    assert output is not None and output.choice is None

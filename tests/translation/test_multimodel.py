@@ -24,6 +24,7 @@ from service.config import Settings
 from service.metrics import ServiceMetrics
 from service.runtime.types import BatchEstimate, DecodeRequest, FinishedRequest
 from service.scheduling.batcher import ContinuousBatcher
+from service.scheduling.settings import BatchingSettings
 from service.scheduling.turns import RoundRobinTurns
 from service.translation.languages import LanguagePair
 from service.translation.routing import UnsupportedLanguage, plan_route, targets_by_source
@@ -507,8 +508,7 @@ async def test_a_flood_on_one_model_does_not_starve_another_by_step_counts():
     batchers = [
         ContinuousBatcher(
             engine,
-            batching="continuous",
-            admission_cost_aware=False,
+            BatchingSettings(batching="continuous", admission_cost_aware=False),
             turn=partial(turns.turn, engine.name),
         )
         for engine in (flood_engine, quiet_engine)
