@@ -18,10 +18,10 @@ from types import FrameType
 
 import uvicorn
 
-from service.__main__ import GracefulServer
 from service.config import get_settings
 from service.runtime.engine import Engine
 from service.runtime.types import FinishedRequest
+from service.web.server import GracefulServer
 from service.wiring import create_app
 
 

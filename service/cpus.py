@@ -124,3 +124,10 @@ def cpu_budget(
     if quota is None:
         return CpuBudget(mask, mask, None, "affinity")
     return CpuBudget(max(1, min(mask, math.ceil(quota))), mask, quota, source)
+
+
+def spare_core(cpus: int) -> bool:
+    """Whether an engine core given ``cpus`` CPUs can give the encoder thread a core of its
+    own: with one, the encoder would only take turns with the engine thread, so it runs in
+    line."""
+    return cpus >= 2

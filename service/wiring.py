@@ -23,10 +23,10 @@ from fastapi import FastAPI
 from service.config import Settings, get_settings
 from service.cpus import CpuBudget, cpu_budget
 from service.engine_core.client import EngineCoreClient, probe
+from service.engine_core.core import build_engine_core
 from service.engine_core.plan import ProcessPlan, PublishedPlan
 from service.metrics import ServiceMetrics
 from service.runtime.engine import Engine, open_engine
-from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.turns import RoundRobinTurns
 from service.storage.databases import Databases, open_databases
 from service.storage.glossaries import GlossaryStore
@@ -68,12 +68,6 @@ def oversubscribed(intra_op_threads: int, budget: CpuBudget) -> str | None:
     )
 
 
-def spare_core() -> bool:
-    """Whether the encoder thread can have a core of its own: with one, it would only take
-    turns with the engine thread, so the encoder runs in line."""
-    return cpu_budget().cpus >= 2
-
-
 def databases(settings: Settings) -> Databases:
     """SQLite under ``MT_DATA_DIR``, or the PostgreSQL database of ``MT_DATABASE_URL``
     (opened in the background: a database that is down makes /ready say 503)."""
@@ -103,28 +97,29 @@ def model_loader(
     load_engine: EngineLoader,
     turns: RoundRobinTurns | None,
 ) -> ModelLoader:
-    """Spec -> a warmed-up engine, its batcher (not yet started) and its translator."""
-    batching = settings.scheduling.queue_for(settings.limits.max_chars_per_text)
-    spare = spare_core()
+    """Spec -> its engine core in this process (service/engine_core/core.py: the engine
+    warmed up, its batcher not yet started) and its translator."""
+    cpus = cpu_budget().cpus  # one process: every engine core shares the whole budget
 
     def load(spec: ModelSpec) -> LoadedModel:
-        engine = load_engine(spec)
-        engine.warmup()
-        if batching.admission_cost_aware and batching.batching == "continuous":
-            engine.calibrate()
         turn = partial(turns.turn, spec.model_id) if turns is not None else contextlib.nullcontext
-        metrics_of_model = metrics.for_model(spec.model_id)
-        batcher = ContinuousBatcher(
-            engine, batching, metrics=metrics_of_model, turn=turn, spare_core=spare
+        core = build_engine_core(
+            spec.model_id,
+            load_engine(spec),
+            settings.scheduling,
+            metrics.for_model(spec.model_id),
+            max_chars_per_text=settings.limits.max_chars_per_text,
+            cpus=cpus,
+            turn=turn,
         )
         translator = Translator(
             Tokenizer.from_dir(spec.model_dir),
-            batcher,
+            core.batcher,
             settings.limits,
             spec.source_lang,
-            model_positions=engine.model.info.max_positions,
+            model_positions=core.info.max_positions,
         )
-        return LoadedModel(engine, batcher, translator)
+        return LoadedModel(core.engine, core.batcher, translator)
 
     return load
 

@@ -189,3 +189,11 @@ def postgres_url(postgres_server):
 
     with fresh_database(postgres_server) as url:
         yield url
+
+
+@pytest.fixture(scope="module", params=["single", "multi"])
+def process_mode(request) -> str:
+    """``MT_PROCESS_MODE`` of the service a module's tests run against: each test that takes
+    it (or a fixture that does) runs in both, one server per mode and module
+    (tests/servers.py)."""
+    return request.param

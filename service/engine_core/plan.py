@@ -42,6 +42,13 @@ class ProcessPlan:
     addresses: dict[str, list[str]] = field(default_factory=dict)
     version: int = 0  # one more each time a model moves to engine cores of a new revision
 
+    @property
+    def cpus_per_replica(self) -> int:
+        """The CPUs each engine core may count as its own: the budget less the front-ends',
+        shared among the replicas of one model (it decides whether the encoder thread of each
+        has a core to itself)."""
+        return max(1, (self.cpus - self.frontends) // self.engine_replicas)
+
     def describe(self) -> str:
         return (
             f"{self.frontends} front-end(s), {self.engine_replicas} engine core(s) per model x "

@@ -1,16 +1,33 @@
 """The supervisor's children: ``Child`` (how to start one process, and its current
-incarnation) and the command lines of the engine cores and the front-ends."""
+incarnation), the command lines of the engine cores and the front-ends, and what each child
+does first (``die_with_parent``)."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.engine_core.plan import ProcessPlan
 from service.translation.exports import ModelSpec
 
 PYTHON = [sys.executable, "-m"]
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Have the kernel send ``signum`` to this process when its parent dies (Linux): a
+    supervisor killed with SIGKILL must not leave its children serving."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() == 1:  # the parent died before the call
+            os.kill(os.getpid(), signum)
 
 
 @dataclass(eq=False)
@@ -34,8 +51,11 @@ class Child:
         return self.process is not None and self.process.poll() is None
 
 
-def engine_cores(spec: ModelSpec, addresses: list[str], threads: int, label: str) -> list[Child]:
-    """The engine cores of one model, a replica at each address; ``label`` ends their names."""
+def engine_cores(
+    spec: ModelSpec, addresses: list[str], plan: ProcessPlan, label: str
+) -> list[Child]:
+    """The engine cores of one model, a replica at each address, each with the plan's
+    intra-op threads and share of the CPUs; ``label`` ends their names."""
     return [
         Child(
             f"engine core {spec.model_id}/{replica}{label}",
@@ -49,7 +69,9 @@ def engine_cores(spec: ModelSpec, addresses: list[str], threads: int, label: str
                 "--address",
                 address,
                 "--threads",
-                str(threads),
+                str(plan.intra_op_threads),
+                "--cpus",
+                str(plan.cpus_per_replica),
             ],
         )
         for replica, address in enumerate(addresses)

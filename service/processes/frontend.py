@@ -5,22 +5,21 @@ client of the model's engine cores (the supervisor's plan names their sockets; t
 follows the plan as the supervisor replaces it, service/translation/plan_follower.py). Every
 front-end accepts on the one listening socket the supervisor opened and handed down, so they
 share the port, and a front-end that dies leaves the socket to the others. SIGTERM drains as
-``python -m service`` does.
+``python -m service`` does: both start their servers in service/web/server.py (logging, the
+access log, the drain).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import socket
 import sys
 from pathlib import Path
 
-from service.__main__ import GracefulServer, uvicorn_config
 from service.config import get_settings
 from service.engine_core.plan import PublishedPlan
-from service.processes.supervisor import die_with_parent
-from service.web.request_id import install_request_id_logging
+from service.processes.children import die_with_parent
+from service.web.server import serve, start_logging
 from service.wiring import create_app
 
 
@@ -31,17 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     die_with_parent()
     settings = get_settings()
-    logging.basicConfig(
-        level=settings.process.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [front-end %(process)d %(request_id)s]: "
-        "%(message)s",
-    )
-    install_request_id_logging()  # the app logs while it is assembled
+    start_logging(settings, role="front-end %(process)d")
     app = create_app(settings, engine_cores=PublishedPlan.load(args.plan))
-    config = uvicorn_config(app, settings)
-    install_request_id_logging()  # after uvicorn.Config, which configures its loggers
-    server = GracefulServer(config, on_exit=app.state.service.begin_shutdown)
-    server.run(sockets=[socket.socket(fileno=args.fd)])
+    serve(app, settings, sockets=[socket.socket(fileno=args.fd)])
     return 0
 
 

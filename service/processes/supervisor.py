@@ -17,8 +17,6 @@ which orders the drain), and each dies with the supervisor should it be killed.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import os
 import shutil
@@ -50,17 +48,6 @@ STEADY_S = 10.0
 MAX_BACKOFF_S = 30.0
 # beyond the drain's grace: the time a child may take to exit before it is killed
 EXIT_SLACK_S = 5.0
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(signum: int = signal.SIGTERM) -> None:
-    """Have the kernel send ``signum`` to this process when its parent dies (Linux): a
-    supervisor killed with SIGKILL must not leave its children serving."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
-        if os.getppid() == 1:  # the parent died before the call
-            os.kill(os.getpid(), signum)
 
 
 @dataclass

@@ -86,10 +86,9 @@ class RevisionSwaps:
     _looked_at: float = 0.0
 
     def __post_init__(self) -> None:
-        threads = self.plan.intra_op_threads
         for spec in self.specs:
             addresses = self.plan.addresses[spec.model_id]
-            children = engine_cores(spec, addresses, threads, "")
+            children = engine_cores(spec, addresses, self.plan, "")
             revision = installed_revision(spec.model_dir)
             self.current[spec.model_id] = Generation(spec, 0, revision, addresses, children)
         self.plan.save(self.plan_path)
@@ -136,7 +135,7 @@ class RevisionSwaps:
                 continue
             number = max(g.number for g in self._generations(model_id)) + 1
             addresses = self.plan.generation_addresses(self.run_dir, index, number)
-            children = engine_cores(spec, addresses, self.plan.intra_op_threads, f" g{number}")
+            children = engine_cores(spec, addresses, self.plan, f" g{number}")
             generation = Generation(spec, number, revision, addresses, children, now)
             logger.info(
                 "model %s: revision %s is installed; loading it in %d engine core(s) beside "

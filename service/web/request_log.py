@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.web.request_id import current_request_id
+from service.web.request_id import RequestIdLogFilter, current_request_id
 
 logger = logging.getLogger("mtserve.requests")
 MODELS_HEADER_KEY = b"x-translation-models"  # service/web/routes/v1.py MODELS_HEADER
 # The request record's fields, in the order a JSON line shows them.
 REQUEST_FIELDS = ("route", "method", "status", "model", "latency_ms", "characters", "key_id")
-TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [{role}%(request_id)s]: %(message)s"
 
 
 @dataclass
@@ -104,6 +104,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
             "request_id": getattr(record, "request_id", None) or current_request_id.get(),
+            "pid": record.process,  # which process of the multi-process service wrote it
         }
         line |= {name: getattr(record, name) for name in REQUEST_FIELDS if hasattr(record, name)}
         if record.exc_info:
@@ -111,9 +112,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
-def configure_logging(level: str, log_format: str) -> None:
-    """The root logger's handler: ``TEXT_FORMAT`` lines, or JSON objects."""
-    logging.basicConfig(level=level.upper(), format=TEXT_FORMAT)
+def configure_logging(level: str, log_format: str, role: str = "") -> None:
+    """The root logger's handler: ``TEXT_FORMAT`` lines (``role`` names the process in each:
+    ``front-end %(process)d``), or JSON objects; each with the current request's id."""
+    prefix = f"{role} " if role else ""
+    logging.basicConfig(level=level.upper(), format=TEXT_FORMAT.format(role=prefix))
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RequestIdLogFilter) for f in handler.filters):
+            handler.addFilter(RequestIdLogFilter())
     if log_format == "json":
         use_json_format()
 

@@ -132,8 +132,7 @@ def test_a_failed_pull_at_start_up_is_one_log_line_and_exit_status_1(
 
     monkeypatch.setattr(service.__main__, "create_app", serve)
     # the process's logging set-up, global: left out here, as other tests' servers set theirs
-    monkeypatch.setattr(service.__main__, "configure_logging", lambda *args: None)
-    monkeypatch.setattr(service.__main__, "install_request_id_logging", lambda: None)
+    monkeypatch.setattr(service.__main__, "start_logging", lambda *args, **kwargs: None)
     monkeypatch.setattr("service.processes.supervisor.build_supervisor", serve)
     with caplog.at_level(logging.ERROR, logger="service.__main__"):
         assert service.__main__.main(["--port", "0"]) == 1

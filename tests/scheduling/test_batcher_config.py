@@ -36,17 +36,15 @@ def test_the_batcher_takes_the_settings_batching_group_as_it_is():
     [(1, None, 0.010), (2, None, 0.0), (2, 5.0, 0.005), (1, 0.0, 0.0)],
 )
 def test_an_idle_engine_waits_for_company_only_where_the_encoder_runs_in_line(
-    monkeypatch, cpus, idle_wait_ms, expected_s
+    cpus, idle_wait_ms, expected_s
 ):
     """On one CPU a newcomer arriving just after an admission rarely joins it, so an idle
     engine waits as long as static batching would; with an encoder thread it does not."""
-    from service import wiring
     from service.config import Settings
-    from service.cpus import CpuBudget
+    from service.cpus import spare_core
 
-    monkeypatch.setattr(wiring, "cpu_budget", lambda: CpuBudget(cpus, cpus, None, "affinity"))
     settings = Settings(static_max_wait_ms=10.0, admission_idle_wait_ms=idle_wait_ms)
-    batcher = ContinuousBatcher(FakeEngine(), settings.scheduling, spare_core=wiring.spare_core())
+    batcher = ContinuousBatcher(FakeEngine(), settings.scheduling, spare_core=spare_core(cpus))
     assert (batcher._loop.overlap is not None) == (cpus >= 2)
     assert batcher.idle_wait_s == pytest.approx(expected_s)
 

@@ -432,8 +432,8 @@ def test_sentence_splitting(text, language, sentences):
 
 @pytest.mark.parametrize("value, expected", [("false", False), ("true", True)])
 def test_mt_access_log_switches_uvicorns_access_log(monkeypatch, value, expected):
-    from service.__main__ import uvicorn_config
     from service.config import Settings
+    from service.web.server import uvicorn_config
 
     monkeypatch.setenv("MT_ACCESS_LOG", value)
     settings = Settings()
