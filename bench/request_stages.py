@@ -7,7 +7,9 @@ interface strings (bench/heldout, one text a request). Each run has two windows:
 
 1. **capacity**: the closed loop alone, no sampler: requests a second and the server's
    user + system CPU seconds per request (``/proc``);
-2. **stages**: the same load with the sampler on. Every ``--interval-ms`` it reads each
+2. **stages**: the same load with the sampler on, its thread pinned to ``--sampler-cpus``
+   (off the server's core: from that core it would run only when the service's threads
+   wait, and catch them at their waits). Every ``--interval-ms`` it reads each
    Python thread's CPU clock (``pthread_getcpuclockid``) and charges the CPU that thread has
    used since the previous sample to the stage its current stack is in (the rules in
    ``STAGE_RULES``). A thread that waits (epoll, a condition) uses no CPU and is charged
@@ -20,6 +22,7 @@ between them ``--pairs`` times, each with a fresh server, and the sampler runs f
 against each checkout's ``service`` (``PYTHONPATH``), so both arms are measured the same way.
 
     .venv/bin/python -m bench.request_stages --code /tmp/old --code . --pairs 2
+    .venv/bin/python -m bench.request_stages --offline   # the engine alone, same strings
 
 The sampler costs its own CPU (charged to ``profiler``); the capacity window runs without it.
 """
@@ -154,8 +157,9 @@ def _rule_of(code: CodeType) -> tuple[int, str] | None:
 class StageSampler:
     """Charges each Python thread's CPU time to the stage of the stack it is in."""
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float, cpus: set[int] | None = None) -> None:
         self.interval_s = interval_s
+        self.cpus = cpus
         self.rules: dict[CodeType, tuple[int, str] | None] = {}
         self.by_stage: dict[str, float] = defaultdict(float)
         self.by_thread: dict[str, float] = defaultdict(float)
@@ -223,6 +227,10 @@ class StageSampler:
         return (best[1] if best else OTHER), codes
 
     def _run(self) -> None:
+        if self.cpus:
+            # Off the server's core: sampling from that core would run only when the others
+            # leave it, that is when they wait, and catch them at their waits.
+            os.sched_setaffinity(0, self.cpus)
         names = {}
         while not self._stop.wait(self.interval_s):
             self.samples += 1
@@ -274,7 +282,7 @@ def _process_cpu() -> float:
     return times.user + times.system
 
 
-def serve(control: Path, interval_s: float) -> None:
+def serve(control: Path, interval_s: float, cpus: set[int]) -> None:
     """Run ``python -m service`` with a sampler that starts when ``control/start`` appears
     and writes ``control/profile.json`` when ``control/stop`` does."""
     import runpy
@@ -283,7 +291,7 @@ def serve(control: Path, interval_s: float) -> None:
         while not (control / "start").exists():
             time.sleep(0.05)
         LOOP_CODES.update(_loop_codes())
-        sampler = StageSampler(interval_s)
+        sampler = StageSampler(interval_s, cpus)
         sampler.start()
         while not (control / "stop").exists():
             time.sleep(0.2)
@@ -343,7 +351,7 @@ def one_run(args: Any, code: Path, label: str, seed: int) -> dict[str, Any]:
     control = Path(tempfile.mkdtemp(prefix="stages-"))
     command = [
         "taskset", "-c", args.server_cpus, sys.executable, str(Path(__file__).resolve()),
-        "serve", str(control), str(args.interval_ms / 1000),
+        "serve", str(control), str(args.interval_ms / 1000), args.sampler_cpus,
         "--host", "127.0.0.1", "--port", "{port}",
     ]  # fmt: skip
     env = {
@@ -491,13 +499,53 @@ def capacity_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def offline(args: Any) -> dict[str, Any]:
+    """The engine alone on the same strings, on ``--server-cpus``: length-sorted batches of
+    ``--offline-batch``, one ONNX Runtime thread, greedy, the text pipeline around it (what
+    the served capacity is compared with)."""
+    from loadtest.client import REPO_ROOT, cpu_list
+    from service.runtime.engine import Engine
+    from service.text.limits import DecodingOptions, TextLimits
+    from service.text.pipeline import SentencePlan, TextPipeline
+    from service.text.tokenizer import Tokenizer
+
+    os.sched_setaffinity(0, cpu_list(args.server_cpus))
+    model_dir = Path(REPO_ROOT, args.model)
+    engine = Engine.from_dir(model_dir, intra_op_threads=1)
+    engine.warmup()
+    pipeline = TextPipeline(Tokenizer.from_dir(model_dir), TextLimits(), "en")
+    options = DecodingOptions(beam_size=1, max_new_tokens=None, length_penalty=1.0)
+
+    def decode_rows(sentences: list[SentencePlan], _: DecodingOptions) -> list[list[int]]:
+        return engine.translate_ids(
+            [list(s.src_ids) for s in sentences],
+            beam_size=1,
+            max_new_tokens=max(s.max_new_tokens for s in sentences),
+            copy_tokens=[s.copy_tokens for s in sentences],
+        )
+
+    texts = sorted(HeldoutSampler(0).texts[: args.offline_texts], key=len)
+    batches = [texts[i : i + args.offline_batch] for i in range(0, len(texts), args.offline_batch)]
+    started, cpu_started, sentences = time.perf_counter(), time.process_time(), 0
+    for batch in batches:
+        sentences += pipeline.translate(batch, options, decode_rows).decoded_sentences
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    return {
+        "texts": len(texts),
+        "sentences": sentences,
+        "batch": args.offline_batch,
+        "sentences_per_s": sentences / wall,
+        "cpu_ms_per_sentence": 1000 * cpu / sentences,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
-        sys.argv = [sys.argv[0], *argv[3:]]
-        serve(Path(argv[1]), float(argv[2]))
+        sys.argv = [sys.argv[0], *argv[4:]]
+        serve(Path(argv[1]), float(argv[2]), {int(cpu) for cpu in argv[3].split(",")})
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.request_stages", description=__doc__)
     parser.add_argument("--code", action="append", type=Path, help="checkout(s) to compare")
@@ -506,12 +554,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--warmup", type=float, default=8.0)
-    parser.add_argument("--interval-ms", type=float, default=8.0)
+    parser.add_argument("--interval-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--sampler-cpus", default="1", help="where the sampler thread runs (not the server's)"
+    )
     parser.add_argument("--server-cpus", default="0")
     parser.add_argument("--client-cpus", default="1")
     parser.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", type=Path, default=Path("bench/results/request_stages.json"))
+    parser.add_argument(
+        "--offline", action="store_true", help="the engine alone on the same strings, then stop"
+    )
+    parser.add_argument("--offline-batch", type=int, default=32)
+    parser.add_argument("--offline-texts", type=int, default=2048)
     args = parser.parse_args(argv)
+    if args.offline:
+        print(json.dumps(offline(args)))
+        return 0
     from loadtest.client import cpu_list
     from loadtest.machine import machine_facts
 
