@@ -23,7 +23,7 @@ from service.runtime.types import FinishedRequest, RejectedRequest
 from service.scheduling.engine_api import DecodeEngine
 from service.scheduling.overlap import EncoderOverlap, EncodingFailed
 from service.scheduling.scheduler import EncoderCall, Scheduler, SchedulerOutput
-from service.scheduling.sentences import ScheduledSentence
+from service.scheduling.sentences import ScheduledSentence, one_wakeup
 from service.scheduling.timeline import PhaseClock
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class EngineLoop:
             with self.phases.turn(self._turn()):
                 finished = self._execute(output)
                 if finished is not None:
-                    with self.phases.phase("update"):
+                    with self.phases.phase("update"), one_wakeup():
                         self.scheduler.update(finished)
                         self.metrics.inflight_rows.set(self.engine.active_rows)
         return True

@@ -57,19 +57,52 @@ class ScheduledSentence:
         self.src_len = len(self.row.src_ids)
 
     def deliver(self, result: RowResult | None, error: BaseException | None = None) -> None:
-        """Resolve the future on its event loop (from any thread)."""
-
-        def settle() -> None:
-            if self.future.done():
-                return  # the request was cancelled or timed out meanwhile
-            if error is not None:
-                self.future.set_exception(error)
-            elif result is not None:
-                self.future.set_result(result)
-
+        """Resolve the future on its event loop (from any thread); inside
+        :func:`one_wakeup`, when that ends, with the other results of the step."""
+        pending: list[Delivery] | None = getattr(_step_deliveries, "pending", None)
+        if pending is not None:
+            pending.append((self, result, error))
+            return
         # A closed event loop raises RuntimeError: nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(settle)
+            self.loop.call_soon_threadsafe(self.settle, result, error)
+
+    def settle(self, result: RowResult | None, error: BaseException | None) -> None:
+        """Resolve the future (on its event loop)."""
+        if self.future.done():
+            return  # the request was cancelled or timed out meanwhile
+        if error is not None:
+            self.future.set_exception(error)
+        elif result is not None:
+            self.future.set_result(result)
+
+
+Delivery = tuple[ScheduledSentence, RowResult | None, BaseException | None]
+_step_deliveries = threading.local()
+
+
+@contextlib.contextmanager
+def one_wakeup() -> Iterator[None]:
+    """Results delivered inside reach their event loop in one callback per loop when the
+    block ends: each ``call_soon_threadsafe`` writes to the loop's self-pipe and wakes it, so
+    a step that finishes many rows would otherwise wake it once per row."""
+    pending: list[Delivery] = []
+    _step_deliveries.pending = pending
+    try:
+        yield
+    finally:
+        _step_deliveries.pending = None
+        by_loop: dict[asyncio.AbstractEventLoop, list[Delivery]] = {}
+        for delivery in pending:
+            by_loop.setdefault(delivery[0].loop, []).append(delivery)
+        for loop, deliveries in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # closed: nobody is waiting any more
+                loop.call_soon_threadsafe(_settle_all, deliveries)
+
+
+def _settle_all(deliveries: list[Delivery]) -> None:
+    for sentence, result, error in deliveries:
+        sentence.settle(result, error)
 
 
 Units = dict[int, list[ScheduledSentence]]

@@ -23,6 +23,8 @@ async def all_rows(
     cancellation (client gone) the unfinished rows are abandoned."""
     try:
         async with asyncio.timeout(timeout_s):
+            if len(sentences) == 1:  # most requests: no gathering future around the one
+                return [await sentences[0].future]
             return list(await asyncio.gather(*(s.future for s in sentences)))
     except BaseException:
         batcher.abandon(sentences)

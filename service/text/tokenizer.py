@@ -62,6 +62,7 @@ class Tokenizer:
         self.unk_id = self._source_vocab[unk_token]
         self.pad_id = self._source_vocab[pad_token]
         self._special_ids = frozenset({self.eos_id, self.unk_id, self.pad_id})
+        self._last_pieces: tuple[str, list[str]] | None = None
 
     # A model of one language pair: no language codes, nothing forced.
     languages: tuple[str, ...] = ()
@@ -105,9 +106,21 @@ class Tokenizer:
             code = text[: end + 2]
             language_code_ids = [self._source_vocab.get(code, self.unk_id)]
             text = text[end + 2 :]
-        pieces = self._source_spm.encode(text, out_type=str)
+        pieces = self._source_pieces(text)
         ids = [self._source_vocab.get(piece, self.unk_id) for piece in pieces]
         return language_code_ids + ids + [self.eos_id]
+
+    def _source_pieces(self, text: str) -> list[str]:
+        """The source model's pieces of ``text``. The last text's are kept: protection
+        (:meth:`unknown_spans`) cuts a sentence into pieces just before it is tokenized, and
+        most sentences reach the model as protection saw them. One tuple, replaced whole, so
+        a tokenizing worker thread sees a consistent pair."""
+        last = self._last_pieces
+        if last is not None and last[0] == text:
+            return last[1]
+        pieces = self._source_spm.encode(text, out_type=str)
+        self._last_pieces = (text, pieces)
+        return pieces
 
     def for_source(self, language: str) -> Tokenizer:
         """This tokenizer with sources in ``language`` (one of :attr:`languages`): a model of
@@ -155,7 +168,7 @@ class Tokenizer:
         """``(start, end)`` character spans of ``text`` that encode to the unknown id in
         context (a piece that SentencePiece forms from neighbouring characters may be
         missing from ``vocab.json`` although each character alone is known)."""
-        pieces = self._source_spm.encode(text, out_type=str)
+        pieces = self._source_pieces(text)
         if not any(map(self._is_unknown, pieces)):
             return []  # the common case, without the offsets (a proto costs several times more)
         proto = self._source_spm.encode(text, out_type="proto")
@@ -256,7 +269,7 @@ class MultilingualTokenizer(Tokenizer):
 
     def encode_one(self, text: str) -> list[int]:
         """``[source code, pieces…, </s>]`` (no code before :meth:`for_source`)."""
-        pieces = self._source_spm.encode(text, out_type=str)
+        pieces = self._source_pieces(text)
         ids = [self._source_vocab.get(piece, self.unk_id) for piece in pieces]
         return self._source_prefix + ids + [self.eos_id]
 

@@ -75,7 +75,7 @@ class Dispatcher:
         is one model's) and HTML (its units go in chunks)."""
         plan = await self.planner.plan(request)
         if request.format == "html":
-            return DispatchStream(plan, once(lambda: self._html(request, plan.route)))
+            return DispatchStream(plan, once(lambda: self._html(request, plan)))
         if plan.split:
             return DispatchStream(plan, once(lambda: self._run_each(request, plan)))
         return await self._start(request, plan)
@@ -118,7 +118,11 @@ class Dispatcher:
                 translator.for_pair(*pair)
                 for translator, pair in zip(leased, route.leg_pairs, strict=True)
             )
-            memory = self.planner.memory(request.memory, route)
+            memory = (
+                plan.memories[route]
+                if route in plan.memories
+                else self.planner.memory(request.memory, route)
+            )
             items = await first.translate(request, memory, then=rest[0] if rest else None)
         except BaseException:
             await resources.aclose()
@@ -126,10 +130,11 @@ class Dispatcher:
         return DispatchStream(plan, items, resources, record)
 
     async def _whole(
-        self, request: TranslationRequest, texts: list[str], route: Route
+        self, request: TranslationRequest, texts: list[str], route: Route, planned: RoutePlan
     ) -> TranslationBatch:
-        """Some of ``request``'s texts on a route planned for them, collected."""
-        stream = await self._start(_part(request, texts), RoutePlan(route, None))
+        """Some of ``request``'s texts on a route ``planned`` for them, collected."""
+        part_plan = RoutePlan(route, None, memories=planned.memories)
+        stream = await self._start(_part(request, texts), part_plan)
         return (await stream.result()).batch
 
     async def _run_each(self, request: TranslationRequest, plan: RoutePlan) -> TranslationBatch:
@@ -142,7 +147,7 @@ class Dispatcher:
         async with asyncio.TaskGroup() as tasks:  # one refusal cancels the other routes
             running = {
                 route: tasks.create_task(
-                    self._whole(request, [request.texts[i] for i in indices], route)
+                    self._whole(request, [request.texts[i] for i in indices], route, plan)
                 )
                 for route, indices in groups.items()
             }
@@ -153,7 +158,7 @@ class Dispatcher:
                 translations[index] = translation
         return _merged(list(batches.values()), [t for t in translations if t is not None])
 
-    async def _html(self, request: TranslationRequest, route: Route) -> TranslationBatch:
+    async def _html(self, request: TranslationRequest, plan: RoutePlan) -> TranslationBatch:
         """Each text is an HTML fragment: its units (service/text/html.py) go to the models in
         request-sized chunks (a fragment's many text nodes do not count as many texts), all
         with the route chosen once for the request (``auto`` detects on the fragments as
@@ -162,7 +167,7 @@ class Dispatcher:
 
         async def translate_chunk(units: list[str]) -> list[str]:
             self.limits.check_request_size(units)
-            batch = await self._whole(request, units, route)
+            batch = await self._whole(request, units, plan.route, plan)
             batches.append(batch)
             return [t.text for t in batch.translations]
 

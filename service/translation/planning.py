@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.storage.memories import MemoryChoice, MemoryStore
 from service.text.glossary import Glossary, GlossaryError
@@ -46,6 +46,9 @@ class RoutePlan:
     # best detection, in input order. None: one route (and detection) for all.
     routes: list[Route] | None = None
     text_detections: list[Detection] | None = None
+    # Each route's translation memory lookup (None: none), found while planning: the
+    # dispatcher uses it rather than asking the store again.
+    memories: dict[Route, MemoryLookup | None] = field(default_factory=dict, compare=False)
 
     def route_of(self, index: int) -> Route:
         return self.routes[index] if self.routes is not None else self.route
@@ -133,7 +136,10 @@ class RoutePlanner:
         ):
             return await self._plan_each(request)
         source, detections = await self._resolve_source(texts, languages.source)
-        return RoutePlan(self._choose_route(request, source), detections)
+        memories: dict[Route, MemoryLookup | None] = {}
+        return RoutePlan(
+            self._choose_route(request, source, memories), detections, memories=memories
+        )
 
     async def _resolve_source(
         self, texts: Sequence[str], source: LanguageCode
@@ -171,22 +177,29 @@ class RoutePlanner:
             ranked = [detector.detect(text) for text in texts]
         detections = [candidates[0] for candidates in ranked]
         by_source: dict[str, Route] = {}
+        memories: dict[Route, MemoryLookup | None] = {}
         for detection in detections:
             if detection.language not in by_source:
                 source = LanguageCode(detection.language)
-                by_source[detection.language] = self._choose_route(request, source)
+                by_source[detection.language] = self._choose_route(request, source, memories)
         routes = [by_source[detection.language] for detection in detections]
-        return RoutePlan(routes[0], [detections[0]], routes, detections)
+        return RoutePlan(routes[0], [detections[0]], routes, detections, memories)
 
-    def _choose_route(self, request: TranslationRequest, source: LanguageCode) -> Route:
+    def _choose_route(
+        self,
+        request: TranslationRequest,
+        source: LanguageCode,
+        memories: dict[Route, MemoryLookup | None],
+    ) -> Route:
         """The route from ``source`` (named or detected) to the request's target (or the
-        only one served from there), counted; its glossary and memory checked."""
+        only one served from there), counted; its glossary checked and its memory found
+        (into ``memories``)."""
         target = request.languages.target
         if not target.code:
             target = LanguageCode(self.default_target(source.code))
         route = self.route(LanguagePair(source, target))
         check_glossary_pair(request.glossary, route.source, route.target)
-        self.memory(request.memory, route)  # refused here, before a lease
+        memories[route] = self.memory(request.memory, route)  # refused here, before a lease
         kind = "identity" if not route.legs else "pivot" if route.pivot else "direct"
         self.registry.metrics.routes.labels(kind=kind).inc()
         return route

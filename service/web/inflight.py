@@ -98,8 +98,12 @@ async def read_body(receive: Receive, limits: BodyLimits) -> tuple[bytes, bool]:
     started, received, chunks = time.monotonic(), 0, []
     while True:
         wait_s = started + limits.seconds_allowed(received) - time.monotonic()
+        if wait_s <= 0:
+            raise SlowBody
         try:
-            message = await asyncio.wait_for(receive(), timeout=max(wait_s, 0.0))
+            # A deadline on this task, not ``wait_for``'s task per read (3.11)
+            async with asyncio.timeout(wait_s):
+                message = await receive()
         except TimeoutError:
             raise SlowBody from None
         if message["type"] == "http.disconnect":

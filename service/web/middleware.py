@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from fastapi import HTTPException
 from starlette.requests import Request
@@ -52,6 +53,9 @@ class RequestMetrics:
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        # Each (route, status)'s series, looked up once: ``labels()`` takes a lock and
+        # checks its arguments on every call. Route templates and statuses are few.
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -73,7 +77,11 @@ class RequestMetrics:
             # The route template, not the raw path, so label values stay few. Starlette sets
             # scope["route"] only on a match; every route it sets has a ``path``.
             label = route.path if route is not None else "unmatched"
-            self.metrics.requests.labels(route=label, status=str(status)).inc()
-            self.metrics.request_latency.labels(route=label, status=str(status)).observe(
-                time.perf_counter() - started
-            )
+            children = self._children.get((label, status))
+            if children is None:
+                children = self._children[(label, status)] = (
+                    self.metrics.requests.labels(route=label, status=str(status)),
+                    self.metrics.request_latency.labels(route=label, status=str(status)),
+                )
+            children[0].inc()
+            children[1].observe(time.perf_counter() - started)

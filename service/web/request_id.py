@@ -10,15 +10,37 @@ log records (``%(request_id)s``, ``-`` outside a request).
 from __future__ import annotations
 
 import contextvars
+import itertools
 import logging
+import os
 import re
-import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HEADER = "X-Request-ID"
 _HEADER_KEY = HEADER.lower().encode()
 _VALID_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+
+# Fresh ids: this process's random half, then a count. As unique as a uuid4 per process (the
+# random half tells processes and restarts apart) without a random read per request, which
+# costs a system call: a visible share of a short request's event-loop time.
+_PROCESS_PART = os.urandom(8).hex()
+_COUNT = itertools.count()
+
+
+def _new_process_part() -> None:
+    """A forked front-end is another process: its own random half."""
+    global _PROCESS_PART, _COUNT
+    _PROCESS_PART, _COUNT = os.urandom(8).hex(), itertools.count()
+
+
+os.register_at_fork(after_in_child=_new_process_part)
+
+
+def fresh_request_id() -> str:
+    """32 hex digits, unique among this process's ids and unlike any other process's."""
+    return f"{_PROCESS_PART}{next(_COUNT) & 0xFFFFFFFFFFFFFFFF:016x}"
+
 
 current_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
@@ -34,7 +56,7 @@ class RequestId:
             await self.app(scope, receive, send)
             return
         sent = dict(scope.get("headers") or []).get(_HEADER_KEY)
-        request_id = sent.decode() if sent and _VALID_ID.fullmatch(sent) else uuid.uuid4().hex
+        request_id = sent.decode() if sent and _VALID_ID.fullmatch(sent) else fresh_request_id()
         token = current_request_id.set(request_id)
 
         async def send_with_id(message: Message) -> None:

@@ -4,6 +4,7 @@ newcomer joins a running batch."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -127,3 +128,27 @@ async def test_static_batch_below_max_rows_starts_after_the_max_wait(make_batche
     [result] = await batcher.submit([sentence(5)])
     assert result.tokens == FakeEngine.expected(sentence(5).src_ids)
     assert result.queue_wait_s >= 0.02  # a lone sentence waits out the max wait
+
+
+@pytest.mark.anyio
+async def test_rows_finished_in_one_step_wake_the_event_loop_once(make_batcher):
+    loop = asyncio.get_running_loop()
+    wakeups = []
+    original = loop.call_soon_threadsafe
+
+    def counting(callback, *args, **kwargs):
+        if threading.current_thread().name == "engine-loop":
+            wakeups.append(callback)
+        return original(callback, *args, **kwargs)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    try:
+        engine = FakeEngine()
+        batcher = make_batcher(engine)
+        rows = [sentence(5, first=10 * index + 1) for index in range(4)]  # one length: one step
+        results = await batcher.submit(rows)
+    finally:
+        del loop.call_soon_threadsafe
+    assert [r.tokens for r in results] == [FakeEngine.expected(row.src_ids) for row in rows]
+    assert len({r.finished_step for r in results}) == 1
+    assert len(wakeups) == 1

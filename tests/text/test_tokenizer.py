@@ -184,3 +184,31 @@ def test_statistics_of_an_empty_split_are_empty(tokenizer_dir: Path) -> None:
     assert tokenizer_statistics(processor, []) == {}
     pair = Pair("Open the file.", "Datei öffnen.", "debian:x", "GPL")
     assert tokenizer_statistics(processor, [pair])["sentences"] == 1
+
+
+class _CountingPieces:
+    """A SentencePiece processor that counts the texts it cuts into pieces."""
+
+    def __init__(self, processor) -> None:
+        self._processor = processor
+        self.cut: list[str] = []
+
+    def encode(self, text, *args, **kwargs):
+        self.cut.append(text)
+        return self._processor.encode(text, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._processor, name)
+
+
+def test_a_sentence_checked_for_unknown_pieces_is_not_cut_again_to_tokenize(
+    tokenizer_dir: Path,
+) -> None:
+    tokenizer = Tokenizer.from_dir(tokenizer_dir)
+    expected = Tokenizer.from_dir(tokenizer_dir)
+    counting = _CountingPieces(tokenizer._source_spm)
+    tokenizer._source_spm = counting  # type: ignore[assignment]
+    for text in ("Datei öffnen neu", "Zugriff verweigert", "Datei öffnen neu"):
+        assert tokenizer.unknown_spans(text) == expected.unknown_spans(text)
+        assert tokenizer.encode_one(text) == expected.encode_one(text)
+    assert counting.cut == ["Datei öffnen neu", "Zugriff verweigert", "Datei öffnen neu"]

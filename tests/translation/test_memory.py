@@ -343,3 +343,17 @@ def test_a_pivot_uses_the_memory_of_the_requested_pair(tmp_path_factory, tmp_pat
         # The same sentence to en (a direct model) is not in any memory.
         to_en = pivot.post("/v1/translate", json={**request, "target_lang": "en"}).json()
         assert "Q7fr" not in to_en["translations"][0]["text"]
+
+
+def test_a_request_asks_the_store_for_its_memory_once(client, monkeypatch):
+    asked = []
+    lookup = MemoryStore.lookup
+
+    def counting(self, choice, source_lang, target_lang):
+        asked.append((source_lang, target_lang))
+        return lookup(self, choice, source_lang, target_lang)
+
+    monkeypatch.setattr(MemoryStore, "lookup", counting)
+    response = client.post("/v1/translate", json={"text": "Open the file."})
+    assert response.status_code == 200, response.text
+    assert asked == [("en", "de")]

@@ -315,3 +315,35 @@ def test_every_stored_item_route_is_admitted_through_the_owner_dependency():
         if not dependency_calls(route.dependant) & {get_current_owner, get_deepl_owner}
     ]
     assert unchecked == []
+
+
+def test_fresh_request_ids_take_no_random_read_per_request(make_client, monkeypatch):
+    import os
+    import uuid
+
+    def no_random(*args, **kwargs):
+        raise AssertionError("a random read per request")
+
+    client = make_client()
+    client.get("/health")  # the app's start-up is done
+    monkeypatch.setattr(uuid, "uuid4", no_random)
+    monkeypatch.setattr(os, "urandom", no_random)
+    ids = [client.get("/health").headers["X-Request-ID"] for _ in range(3)]
+    assert len(set(ids)) == 3
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+def test_a_forked_process_makes_request_ids_of_its_own():
+    import os
+
+    from service.web import request_id
+
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child writes one id of its own and leaves at once
+        os.write(writer, request_id.fresh_request_id().encode())
+        os._exit(0)
+    os.waitpid(child, 0)
+    theirs = os.read(reader, 64).decode()
+    ours = request_id.fresh_request_id()
+    assert theirs[:16] != ours[:16]
