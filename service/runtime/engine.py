@@ -69,9 +69,10 @@ OPENING = ("provider", "intra_op_threads", "kv_backend", "kv_pool_bytes", "vocab
 
 
 def open_engine(model_dir: str | Path, options: EngineOptions) -> Engine:
-    """The engine of one export, opened as the model settings say: on the CPU, the int8
-    variant the export carries where its recorded check holds (service/runtime/variants.py)."""
-    cpu_int8 = getattr(options, "cpu_int8", True)
+    """The engine of one export, opened as the model settings say: on the CPU with
+    ``cpu_int8``, the int8 variant the export carries where its recorded check holds
+    (service/runtime/variants.py)."""
+    cpu_int8 = getattr(options, "cpu_int8", False)
     if cpu_int8 and int8_variant(Path(model_dir)) is not None:  # else no provider probe
         model_dir = served_variant(model_dir, runs_on_cpu(model_dir, options.provider), True)
     return Engine.from_dir(

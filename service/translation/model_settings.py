@@ -102,12 +102,14 @@ class ModelSettings(BaseModel):
         "(docs/engine.md). false: always the full fp32 projection.",
     )
     cpu_int8: bool = Field(
-        True,
+        False,
         description="On the CPU, serve the int8 variant an export carries (`<export>/int8`, "
         "written by `python -m export` and `models pull`) when the check recorded at export "
         "puts its chrF on held-out strings within 0.3 of fp32's (the model card has the "
-        "figures): 2-3x faster matrix products. false: the fp32 export. GPUs always serve "
-        "the export as it is (fp32 or fp16).",
+        "figures): 1.5-1.8x the sentences a second. Off by default: its activations are "
+        "quantized with one scale per matrix, so a sentence's translation can change with "
+        "what else shares its batch (docs/engine.md). GPUs always serve the export as it is "
+        "(fp32 or fp16).",
     )
     lazy_load: bool = Field(
         False,
