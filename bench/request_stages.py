@@ -515,7 +515,8 @@ def offline(args: Any) -> dict[str, Any]:
     from loadtest.client import REPO_ROOT, cpu_list
     from service.runtime.engine import Engine
     from service.text.limits import DecodingOptions, TextLimits
-    from service.text.pipeline import SentencePlan, TextPipeline
+    from service.text.pipeline import TextPipeline
+    from service.text.plans import SentencePlan
     from service.text.tokenizer import Tokenizer
 
     os.sched_setaffinity(0, cpu_list(args.server_cpus))

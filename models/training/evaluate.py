@@ -30,8 +30,9 @@ from models.training.corpus import read_direction
 from models.transformer import Transformer
 from service.config import Settings
 from service.errors import InputTooLarge
-from service.text.pipeline import TextPipeline, TextPlan
+from service.text.pipeline import TextPipeline
 from service.text.placeholders import placeholder_strings, survival_rate
+from service.text.plans import TextPlan
 from service.text.tokenizer import Tokenizer
 
 # The backend: source ids, each row's token budget and placeholder constraint -> output ids.

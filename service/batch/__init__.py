@@ -40,7 +40,7 @@ from service.errors import InvalidInput, UnsupportedLanguage
 from service.metrics import ServiceMetrics
 from service.models_cli.startup import default_models_dir
 from service.text.files import TranslatedFile, translate_file
-from service.text.pipeline import DecodingOptions
+from service.text.limits import DecodingOptions
 from service.translation.discovery import discover_models, serving_pairs
 from service.translation.exports import ModelSpec
 from service.translation.languages import LanguagePair

@@ -42,7 +42,7 @@ from service.storage.database import Database
 from service.storage.migrations import Migration
 from service.storage.owners import Owner
 from service.storage.session import Session
-from service.text.pipeline import MemoryLookup
+from service.text.plans import MemoryLookup
 
 MIGRATIONS = [
     Migration(

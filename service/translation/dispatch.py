@@ -26,12 +26,8 @@ from dataclasses import dataclass, replace
 from service.storage.memories import PAIR_DEFAULT, MemoryChoice, MemoryStore
 from service.text.bulk import TranslateTexts, translate_in_chunks
 from service.text.html import translate_html
-from service.text.pipeline import (
-    DecodingOptions,
-    TextLimits,
-    TextTranslation,
-    TranslationBatch,
-)
+from service.text.limits import DecodingOptions, TextLimits
+from service.text.plans import TextTranslation, TranslationBatch
 from service.translation.detection import Detection, LanguageDetector
 from service.translation.languages import LanguagePair
 from service.translation.planning import RoutePlan, RoutePlanner

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from service.storage.memories import MemoryChoice, MemoryStore
 from service.text.glossary import Glossary, GlossaryError
-from service.text.pipeline import MemoryLookup, TextLimits
+from service.text.limits import TextLimits
+from service.text.plans import MemoryLookup
 from service.translation.detection import Detection, LanguageDetector
 from service.translation.languages import AUTO, LanguageCode, LanguagePair, language_name
 from service.translation.registry import ModelRegistry

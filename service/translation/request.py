@@ -17,7 +17,8 @@ from typing import Literal
 from service.storage.memories import PAIR_DEFAULT, MemoryChoice
 from service.text.glossary import Glossary
 from service.text.html import MarkupRules
-from service.text.pipeline import DecodingOptions, TextHandling
+from service.text.limits import DecodingOptions
+from service.text.plans import TextHandling
 from service.translation.languages import LanguagePair
 
 

@@ -27,15 +27,9 @@ from service.runtime.types import DecodeRequest
 from service.scheduling.row_batcher import RowBatcher
 from service.scheduling.sentences import RowResult
 from service.scheduling.stream import RowStream
-from service.text.pipeline import (
-    DecodingOptions,
-    MemoryLookup,
-    SentencePlan,
-    TextLimits,
-    TextPipeline,
-    TextPlan,
-    TranslationBatch,
-)
+from service.text.limits import DecodingOptions, TextLimits
+from service.text.pipeline import TextPipeline
+from service.text.plans import MemoryLookup, SentencePlan, TextPlan, TranslationBatch
 from service.text.segmenter import join_translations
 from service.text.tokenizer import Tokenizer
 from service.translation.languages import normalise_language_code

@@ -19,7 +19,7 @@ from fastapi import Request
 
 from service.errors import ApiError
 from service.text.html import MarkupRules
-from service.text.pipeline import TextHandling
+from service.text.plans import TextHandling
 from service.text.segmenter import SentenceSplit
 from service.web.deps import json_body, sends_form
 

@@ -6,7 +6,7 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from service.text.pipeline import TextTranslation
+from service.text.plans import TextTranslation
 from service.translation.detection import Detection
 from service.translation.dispatch import Dispatcher, DispatchResult, collect
 from service.translation.languages import LanguagePair
