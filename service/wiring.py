@@ -37,6 +37,7 @@ from service.translation.discovery import RegistryError, discover_models
 from service.translation.dispatch import Dispatcher
 from service.translation.exports import ModelSpec
 from service.translation.plan_follower import PlanFollower
+from service.translation.planning import RoutePlanner
 from service.translation.registry import ModelRegistry
 from service.translation.routing import source_languages
 from service.translation.slots import LoadedModel, ModelLoader
@@ -160,7 +161,10 @@ def dispatcher_factory(
         detector = None
         if settings.model.language_detection:
             detector = LanguageDetector(source_languages(registry.by_pair))
-        return Dispatcher(registry, detector, settings.limits, settings.model.pivot_lang, memories)
+        planner = RoutePlanner(
+            registry, detector, settings.limits, settings.model.pivot_lang, memories
+        )
+        return Dispatcher(planner)
 
     return build
 

@@ -23,15 +23,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass, replace
 
-from service.storage.memories import PAIR_DEFAULT, MemoryChoice, MemoryStore
+from service.storage.memories import PAIR_DEFAULT, MemoryChoice
 from service.text.bulk import TranslateTexts, translate_in_chunks
 from service.text.html import translate_html
-from service.text.limits import DecodingOptions, TextLimits
+from service.text.limits import DecodingOptions
 from service.text.plans import TextTranslation, TranslationBatch
-from service.translation.detection import Detection, LanguageDetector
+from service.translation.detection import Detection
 from service.translation.languages import LanguagePair
 from service.translation.planning import RoutePlan, RoutePlanner
-from service.translation.registry import ModelRegistry
 from service.translation.request import Output, TranslationRequest
 from service.translation.routing import (
     Route,
@@ -46,19 +45,11 @@ class DispatchResult:
 
 
 class Dispatcher:
-    def __init__(
-        self,
-        registry: ModelRegistry,
-        detector: LanguageDetector | None,
-        limits: TextLimits,
-        pivot_lang: str = "en",
-        memories: MemoryStore | None = None,
-    ) -> None:
-        """``pivot_lang``: X→Y without a direct model goes X→pivot→Y (empty: never);
-        ``memories``: the translation memories requests use (service/storage/memories.py)."""
-        self.registry = registry
-        self.limits = limits
-        self.planner = RoutePlanner(registry, detector, limits, pivot_lang, memories)
+    def __init__(self, planner: RoutePlanner) -> None:
+        """``planner``: where requests go, over the models its registry serves."""
+        self.planner = planner
+        self.registry = planner.registry
+        self.limits = planner.limits
 
     async def translate(self, request: TranslationRequest) -> DispatchStream:
         """The one way in. Whatever refuses the request (limits, languages, a glossary or
