@@ -42,9 +42,9 @@ import regex
 
 from service.errors import InputTooLarge, TextError
 from service.text.placeholders import SYMBOL_CLOSE, SYMBOL_OPEN, find_placeholders
+from service.text.spans import Span, overlaps_any
 
 MAX_TERM_CHARS = 200
-Span = tuple[int, int]
 
 
 class GlossaryError(TextError):
@@ -154,14 +154,9 @@ class Glossary:
                 found.append(match.span())
         chosen: list[Span] = []
         for span in sorted(found, key=lambda s: (s[0] - s[1], s[0])):
-            if not _overlaps_any(span, keep_out) and not _overlaps_any(span, chosen):
+            if not overlaps_any(span, keep_out) and not overlaps_any(span, chosen):
                 chosen.append(span)
         return [(span, self._targets[term_key(text[slice(*span)])]) for span in sorted(chosen)]
-
-
-def _overlaps_any(span: Span, others: Sequence[Span]) -> bool:
-    start, end = span
-    return any(start < other_end and other_start < end for other_start, other_end in others)
 
 
 def parse_entries(data: str, entries_format: str) -> list[tuple[str, str]]:

@@ -28,13 +28,13 @@ from service.text.documents.markdown import _hard_break
 from service.text.glossary import Glossary
 from service.text.html import _LINE_BREAK_WHITESPACE
 from service.text.placeholders import PLACEHOLDER_RE, find_placeholders
-from service.text.protection import _CURRENCY_AMOUNT
 from service.text.segmenter import (
     _FINAL_PUNCTUATION,
     _LINE_BREAKS,
     _SENTENCE_END,
     _SENTENCE_END_ANY_SPACE,
 )
+from service.text.unspellable import _CURRENCY_AMOUNT
 
 LENGTH = 100_000
 LIMIT_S = 0.050

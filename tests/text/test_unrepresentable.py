@@ -1,4 +1,5 @@
-"""What the model cannot spell is masked, then restored verbatim (service/text/protection.py).
+"""What the model cannot spell is found (service/text/unspellable.py), masked, then restored
+verbatim (service/text/protection.py).
 
 Against real tokenizers: the shipped default model's (8,000 pieces) and tiny ones trained here,
 with and without the ``｟k｠`` symbols.
@@ -15,6 +16,7 @@ from service.text.placeholders import MAX_PLACEHOLDERS, PLACEHOLDER_SYMBOLS, res
 from service.text.protection import RunProtector, restore_every_run, usable_symbols
 from service.text.segmenter import join_translations, sentence_spans
 from service.text.tokenizer import Tokenizer
+from service.text.unspellable import UnspellableRuns
 from tests.service_fixtures import train_tiny_tokenizer
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "default"
@@ -33,7 +35,7 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 
 def runs_of(protector: RunProtector, text: str) -> list[str]:
-    return [text[start:end] for start, end in protector.runs(text)]
+    return [text[start:end] for start, end in protector.unspellable.runs(text)]
 
 
 @pytest.mark.parametrize(
@@ -219,4 +221,4 @@ def test_a_lone_letter_the_vocabulary_has_as_a_word_stays_the_models(tiny_dir, t
     for name in ("source.spm", "target.spm", "tokenizer_config.json"):
         (tmp_path / name).write_bytes((tiny_dir / name).read_bytes())
     (tmp_path / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
-    assert RunProtector(Tokenizer.from_dir(tmp_path)).lone_letters("open ß file") == []
+    assert UnspellableRuns(Tokenizer.from_dir(tmp_path)).lone_letters("open ß file") == []
