@@ -6,7 +6,8 @@ makes short texts far less ambiguous), their log-probabilities added:
 
 * py3langid (a maintained fork of langid.py: naive Bayes over byte n-grams, 142 languages,
   numpy only, offline) reads how the text is spelled;
-* a unigram model of words (wordfreq's frequency lists, shipped in its wheel, offline) reads
+* a unigram model of words (wordfreq's frequency lists, shipped in its wheel, offline, read by
+  service/translation/word_lists.py) reads
   which words it uses. Short interface strings are mostly words: "Toggle Sort Order" has
   n-grams that py3langid finds as German as English, but each of its words is hundreds of
   times more frequent in English. The lists are cut to words of at least ``MIN_FREQUENCY``
@@ -61,7 +62,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,39 +70,29 @@ from functools import lru_cache
 import numpy as np
 
 from service.text.placeholders import PLACEHOLDER_RE
+from service.translation.word_lists import (
+    COMPOUND_LINKS,
+    UNSERVED_MIN_FREQUENCY,
+    common_word_log_frequencies,
+    has_word_list,
+    word_log_frequencies,
+    word_score,
+    words_of,
+)
 
 logger = logging.getLogger(__name__)
 
 # Detected languages reported per text (LibreTranslate's /detect gives its top candidates).
 TOP_CANDIDATES = 3
-# Words rarer than this (per word of running text) are left out of the lists; an unknown word
-# counts as this frequency. 1e-7 keeps 96 k words of English and 173 k of German (35 MiB).
-MIN_FREQUENCY = 1e-7
-_LOG_FLOOR = math.log(MIN_FREQUENCY)
 # The weight of py3langid's log-probability against the words' (chosen on the pretalx half
 # of the held-out strings, bench/detection.py): the words decide when they disagree clearly,
 # the n-grams when the words are unknown or shared.
 NGRAM_WEIGHT = 1.5
-_WORD_RE = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
-# A word missing from a language's list may be a compound of two words in it ("Produkt" +
-# "information", "Installation" + s + "dokumentation"): it counts as its rarer part, where
-# both parts have at least COMPOUND_MIN_PART letters (chosen on the pretalx half of the
-# held-out strings: 4 let English words split into German pieces, "tot" + "als"). German
-# joins its compounds' parts with these linking letters; other languages with none.
-COMPOUND_MIN_PART = 5
-COMPOUND_LINKS: Mapping[str, tuple[str, ...]] = {"de": ("", "s", "es", "n", "en", "e")}
-
-
 # The share of the probability, over every language py3langid knows, at which the languages the
 # service does not translate from win over the restricted detection (the module's docstring).
 UNSERVED_CONFIDENCE = 0.999
 # The characters detection reads: the start of the text, cut at a space where there is one.
 SAMPLE_CHARS = 2048
-# The words of the languages the service does not translate from (those of the served scripts
-# that wordfreq lists): their words of at least this frequency (wordfreq's small lists, cut:
-# 193 k words for the 22 Latin-script languages beside en/de, under a second to read), an
-# unknown word counting as this frequency in every language, served or not.
-UNSERVED_MIN_FREQUENCY = 1e-5
 # The share of the probability of the n-grams and words, over the served and those unserved
 # languages, at which an unserved language is the answer (the module's docstring). Chosen on
 # the short pretalx strings of bench/heldout and the first half of each language's unserved
@@ -192,87 +182,6 @@ def ngram_scores(text: str) -> np.ndarray:
 def softmax(scores: np.ndarray) -> np.ndarray:
     weights = np.exp(scores - scores.max())
     return weights / weights.sum()
-
-
-@lru_cache(maxsize=2)
-def _listed(size: str) -> frozenset[str]:
-    """The languages wordfreq has a list of ``size`` for (none without wordfreq)."""
-    try:
-        import wordfreq
-    except ImportError:
-        return frozenset()
-    return frozenset(wordfreq.available_languages(wordlist=size))
-
-
-def has_word_list(language: str) -> bool:
-    """Whether wordfreq is installed and has a large list for ``language``."""
-    return language in _listed("large")
-
-
-@lru_cache(maxsize=32)
-def word_log_frequencies(language: str) -> Mapping[str, float] | None:
-    """``word -> log frequency`` of ``language``'s words of at least MIN_FREQUENCY (None when
-    wordfreq has no list for it, or is not installed)."""
-    if not has_word_list(language):
-        return None
-    return _read_word_list(language, "large", MIN_FREQUENCY)
-
-
-def has_common_words(language: str) -> bool:
-    """Whether wordfreq is installed and lists ``language``'s common words."""
-    return language in _listed("small")
-
-
-@lru_cache(maxsize=64)
-def common_word_log_frequencies(language: str) -> Mapping[str, float] | None:
-    """``word -> log frequency`` of ``language``'s words of at least UNSERVED_MIN_FREQUENCY
-    (None when wordfreq has no list for it)."""
-    if not has_common_words(language):
-        return None
-    return _read_word_list(language, "small", UNSERVED_MIN_FREQUENCY)
-
-
-def _read_word_list(language: str, size: str, min_frequency: float) -> Mapping[str, float]:
-    import wordfreq
-
-    # The list is stored as buckets of words by frequency, bucket i holding the words of
-    # frequency 10^(-i/100): reading the buckets down to min_frequency, one float shared per
-    # bucket, takes a fraction of the memory of wordfreq's own dictionary of every word.
-    buckets = wordfreq.read_cBpack(str(wordfreq.DATA_PATH / f"{size}_{language}.msgpack.gz"))
-    last = round(-100 * math.log10(min_frequency))
-    table: dict[str, float] = {}
-    for index, bucket in enumerate(buckets[: last + 1]):
-        value = -index / 100 * math.log(10)
-        for word in bucket:
-            table.setdefault(word, value)
-    return table
-
-
-def words_of(text: str) -> list[str]:
-    """The words the word model reads: letter runs (with an inner apostrophe) outside
-    placeholders, lower-cased."""
-    return [word.lower() for word in _WORD_RE.findall(PLACEHOLDER_RE.sub(" ", text))]
-
-
-def word_score(table: Mapping[str, float], word: str, links: tuple[str, ...]) -> float:
-    """The log frequency of ``word`` in ``table``; for a word missing from it, that of its
-    rarer part where it splits into two listed words (with one of ``links`` between them);
-    else the floor every unknown word gets."""
-    known = table.get(word)
-    if known is not None:
-        return known
-    best = _LOG_FLOOR
-    for cut in range(COMPOUND_MIN_PART, len(word) - COMPOUND_MIN_PART + 1):
-        head = table.get(word[:cut])
-        if head is None or head <= best:
-            continue
-        for link in links:
-            if not word.startswith(link, cut):
-                continue
-            tail = table.get(word[cut + len(link) :])
-            if tail is not None and len(word) - cut - len(link) >= COMPOUND_MIN_PART:
-                best = max(best, min(head, tail))
-    return best
 
 
 class LanguageDetector:

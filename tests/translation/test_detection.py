@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.translation.detection import LanguageDetector, words_of
+from service.translation.detection import LanguageDetector
+from service.translation.word_lists import words_of
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_a_language_without_a_word_list_leaves_the_ngrams_alone():
 
 
 def test_an_unlisted_compound_counts_as_its_rarer_listed_part():
-    from service.translation.detection import _LOG_FLOOR, word_score
+    from service.translation.word_lists import _LOG_FLOOR, word_score
 
     table = {"produkt": -10.0, "information": -9.0, "installation": -11.0, "dokumentation": -12.0}
     links = ("", "s", "es", "n", "en", "e")
