@@ -28,21 +28,20 @@ EPUB). ``python -m service translate`` (service/batch/cli.py) is the command ove
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from types import TracebackType
-from typing import Any, TextIO, overload
+from typing import overload
 
+from service.batch.models import batch_settings, model_specs
+from service.batch.progress import Progress
 from service.config import Settings, get_settings
 from service.errors import InvalidInput, UnsupportedLanguage
 from service.metrics import ServiceMetrics
-from service.models_cli.startup import default_models_dir
+from service.text.bulk import translate_chunks
 from service.text.files import TranslatedFile, translate_file
 from service.text.limits import DecodingOptions
-from service.translation.discovery import discover_models, serving_pairs
-from service.translation.exports import ModelSpec
+from service.translation.discovery import serving_pairs
 from service.translation.languages import LanguagePair
 from service.translation.request import TranslationRequest
 from service.translation.routing import Route, plan_route
@@ -53,8 +52,6 @@ __all__ = [
     "BatchTranslator",
     "InvalidInput",
     "UnsupportedLanguage",
-    "model_specs",
-    "shipped_exports",
     "translate",
 ]
 
@@ -64,93 +61,6 @@ CHUNK_CHARS = 8000
 CHUNK_TEXTS = 512
 # Chunks queued at once: while one waits for its longest sentence, the others feed the batch.
 CHUNKS_IN_FLIGHT = 4
-# No request deadline: a file of any length is one job (the settings' limit is a server's).
-NO_DEADLINE_S = 30 * 24 * 3600.0
-# The progress bar shows only once a translation has taken this long.
-PROGRESS_DELAY_S = 3.0
-# Where `make onnx` writes the shipped models' exports (the models under models/), relative
-# to the working directory or to the checkout this package runs from.
-SHIPPED_EXPORTS = Path("build/onnx")
-
-
-def shipped_exports(root: Path | None = None) -> list[Path]:
-    """The shipped models' exports, as ``make serve`` serves them: ``build/onnx/NAME`` for
-    every ``models/NAME`` with weights, exported (other exports there, such as an int8
-    variant, are not shipped models); under ``root``, else the working directory, else
-    this checkout."""
-    roots = [root] if root is not None else [Path.cwd(), Path(__file__).resolve().parents[2]]
-    for base in roots:
-        found = sorted(
-            base / SHIPPED_EXPORTS / weights.parent.name
-            for weights in base.glob("models/*/model.safetensors")
-            if (base / SHIPPED_EXPORTS / weights.parent.name / "decoder.onnx").is_file()
-        )
-        if found:
-            return found
-    return []
-
-
-def model_specs(settings: Settings) -> list[ModelSpec]:
-    """The models to translate with: those the settings name (``MT_EXPORTS``,
-    ``MT_MODELS_DIR``), as the server finds them; where they name none,
-    ``make serve``'s: the shipped exports and the installed models. ``RegistryError`` when
-    there are none."""
-    model = settings.model
-    named = {"exports", "models_dir"} & model.model_fields_set
-    if named:
-        return discover_models(
-            model.exports, model.models_dir, model.served_model_name, model.load_only
-        )
-    installed = default_models_dir(settings)
-    has_installed = installed.is_dir() and any(installed.glob("*/config.json"))
-    return discover_models(
-        shipped_exports(),
-        installed if has_installed else None,
-        model.served_model_name,
-        model.load_only,
-    )
-
-
-def batch_settings(settings: Settings) -> Settings:
-    """``settings`` without what guards a server's other clients: no request deadline and a
-    queue that takes every chunk in flight (the batching and the model settings stay)."""
-    return settings.replace(request_timeout_s=NO_DEADLINE_S, max_queue=1 << 30)
-
-
-@dataclass
-class _Progress:
-    """A tqdm bar on stderr counting characters, shown once the work takes a few seconds;
-    totals grow as a file's texts are collected."""
-
-    enabled: bool
-    stream: TextIO | None = None
-    bar: Any = field(default=None, init=False)
-
-    def add(self, chars: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=0,
-                unit="char",
-                unit_scale=True,
-                delay=PROGRESS_DELAY_S,
-                file=self.stream or sys.stderr,
-                dynamic_ncols=True,
-            )
-        self.bar.total += chars
-        self.bar.refresh()
-
-    def advance(self, chars: int) -> None:
-        if self.bar is not None:
-            self.bar.update(chars)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
 
 
 class BatchTranslator:
@@ -232,7 +142,7 @@ class BatchTranslator:
         (``MT_DEFAULT_BEAM_SIZE``) when None. ``progress``: a bar on stderr."""
         route = self.route(source, target)
         options = self._options(beam_size)
-        bar = _Progress(progress)
+        bar = Progress(progress)
         many = [texts] if isinstance(texts, str) else list(texts)
         try:
             bar.add(sum(map(len, many)))
@@ -258,7 +168,7 @@ class BatchTranslator:
         route = self.route(source, target)
         options = self._options(beam_size)
         data = Path(filename).read_bytes() if content is None else content
-        bar = _Progress(progress)
+        bar = Progress(progress)
 
         async def translate_texts(texts: list[str]) -> list[str]:
             bar.add(sum(map(len, texts)))
@@ -318,7 +228,7 @@ class BatchTranslator:
         ]
 
     async def _translate_texts(
-        self, texts: list[str], route: Route, options: DecodingOptions, bar: _Progress
+        self, texts: list[str], route: Route, options: DecodingOptions, bar: Progress
     ) -> list[str]:
         """``texts`` through ``route`` in chunks, ``CHUNKS_IN_FLIGHT`` at a time; in order."""
         if not route.legs:  # the same language: nothing to translate
@@ -326,27 +236,19 @@ class BatchTranslator:
             return list(texts)
         first, *rest = self._legs(route)
         pair = LanguagePair.of(route.source, route.target)
-        gate = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
-        chunks = _chunks(texts)
-        results: list[list[str]] = [[] for _ in chunks]
 
-        async def run(index: int) -> None:
-            async with gate:
-                request = TranslationRequest(chunks[index], pair, options)
-                items = await first.translate(request, None, then=rest[0] if rest else None)
-                async for item in items:
-                    translations = getattr(item, "translations", None)
-                    if translations is not None:
-                        results[index] = [translation.text for translation in translations]
-                bar.advance(sum(map(len, chunks[index])))
+        async def translate_chunk(chunk: list[str]) -> list[str]:
+            request = TranslationRequest(chunk, pair, options)
+            items = await first.translate(request, None, then=rest[0] if rest else None)
+            done: list[str] = []
+            async for item in items:
+                translations = getattr(item, "translations", None)
+                if translations is not None:
+                    done = [translation.text for translation in translations]
+            bar.advance(sum(map(len, chunk)))
+            return done
 
-        try:
-            async with asyncio.TaskGroup() as group:
-                for index in range(len(chunks)):
-                    group.create_task(run(index))
-        except BaseExceptionGroup as failed:
-            raise failed.exceptions[0] from None  # the first refusal, as the server's
-        return [text for chunk in results for text in chunk]
+        return await translate_chunks(_chunks(texts), translate_chunk, CHUNKS_IN_FLIGHT)
 
 
 def _chunks(texts: Sequence[str]) -> list[list[str]]:

@@ -26,8 +26,16 @@ async def translate_in_chunks(
 ) -> list[str]:
     """``translate_chunk`` over ``texts`` in chunks of ``chunk_size``; results in order."""
     chunks = [list(texts[start : start + chunk_size]) for start in range(0, len(texts), chunk_size)]
+    return await translate_chunks(chunks, translate_chunk, MAX_CHUNKS_IN_FLIGHT)
+
+
+async def translate_chunks(
+    chunks: Sequence[list[str]], translate_chunk: TranslateTexts, in_flight: int
+) -> list[str]:
+    """``translate_chunk`` over ``chunks``, at most ``in_flight`` at a time; the texts' results
+    in order. The first chunk to fail cancels the others and raises its error."""
     results: list[list[str]] = [[] for _ in chunks]
-    gate = asyncio.Semaphore(MAX_CHUNKS_IN_FLIGHT)
+    gate = asyncio.Semaphore(in_flight)
 
     async def run(index: int) -> None:
         async with gate:

@@ -13,8 +13,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 import service.batch
+import service.batch.progress
 from service.batch import BatchTranslator, UnsupportedLanguage
 from service.batch.cli import main
+from service.batch.models import shipped_exports
 from service.config import Settings, get_settings
 from service.wiring import create_app
 from tests.service_fixtures import tiny_model
@@ -209,7 +211,7 @@ def test_a_missing_file_or_an_unknown_format_exits_2(model_dir, tmp_path, monkey
 
 
 def test_the_progress_bar_goes_to_stderr(model_dir, monkeypatch, capsys):
-    monkeypatch.setattr(service.batch, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(service.batch.progress, "PROGRESS_DELAY_S", 0.0)
     argv = ["-s", "en", "-t", "de", "--model-dir", str(model_dir), "--progress"]
     status, out, err = run(argv, monkeypatch, capsys, b"Save the file.\n")
     assert status == 0
@@ -226,5 +228,5 @@ def test_the_shipped_exports_are_those_of_the_shipped_models(tmp_path):
     for name in ("default", "default-int8", "de-en"):
         (tmp_path / "build" / "onnx" / name).mkdir(parents=True)
         (tmp_path / "build" / "onnx" / name / "decoder.onnx").write_bytes(b"")
-    found = service.batch.shipped_exports(tmp_path)
+    found = shipped_exports(tmp_path)
     assert found == [tmp_path / "build" / "onnx" / name for name in ("de-en", "default")]
