@@ -30,12 +30,12 @@ from service.text.limits import DecodingOptions
 from service.text.plans import TextTranslation, TranslationBatch
 from service.translation.detection import Detection
 from service.translation.languages import LanguagePair
+from service.translation.outputs import SentenceDone, TranslationItems, once
 from service.translation.planning import RoutePlan, RoutePlanner
 from service.translation.request import Output, TranslationRequest
 from service.translation.routing import (
     Route,
 )
-from service.translation.translator import SentenceDone, TranslationItems, once
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ service/text/pipeline.py; this module adds what only a server needs: a translati
 tokenizing large requests off the event loop, and awaiting the batcher, which decodes every
 sentence of the request at once (one row per sentence and beam). :meth:`Translator.translate`
 is the one way in; the request's output mode says whether the sentences come back all
-together, each as soon as it finishes (for server-sent events), or with their n-best.
+together, each as soon as it finishes (for server-sent events), or with their n-best
+(service/translation/outputs.py).
 
 Refusals are the pipeline's domain errors (``InputTooLarge``, ``InvalidInput``) and the
 batcher's (queue full, shutting down, timeout); the web layer maps them to statuses.
@@ -18,21 +19,18 @@ import copy
 import dataclasses
 import functools
 import time
-from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections import OrderedDict
+from collections.abc import Sequence
 
 from service.runtime.types import DecodeRequest
 from service.scheduling.row_batcher import RowBatcher
 from service.scheduling.sentences import RowResult
-from service.scheduling.stream import RowStream
 from service.text.limits import DecodingOptions, TextLimits
 from service.text.pipeline import TextPipeline
 from service.text.plans import MemoryLookup, SentencePlan, TextPlan, TranslationBatch
-from service.text.segmenter import join_translations
 from service.text.tokenizer import Tokenizer
 from service.translation.languages import normalise_language_code
+from service.translation.outputs import TranslationItems, TranslationStream, once, with_alternatives
 from service.translation.request import Output, TranslationRequest
 
 # Tokenizing is quick, but a request at the limits (64 texts x 5000 characters) would hold
@@ -152,7 +150,9 @@ class Translator:
                 rows, timeout_s=self.limits.request_timeout_s, background=options.background
             )
             await rows_done.started()  # an engine core's refusal is the response's status
-            return TranslationStream(self, plans, to_decode, rows_done, options)
+            finish = functools.partial(self._finish, options=options)
+            assemble = functools.partial(self.pipeline.assemble, plans, decoded=len(to_decode))
+            return TranslationStream(plans, to_decode, rows_done, finish, assemble)
         alternatives = request.alternatives if output is Output.ALTERNATIVES else 0
         return once(lambda: self._whole(plans, options, deadline, then, alternatives))
 
@@ -168,7 +168,7 @@ class Translator:
         to_decode, results = await self._decode(plans, options, deadline)
         batch = self.pipeline.assemble(plans, decoded=len(to_decode))
         if alternatives:
-            return self._with_alternatives(plans, batch, to_decode, results, alternatives)
+            return with_alternatives(self.pipeline, plans, batch, to_decode, results, alternatives)
         if then is None:
             return batch
         second_leg = await then._continue(plans, options, deadline)
@@ -195,40 +195,6 @@ class Translator:
             ]
         to_decode, _ = await self._decode(plans, options, deadline)
         return self.pipeline.assemble(plans, decoded=len(to_decode))
-
-    def _with_alternatives(
-        self,
-        plans: list[TextPlan],
-        batch: TranslationBatch,
-        decoded: list[SentencePlan],
-        results: list[RowResult],
-        alternatives: int,
-    ) -> TranslationBatch:
-        """``batch`` with up to ``alternatives`` other translations of each text from the
-        beam's n-best (LibreTranslate's ``alternatives``): alternative k joins every
-        sentence's k-th best hypothesis (its best where the beam has fewer), and repeats and
-        copies of the translation are left out, as LibreTranslate does. The caller picks a
-        beam of at least ``alternatives + 1``."""
-        others = {
-            id(sentence): [
-                self.pipeline.hypothesis_text(sentence, hypothesis)
-                for hypothesis in result.hypotheses[1 : alternatives + 1]
-            ]
-            for sentence, result in zip(decoded, results, strict=True)
-        }
-        translations = []
-        for plan, translation in zip(plans, batch.translations, strict=True):
-            found: list[str] = []
-            for k in range(alternatives):
-                parts = [
-                    others[id(s)][k] if len(others.get(id(s), ())) > k else s.translation or ""
-                    for s in plan.sentences
-                ]
-                text = join_translations(plan.text, plan.spans, parts)
-                if text != translation.text and text not in found:
-                    found.append(text)
-            translations.append(dataclasses.replace(translation, alternatives=tuple(found)))
-        return dataclasses.replace(batch, translations=translations)
 
     async def _plan(
         self, request: TranslationRequest, use_cache: bool, memory: MemoryLookup | None
@@ -296,90 +262,3 @@ class Translator:
                 _cache_key(sentence.masked, options, self.cache_scope),
                 (sentence.masked_translation, sentence.output_tokens),
             )
-
-
-@dataclass(frozen=True)
-class SentenceDone:
-    """One finished sentence of a streamed request."""
-
-    text: int  # index of the text in the request
-    index: int  # index of the sentence in its text
-    sentences: int  # how many sentences that text has
-    translation: str  # placeholders and edge tags restored
-    tokens: int  # tokens generated for it (0: from the cache or passed through)
-
-
-class TranslationItems(Protocol):
-    """What :meth:`Translator.translate` returns: ``SentenceDone`` items (a stream only), then
-    the whole :class:`TranslationBatch`; ``aclose()`` before the end drops the unfinished
-    rows from the batch at once."""
-
-    def __aiter__(self) -> AsyncIterator[SentenceDone | TranslationBatch]: ...
-
-    async def __anext__(self) -> SentenceDone | TranslationBatch: ...
-
-    async def aclose(self) -> None: ...
-
-
-async def once(
-    work: Callable[[], Awaitable[TranslationBatch]],
-) -> AsyncGenerator[SentenceDone | TranslationBatch, None]:
-    """``work``'s batch as the only item (its work starts at the first ``anext``)."""
-    yield await work()
-
-
-class TranslationStream:
-    """``async for item in stream``: a :class:`SentenceDone` per sentence in the order they
-    finish (those that need no model first), then the whole :class:`TranslationBatch`.
-    ``aclose()`` before the end drops the unfinished rows from the batch at once."""
-
-    def __init__(
-        self,
-        translator: Translator,
-        plans: list[TextPlan],
-        to_decode: list[SentencePlan],
-        rows_done: RowStream,
-        options: DecodingOptions,
-    ) -> None:
-        self._translator = translator
-        self._plans = plans
-        self._to_decode = to_decode
-        self._rows_done = rows_done
-        self._options = options
-        self._position = {
-            id(sentence): (text, index)
-            for text, plan in enumerate(plans)
-            for index, sentence in enumerate(plan.sentences)
-        }
-        self._known = deque(s for p in plans for s in p.sentences if not s.needs_model)
-        self._assembled = False
-
-    def __aiter__(self) -> TranslationStream:
-        return self
-
-    async def __anext__(self) -> SentenceDone | TranslationBatch:
-        if self._known:
-            return self._done(self._known.popleft())
-        if self._assembled:
-            raise StopAsyncIteration
-        try:
-            row, result = await anext(self._rows_done)
-        except StopAsyncIteration:
-            self._assembled = True
-            return self._translator.pipeline.assemble(self._plans, decoded=len(self._to_decode))
-        sentence = self._to_decode[row]
-        self._translator._finish(sentence, result.tokens, self._options)
-        return self._done(sentence)
-
-    def _done(self, sentence: SentencePlan) -> SentenceDone:
-        text, index = self._position[id(sentence)]
-        return SentenceDone(
-            text=text,
-            index=index,
-            sentences=len(self._plans[text].sentences),
-            translation=sentence.translation or "",
-            tokens=0 if sentence.from_cache else sentence.output_tokens,
-        )
-
-    async def aclose(self) -> None:
-        await self._rows_done.aclose()

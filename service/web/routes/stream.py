@@ -32,8 +32,8 @@ from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
 from service.translation.dispatch import DispatchStream
+from service.translation.outputs import SentenceDone
 from service.translation.request import Output
-from service.translation.translator import SentenceDone
 from service.web.deps import Access, Service, run_for_client
 from service.web.errors import ERROR_RESPONSES
 from service.web.lifecycle import ServiceState
