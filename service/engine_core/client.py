@@ -17,12 +17,15 @@ live again.
 Each row of a request is a ``ScheduledSentence`` here as in the in-process batcher (its
 ``unit`` is the request id), so ``RowStream`` serves both, and a timeout or a hang-up abandons the unfinished
 rows the same way: the client sends ``Abort`` and the engine core drops them.
+
+A retired engine core's pong names the engine cores its model moved to; the client hands
+them to ``on_moved`` (the front-end then loads the model again, on them) and, once closed
+after its last row, sends every replica ``Detach`` so the old cores may stop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -30,25 +33,20 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
-import zmq
-import zmq.asyncio
-
 from service.engine_core.links import PendingRequest, Replica, ReplicaLinks
 from service.engine_core.protocol import (
     Abort,
     Accepted,
+    Detach,
     EngineCoreInfo,
     Failed,
     FromCore,
-    Ping,
     Pong,
     RowDone,
-    decode_from_core,
-    encode,
     error_of,
     submit,
 )
-from service.engine_core.server import tuned
+from service.engine_core.retirement import FRONTEND_PREFIX
 from service.errors import EngineUnavailable, NotAccepting, QueueFull
 from service.metrics import ServiceMetrics
 from service.runtime.types import DecodeRequest
@@ -63,9 +61,14 @@ PING_S = 0.1  # how often each replica is pinged
 # admission pass over thousands of queued sentences, or a machine with more runnable threads
 # than CPUs, can hold for most of a second: a shorter bound fails its rows while it works.
 SILENCE_S = 2.0
+# How long closing waits for the last messages (``Detach``) to leave (a local socket: at once).
+DETACH_LINGER_MS = 500
 # Just after start the first pongs are on their way (the loader's probe found a core up):
 # a request waits this long for them rather than being refused.
 FIRST_PONG_WAIT_S = 1.0
+
+# Where a model moved (a retired core's pong): the successors' addresses, the plan's version.
+OnMoved = Callable[[list[str], int], None]
 
 
 class EngineCoreClient:
@@ -80,6 +83,7 @@ class EngineCoreClient:
         ping_s: float = PING_S,
         silence_s: float = SILENCE_S,
         clock: Callable[[], float] = time.monotonic,
+        on_moved: OnMoved | None = None,
     ) -> None:
         self.info = info
         self.metrics = metrics if metrics is not None else ServiceMetrics().for_model(info.model_id)
@@ -87,7 +91,9 @@ class EngineCoreClient:
         self.replicas = [Replica(index, address) for index, address in enumerate(addresses)]
         self._silence_s = silence_s
         self._clock = clock
-        identity = f"frontend-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode()
+        self._on_moved = on_moved
+        self.moved_in = 0  # the plan version a retired core's pong said the model moved in
+        identity = FRONTEND_PREFIX + f"{os.getpid()}-{uuid.uuid4().hex[:8]}".encode()
         self._links = ReplicaLinks(self.replicas, identity, self, ping_s, clock)
         self._request_ids = itertools.count()
         self._sentence_ids = itertools.count()
@@ -177,12 +183,17 @@ class EngineCoreClient:
         return drained
 
     def close(self) -> None:
-        """Fail what is in flight (``NotAccepting``) and close the sockets (event loop)."""
+        """Fail what is in flight (``NotAccepting``), detach from every replica and close the
+        sockets (event loop)."""
+        if self._closed:
+            return
         self._accepting, self._closed = False, True
         for request in list(self._requests.values()):
             self._fail(request, NotAccepting("shutting_down"))
             self._links.post(request.replica, Abort(request.request_id))  # the core drops them too
-        self._links.close()
+        for replica in self.replicas:
+            self._links.post(replica, Detach())
+        self._links.close(DETACH_LINGER_MS)
 
     # --- sending -----------------------------------------------------------------------------
 
@@ -242,6 +253,15 @@ class EngineCoreClient:
             # another process answers at this address: the rows sent to the old one are gone
             self._lost(replica, f"process {previous.pid} was replaced by {pong.load.pid}")
         replica.load = pong.load
+        if pong.moved_to and pong.plan_version > self.moved_in:
+            self.moved_in = pong.plan_version
+            logger.info(
+                "model %s moved to other engine cores (plan version %d)",
+                self.info.model_id,
+                pong.plan_version,
+            )
+            if self._on_moved is not None:
+                self._on_moved(pong.moved_to, pong.plan_version)
         if not replica.live:
             replica.live = True
             model_id, pid = self.info.model_id, pong.load.pid
@@ -316,69 +336,3 @@ def least_loaded(replicas: Sequence[Replica], sentences: int, max_queue: int) ->
             f"sentences waiting; this request has {sentences})"
         )
     return replica
-
-
-def ping_socket(context: zmq.Context, address: str) -> zmq.Socket:
-    """A socket that pings the engine core at ``address`` (sends nothing before it is up)."""
-    socket = context.socket(zmq.DEALER)
-    tuned(socket)
-    socket.setsockopt(zmq.IMMEDIATE, 1)
-    socket.connect(address)
-    return socket
-
-
-def probe(addresses: Sequence[str], timeout_s: float, poll_s: float = 0.2) -> EngineCoreInfo:
-    """The model served at ``addresses``, from the first engine core that answers a ping
-    (blocking: a loader thread waits here while the engine cores load)."""
-    context = zmq.Context()
-    sockets = []
-    try:
-        poller = zmq.Poller()
-        for address in addresses:
-            socket = ping_socket(context, address)
-            poller.register(socket, zmq.POLLIN)
-            sockets.append(socket)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for socket in sockets:
-                with contextlib.suppress(zmq.Again):  # not up yet
-                    socket.send(encode(Ping(time.monotonic())), zmq.DONTWAIT)
-            for socket, _ in poller.poll(round(poll_s * 1000)):
-                message = decode_from_core(socket.recv())
-                if isinstance(message, Pong):
-                    return message.info
-        raise EngineUnavailable(f"no engine core answered at {', '.join(addresses)}")
-    finally:
-        for socket in sockets:
-            socket.close(linger=0)
-        context.term()
-
-
-class ReadinessProbe:
-    """Whether every engine core at ``addresses`` answers a ping yet, asked without waiting
-    (the supervisor asks at each turn of its loop while new engine cores load)."""
-
-    def __init__(self, addresses: Sequence[str]) -> None:
-        self._context = zmq.Context()
-        self._waiting: dict[str, zmq.Socket] = {}
-        for address in addresses:
-            self._waiting[address] = ping_socket(self._context, address)
-
-    def ready(self) -> bool:
-        for address, socket in list(self._waiting.items()):
-            with contextlib.suppress(zmq.Again):  # an answer to an earlier ping
-                while True:
-                    if isinstance(decode_from_core(socket.recv(zmq.DONTWAIT)), Pong):
-                        socket.close(linger=0)
-                        del self._waiting[address]
-                        break
-            if address in self._waiting:
-                with contextlib.suppress(zmq.Again):  # not up yet
-                    socket.send(encode(Ping(time.monotonic())), zmq.DONTWAIT)
-        return not self._waiting
-
-    def close(self) -> None:
-        for socket in self._waiting.values():
-            socket.close(linger=0)
-        self._waiting.clear()
-        self._context.term()

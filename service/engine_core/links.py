@@ -159,13 +159,15 @@ class ReplicaLinks:
         assert isinstance(sent, asyncio.Future)
         return sent.done() and sent.exception() is None
 
-    def close(self) -> None:
+    def close(self, linger_ms: int = 0) -> None:
+        """Close every socket; ``linger_ms``: how long the messages still queued may take to
+        leave (closing the context waits for them)."""
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
         for replica in self.replicas:
             if replica.socket is not None:
-                replica.socket.close(linger=0)
+                replica.socket.close(linger=linger_ms)
                 replica.socket = None
         for monitor in self._monitors:
             monitor.close(linger=0)
