@@ -54,7 +54,6 @@ class Generation:
     children: list[Child]
     started_at: float = 0.0
     control: CoreControl | None = None  # the supervisor's sockets to its cores, until stopped
-    loaded: bool = False  # every core answered a ping
     retired_in: int = 0  # the plan version that moved the model away from it
     stop_by: float = 0.0  # retiring: stopped then even without every core's Free
     kill_at: float | None = None  # stopping: killed then if still running
@@ -223,8 +222,8 @@ class RevisionSwaps:
 
     def _retire(self, generation: Generation, now: float) -> None:
         if generation.kill_at is None:
-            assert generation.control is not None
-            generation.control.poll()
+            if generation.control is not None:
+                generation.control.poll()
             free = generation.free
             if not free and now < generation.stop_by:
                 return
