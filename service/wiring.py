@@ -207,6 +207,7 @@ def build_registry(
         loader,
         turns,
         shutdown_grace_s=grace_s,
+        # a front-end swaps when woken by a move; the poll retries a swap whose load failed
         revision_poll_s=model.reload_poll_s,
         freshness=freshness,
     )

@@ -34,6 +34,9 @@ class RevisionWatch:
         self._woken: asyncio.Task[None] | None = None
         self._again = False
         self._stopped = False
+        # one catch-up at a time: the poll's and a wake's would both see a model out of date
+        # while the first reloads it, and load it twice
+        self._catching_up = asyncio.Lock()
 
     def watch(self) -> None:
         """From now on, every ``poll_s``, reload the loaded models that are out of date;
@@ -68,6 +71,7 @@ class RevisionWatch:
 
     async def catch_up(self) -> None:
         """Reload the loaded models that are out of date."""
-        for model_id, slot in list(self.slots.items()):
-            if slot.state == "loaded" and self.freshness.outdated(slot):
-                await self.reload(model_id)
+        async with self._catching_up:
+            for model_id, slot in list(self.slots.items()):
+                if slot.state == "loaded" and self.freshness.outdated(slot):
+                    await self.reload(model_id)
