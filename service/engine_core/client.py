@@ -61,8 +61,6 @@ PING_S = 0.1  # how often each replica is pinged
 # admission pass over thousands of queued sentences, or a machine with more runnable threads
 # than CPUs, can hold for most of a second: a shorter bound fails its rows while it works.
 SILENCE_S = 2.0
-# How long closing waits for the last messages (``Detach``) to leave (a local socket: at once).
-DETACH_LINGER_MS = 500
 # Just after start the first pongs are on their way (the loader's probe found a core up):
 # a request waits this long for them rather than being refused.
 FIRST_PONG_WAIT_S = 1.0
@@ -92,7 +90,6 @@ class EngineCoreClient:
         self._silence_s = silence_s
         self._clock = clock
         self._on_moved = on_moved
-        self.moved_in = 0  # the plan version a retired core's pong said the model moved in
         identity = FRONTEND_PREFIX + f"{os.getpid()}-{uuid.uuid4().hex[:8]}".encode()
         self._links = ReplicaLinks(self.replicas, identity, self, ping_s, clock)
         self._request_ids = itertools.count()
@@ -183,17 +180,12 @@ class EngineCoreClient:
         return drained
 
     def close(self) -> None:
-        """Fail what is in flight (``NotAccepting``), detach from every replica and close the
-        sockets (event loop)."""
-        if self._closed:
-            return
+        """Fail what is in flight (``NotAccepting``), detach and close the sockets."""
         self._accepting, self._closed = False, True
         for request in list(self._requests.values()):
             self._fail(request, NotAccepting("shutting_down"))
             self._links.post(request.replica, Abort(request.request_id))  # the core drops them too
-        for replica in self.replicas:
-            self._links.post(replica, Detach())
-        self._links.close(DETACH_LINGER_MS)
+        self._links.close(farewell=Detach())
 
     # --- sending -----------------------------------------------------------------------------
 
@@ -253,20 +245,13 @@ class EngineCoreClient:
             # another process answers at this address: the rows sent to the old one are gone
             self._lost(replica, f"process {previous.pid} was replaced by {pong.load.pid}")
         replica.load = pong.load
-        if pong.moved_to and pong.plan_version > self.moved_in:
-            self.moved_in = pong.plan_version
-            logger.info(
-                "model %s moved to other engine cores (plan version %d)",
-                self.info.model_id,
-                pong.plan_version,
-            )
-            if self._on_moved is not None:
-                self._on_moved(pong.moved_to, pong.plan_version)
+        if pong.moved_to and self._on_moved is not None:  # retired: the plan keeps what is news
+            self._on_moved(pong.moved_to, pong.plan_version)
         if not replica.live:
             replica.live = True
             model_id, pid = self.info.model_id, pong.load.pid
             logger.info("engine core %d of %s is up (pid %d)", replica.index, model_id, pid)
-        self._show_queue_depth()
+        show_queue_depth(self.metrics, self.queue_depth)
 
     def _row_done(self, replica: Replica, message: RowDone) -> None:
         request = replica.requests.get(message.request_id)
@@ -286,13 +271,7 @@ class EngineCoreClient:
         for request in in_flight:
             self._fail(request, EngineUnavailable(self._unavailable()))
             self._links.post(replica, Abort(request.request_id))  # where it is only hung
-        self._show_queue_depth()
-
-    def _show_queue_depth(self) -> None:
-        # With shared metrics the engine cores' own gauges are summed: this one would count
-        # their queues again.
-        if self.metrics.shared_dir is None:
-            self.metrics.queue_depth.set(self.queue_depth)
+        show_queue_depth(self.metrics, self.queue_depth)
 
     def _fail(self, request: PendingRequest, error: BaseException) -> None:
         self._forget(request)
@@ -319,6 +298,13 @@ def scheduled(
         )
         for row in rows
     ]
+
+
+def show_queue_depth(metrics: ServiceMetrics, depth: int) -> None:
+    # With shared metrics the engine cores' own gauges are summed: this one would count their
+    # queues again.
+    if metrics.shared_dir is None:
+        metrics.queue_depth.set(depth)
 
 
 def least_loaded(replicas: Sequence[Replica], sentences: int, max_queue: int) -> Replica | None:

@@ -10,10 +10,13 @@ detaches from the old engine cores, which the supervisor then stops.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from service.engine_core.plan import ProcessPlan
 from service.translation.slots import Freshness, ModelSlot
+
+logger = logging.getLogger(__name__)
 
 
 class PlanFollower(Freshness):
@@ -31,8 +34,10 @@ class PlanFollower(Freshness):
         return True
 
     def moved(self, model_id: str, addresses: list[str], version: int) -> None:
-        """A client heard the move (event loop): the registry swaps the model now."""
+        """A client heard the move (event loop; each pong of a retired core tells it again):
+        the registry swaps the model now."""
         if self.follow(model_id, addresses, version):
+            logger.info("model %s moved to other engine cores (plan version %d)", model_id, version)
             self.wake()
 
     def outdated(self, slot: ModelSlot) -> bool:
