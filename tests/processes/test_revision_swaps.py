@@ -32,16 +32,16 @@ from service.engine_core.protocol import (
     Ping,
     Pong,
     Retire,
-    decode_to_core,
+    ToCore,
     encode,
 )
-from service.engine_core.server import tuned
 from service.processes import supervisor as supervisor_module
 from service.processes.children import Child
 from service.processes.supervisor import Supervisor, listen
 from service.processes.swaps import Generation, RevisionSwaps
 from service.translation.exports import MANIFEST_FILE, model_spec
 from service.translation.plan_follower import PlanFollower
+from tests.engine_core.stand_in import StandInCore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,53 +105,31 @@ def sleeper() -> Child:
     return child
 
 
-class FakeCore:
+class FakeCore(StandInCore):
     """An engine core's socket at ``address`` as the supervisor sees it: it answers pings,
     keeps the ``Retire`` it gets, and says ``Free`` when told."""
 
     def __init__(self, address: str) -> None:
-        self.address = address
+        super().__init__(address)
         self.orders: list[Retire] = []
         self.say_free = threading.Event()
-        self._stop = threading.Event()
-        self._bound = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._supervisor: bytes | None = None
+        self._freed = False
 
-    def __enter__(self) -> FakeCore:
-        self._thread.start()
-        assert self._bound.wait(10)
-        return self
+    def answer(self, router: zmq.Socket, peer: bytes, message: ToCore) -> None:
+        if isinstance(message, Ping):
+            info = EngineCoreInfo("opus-mt-en-fr", "cpu", None, 4)
+            pong = Pong(message.sent_at, info, CoreLoad(os.getpid(), True, 0, 0))
+            router.send_multipart([peer, encode(pong)])
+        elif isinstance(message, Retire):
+            self._supervisor = peer
+            self.orders.append(message)
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _serve(self) -> None:
-        context = zmq.Context()
-        router = context.socket(zmq.ROUTER)
-        tuned(router)
-        router.bind(self.address)
-        self._bound.set()
-        info = EngineCoreInfo("opus-mt-en-fr", "cpu", None, 4)
-        supervisor, freed = None, False
-        try:
-            while not self._stop.is_set():
-                if supervisor is not None and self.say_free.is_set() and not freed:
-                    freed = True
-                    router.send_multipart([supervisor, encode(Free(self.orders[-1].plan_version))])
-                if not router.poll(10):
-                    continue
-                peer, payload = router.recv_multipart()
-                message = decode_to_core(payload)
-                if isinstance(message, Ping):
-                    pong = Pong(message.sent_at, info, CoreLoad(os.getpid(), True, 0, 0))
-                    router.send_multipart([peer, encode(pong)])
-                elif isinstance(message, Retire):
-                    supervisor = peer
-                    self.orders.append(message)
-        finally:
-            router.close(linger=0)
-            context.term()
+    def between(self, router: zmq.Socket) -> None:
+        if self._supervisor is not None and self.say_free.is_set() and not self._freed:
+            self._freed = True
+            free = Free(self.orders[-1].plan_version)
+            router.send_multipart([self._supervisor, encode(free)])
 
 
 def test_old_engine_cores_get_retire_once_the_new_ones_answer_and_stop_once_they_say_free(
