@@ -22,9 +22,10 @@ from fastapi import FastAPI
 
 from service.config import Settings, get_settings
 from service.cpus import CpuBudget, cpu_budget
-from service.engine_core.client import EngineCoreClient, probe
+from service.engine_core.client import EngineCoreClient
+from service.engine_core.control import probe
 from service.engine_core.core import build_engine_core
-from service.engine_core.plan import ProcessPlan, PublishedPlan
+from service.engine_core.plan import ProcessPlan
 from service.metrics import ServiceMetrics
 from service.runtime.engine import Engine, open_engine
 from service.scheduling.turns import RoundRobinTurns
@@ -120,7 +121,7 @@ def model_loader(
             spec.source_lang,
             model_positions=core.info.max_positions,
         )
-        return LoadedModel(core.engine, core.batcher, translator)
+        return LoadedModel(core.info, core.batcher, translator)
 
     return load
 
@@ -130,15 +131,26 @@ ENGINE_CORE_WAIT_S = 600.0
 
 
 def engine_core_loader(
-    settings: Settings, metrics: ServiceMetrics, plan: PublishedPlan
+    settings: Settings, metrics: ServiceMetrics, plan: PlanFollower
 ) -> ModelLoader:
     """Spec -> a client of the model's engine cores (processes the supervisor started; those
-    the plan names now) and its translator: the front-end's side of the multi-process mode."""
+    the plan names now, or their successors where a probed core says it retired) and its
+    translator: the front-end's side of the multi-process mode."""
 
     def load(spec: ModelSpec) -> LoadedModel:
-        addresses = plan.current.addresses[spec.model_id]
-        info = probe(addresses, ENGINE_CORE_WAIT_S)
-        client = EngineCoreClient(addresses, info, metrics.for_model(spec.model_id))
+        model_id = spec.model_id
+        addresses = plan.addresses[model_id]
+        pong = probe(addresses, ENGINE_CORE_WAIT_S)
+        while pong.moved_to and plan.follow(model_id, pong.moved_to, pong.plan_version):
+            addresses = plan.addresses[model_id]
+            pong = probe(addresses, ENGINE_CORE_WAIT_S)
+        info = pong.info
+        client = EngineCoreClient(
+            addresses,
+            info,
+            metrics.for_model(model_id),
+            on_moved=partial(plan.moved, model_id),
+        )
         translator = Translator(
             Tokenizer.from_dir(spec.model_dir),
             client,
@@ -173,7 +185,7 @@ def build_registry(
     settings: Settings,
     metrics: ServiceMetrics,
     load_engine: EngineLoader,
-    engine_cores: PublishedPlan | None = None,
+    engine_cores: ProcessPlan | None = None,
 ) -> ModelRegistry:
     model = settings.model
     specs = discover_models(
@@ -182,22 +194,26 @@ def build_registry(
     fair = len(specs) > 1 and model.model_fairness == "round_robin"
     turns = RoundRobinTurns() if fair else None
     loader = model_loader(settings, metrics, load_engine, turns)
-    freshness = None  # a new revision installed: the registry loads it itself
+    freshness = follower = None  # a new revision installed: the registry loads it itself
     if engine_cores is not None:  # the engines run in engine-core processes
-        loader = engine_core_loader(settings, metrics, engine_cores)
-        # the supervisor loads a new revision in new engine cores; the plan says when
-        freshness = PlanFollower(engine_cores)
+        # the supervisor loads a new revision in new engine cores; their old ones say when
+        freshness = follower = PlanFollower(engine_cores)
+        loader = engine_core_loader(settings, metrics, follower)
     grace_s = settings.process.shutdown_grace_s
-    return ModelRegistry(
+    registry = ModelRegistry(
         specs,
         model,
         metrics,
         loader,
         turns,
         shutdown_grace_s=grace_s,
+        # a front-end swaps when woken by a move; the poll retries a swap whose load failed
         revision_poll_s=model.reload_poll_s,
         freshness=freshness,
     )
+    if follower is not None:
+        follower.wake = registry.revisions.wake
+    return registry
 
 
 # --- the app -----------------------------------------------------------------------------------
@@ -207,21 +223,19 @@ def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
     load_engine: EngineLoader | None = None,
-    engine_cores: ProcessPlan | PublishedPlan | None = None,
+    engine_cores: ProcessPlan | None = None,
 ) -> FastAPI:
     """The service as an ASGI app. Models are found from the settings and loaded in the
     background after start-up. ``engine``: an already built engine for a single model;
     ``load_engine``: builds each model's engine from its spec (tests wrap engines this way);
     ``engine_cores``: the supervisor's plan, whose engine-core processes run the engines
-    (published: followed as the supervisor moves models to new engine cores)."""
+    (followed as the supervisor moves models to new engine cores)."""
     settings = settings or get_settings()
     metrics = ServiceMetrics()
     budget = cpu_budget()
     metrics.cpus.labels(source=budget.source).set(budget.cpus)
     threads = settings.model.engine_threads
-    if isinstance(engine_cores, ProcessPlan):
-        engine_cores = PublishedPlan(engine_cores)
-    plan = engine_cores.current if engine_cores else ProcessPlan(1, 1, threads, budget.cpus)
+    plan = engine_cores or ProcessPlan(1, 1, threads, budget.cpus)
     for count, value in (
         ("frontends", plan.frontends),
         ("engine_replicas", plan.engine_replicas),

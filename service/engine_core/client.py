@@ -17,12 +17,15 @@ live again.
 Each row of a request is a ``ScheduledSentence`` here as in the in-process batcher (its
 ``unit`` is the request id), so ``RowStream`` serves both, and a timeout or a hang-up abandons the unfinished
 rows the same way: the client sends ``Abort`` and the engine core drops them.
+
+A retired engine core's pong names the engine cores its model moved to; the client hands
+them to ``on_moved`` (the front-end then loads the model again, on them) and, once closed
+after its last row, sends every replica ``Detach`` so the old cores may stop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -30,25 +33,20 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
-import zmq
-import zmq.asyncio
-
 from service.engine_core.links import PendingRequest, Replica, ReplicaLinks
 from service.engine_core.protocol import (
     Abort,
     Accepted,
+    Detach,
     EngineCoreInfo,
     Failed,
     FromCore,
-    Ping,
     Pong,
     RowDone,
-    decode_from_core,
-    encode,
     error_of,
     submit,
 )
-from service.engine_core.server import tuned
+from service.engine_core.retirement import FRONTEND_PREFIX
 from service.errors import EngineUnavailable, NotAccepting, QueueFull
 from service.metrics import ServiceMetrics
 from service.runtime.types import DecodeRequest
@@ -67,6 +65,9 @@ SILENCE_S = 2.0
 # a request waits this long for them rather than being refused.
 FIRST_PONG_WAIT_S = 1.0
 
+# Where a model moved (a retired core's pong): the successors' addresses, the plan's version.
+OnMoved = Callable[[list[str], int], None]
+
 
 class EngineCoreClient:
     """A model's batcher whose engine runs in engine-core processes at ``addresses``."""
@@ -80,6 +81,7 @@ class EngineCoreClient:
         ping_s: float = PING_S,
         silence_s: float = SILENCE_S,
         clock: Callable[[], float] = time.monotonic,
+        on_moved: OnMoved | None = None,
     ) -> None:
         self.info = info
         self.metrics = metrics if metrics is not None else ServiceMetrics().for_model(info.model_id)
@@ -87,7 +89,8 @@ class EngineCoreClient:
         self.replicas = [Replica(index, address) for index, address in enumerate(addresses)]
         self._silence_s = silence_s
         self._clock = clock
-        identity = f"frontend-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode()
+        self._on_moved = on_moved
+        identity = FRONTEND_PREFIX + f"{os.getpid()}-{uuid.uuid4().hex[:8]}".encode()
         self._links = ReplicaLinks(self.replicas, identity, self, ping_s, clock)
         self._request_ids = itertools.count()
         self._sentence_ids = itertools.count()
@@ -177,12 +180,12 @@ class EngineCoreClient:
         return drained
 
     def close(self) -> None:
-        """Fail what is in flight (``NotAccepting``) and close the sockets (event loop)."""
+        """Fail what is in flight (``NotAccepting``), detach and close the sockets."""
         self._accepting, self._closed = False, True
         for request in list(self._requests.values()):
             self._fail(request, NotAccepting("shutting_down"))
             self._links.post(request.replica, Abort(request.request_id))  # the core drops them too
-        self._links.close()
+        self._links.close(farewell=Detach())
 
     # --- sending -----------------------------------------------------------------------------
 
@@ -242,11 +245,13 @@ class EngineCoreClient:
             # another process answers at this address: the rows sent to the old one are gone
             self._lost(replica, f"process {previous.pid} was replaced by {pong.load.pid}")
         replica.load = pong.load
+        if pong.moved_to and self._on_moved is not None:  # retired: the plan keeps what is news
+            self._on_moved(pong.moved_to, pong.plan_version)
         if not replica.live:
             replica.live = True
             model_id, pid = self.info.model_id, pong.load.pid
             logger.info("engine core %d of %s is up (pid %d)", replica.index, model_id, pid)
-        self._show_queue_depth()
+        show_queue_depth(self.metrics, self.queue_depth)
 
     def _row_done(self, replica: Replica, message: RowDone) -> None:
         request = replica.requests.get(message.request_id)
@@ -266,13 +271,7 @@ class EngineCoreClient:
         for request in in_flight:
             self._fail(request, EngineUnavailable(self._unavailable()))
             self._links.post(replica, Abort(request.request_id))  # where it is only hung
-        self._show_queue_depth()
-
-    def _show_queue_depth(self) -> None:
-        # With shared metrics the engine cores' own gauges are summed: this one would count
-        # their queues again.
-        if self.metrics.shared_dir is None:
-            self.metrics.queue_depth.set(self.queue_depth)
+        show_queue_depth(self.metrics, self.queue_depth)
 
     def _fail(self, request: PendingRequest, error: BaseException) -> None:
         self._forget(request)
@@ -301,6 +300,13 @@ def scheduled(
     ]
 
 
+def show_queue_depth(metrics: ServiceMetrics, depth: int) -> None:
+    # With shared metrics the engine cores' own gauges are summed: this one would count their
+    # queues again.
+    if metrics.shared_dir is None:
+        metrics.queue_depth.set(depth)
+
+
 def least_loaded(replicas: Sequence[Replica], sentences: int, max_queue: int) -> Replica | None:
     """The live replica with the fewest rows outstanding from this front-end (its reported
     queue breaks ties); None where none is live. ``QueueFull`` where that replica's queue has
@@ -316,69 +322,3 @@ def least_loaded(replicas: Sequence[Replica], sentences: int, max_queue: int) ->
             f"sentences waiting; this request has {sentences})"
         )
     return replica
-
-
-def ping_socket(context: zmq.Context, address: str) -> zmq.Socket:
-    """A socket that pings the engine core at ``address`` (sends nothing before it is up)."""
-    socket = context.socket(zmq.DEALER)
-    tuned(socket)
-    socket.setsockopt(zmq.IMMEDIATE, 1)
-    socket.connect(address)
-    return socket
-
-
-def probe(addresses: Sequence[str], timeout_s: float, poll_s: float = 0.2) -> EngineCoreInfo:
-    """The model served at ``addresses``, from the first engine core that answers a ping
-    (blocking: a loader thread waits here while the engine cores load)."""
-    context = zmq.Context()
-    sockets = []
-    try:
-        poller = zmq.Poller()
-        for address in addresses:
-            socket = ping_socket(context, address)
-            poller.register(socket, zmq.POLLIN)
-            sockets.append(socket)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for socket in sockets:
-                with contextlib.suppress(zmq.Again):  # not up yet
-                    socket.send(encode(Ping(time.monotonic())), zmq.DONTWAIT)
-            for socket, _ in poller.poll(round(poll_s * 1000)):
-                message = decode_from_core(socket.recv())
-                if isinstance(message, Pong):
-                    return message.info
-        raise EngineUnavailable(f"no engine core answered at {', '.join(addresses)}")
-    finally:
-        for socket in sockets:
-            socket.close(linger=0)
-        context.term()
-
-
-class ReadinessProbe:
-    """Whether every engine core at ``addresses`` answers a ping yet, asked without waiting
-    (the supervisor asks at each turn of its loop while new engine cores load)."""
-
-    def __init__(self, addresses: Sequence[str]) -> None:
-        self._context = zmq.Context()
-        self._waiting: dict[str, zmq.Socket] = {}
-        for address in addresses:
-            self._waiting[address] = ping_socket(self._context, address)
-
-    def ready(self) -> bool:
-        for address, socket in list(self._waiting.items()):
-            with contextlib.suppress(zmq.Again):  # an answer to an earlier ping
-                while True:
-                    if isinstance(decode_from_core(socket.recv(zmq.DONTWAIT)), Pong):
-                        socket.close(linger=0)
-                        del self._waiting[address]
-                        break
-            if address in self._waiting:
-                with contextlib.suppress(zmq.Again):  # not up yet
-                    socket.send(encode(Ping(time.monotonic())), zmq.DONTWAIT)
-        return not self._waiting
-
-    def close(self) -> None:
-        for socket in self._waiting.values():
-            socket.close(linger=0)
-        self._waiting.clear()
-        self._context.term()

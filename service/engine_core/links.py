@@ -33,6 +33,9 @@ from service.scheduling.sentences import RowResult, ScheduledSentence
 
 logger = logging.getLogger(__name__)
 
+# How long a last message may take to leave as its socket closes (a local socket: at once).
+FAREWELL_LINGER_MS = 500
+
 
 @dataclass(eq=False)
 class PendingRequest:
@@ -159,13 +162,17 @@ class ReplicaLinks:
         assert isinstance(sent, asyncio.Future)
         return sent.done() and sent.exception() is None
 
-    def close(self) -> None:
+    def close(self, farewell: ToCore | None = None) -> None:
+        """Close every socket, after sending each replica ``farewell`` where given (closing
+        the context waits up to ``FAREWELL_LINGER_MS`` for it to leave)."""
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
         for replica in self.replicas:
+            if farewell is not None:
+                self.post(replica, farewell)
             if replica.socket is not None:
-                replica.socket.close(linger=0)
+                replica.socket.close(linger=FAREWELL_LINGER_MS if farewell is not None else 0)
                 replica.socket = None
         for monitor in self._monitors:
             monitor.close(linger=0)

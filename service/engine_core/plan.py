@@ -9,24 +9,22 @@ tokenization), so one front-end per four CPUs; the engine cores share the rest. 
 engine core drives the device. Each count can be set instead
 (``MT_FRONTENDS``, ``MT_ENGINE_REPLICAS``, ``MT_INTRA_OP_THREADS``; 0 keeps the automatic one).
 
-The plan travels to the front-ends as a JSON file: the engine cores' socket addresses by
-model, so every front-end reaches every replica. A new revision of an installed model runs in
-engine cores of a new generation (a number in their sockets' names): the supervisor replaces
-the file with a plan of the next version that names them (service/processes/swaps.py), and each
-front-end follows it (``PublishedPlan``) and acknowledges the version it has moved to.
+The supervisor owns the plan; it travels to each front-end on its command line (JSON): the
+engine cores' socket addresses by model, so every front-end reaches every replica. A new
+revision of an installed model runs in engine cores of a new generation (a number in their
+sockets' names): the supervisor makes the plan's next version, which names them
+(service/processes/swaps.py), tells the old cores (``Retire``, whose pongs then tell the
+front-ends, service/engine_core/protocol.py), and starts the front-ends it restarts from then
+on with it. Nothing of it is written down: the supervisor's children die with it.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from service.cpus import CpuBudget
-
-logger = logging.getLogger(__name__)
 
 CPUS_PER_FRONTEND = 4
 THREADS_PER_REPLICA = 4
@@ -76,14 +74,12 @@ class ProcessPlan:
             self, addresses={**self.addresses, model_id: addresses}, version=self.version + 1
         )
 
-    def save(self, path: Path) -> None:
-        """Write the plan at ``path`` at once (a rename): a front-end that reads it meanwhile
-        reads the old plan or the new, never part of one."""
-        write_atomically(path, json.dumps(asdict(self)))
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
-    def load(cls, path: Path) -> ProcessPlan:
-        return cls(**json.loads(path.read_text()))
+    def from_json(cls, text: str) -> ProcessPlan:
+        return cls(**json.loads(text))
 
 
 def runs_split(mode: str, budget: CpuBudget, gpu: bool) -> bool:
@@ -113,67 +109,3 @@ def plan_processes(
         engine_replicas = 1 if gpu else max(1, round(engine_cpus / THREADS_PER_REPLICA))
     threads = intra_op_threads or max(1, engine_cpus // engine_replicas)
     return ProcessPlan(frontends, engine_replicas, threads, cpus)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(text)
-    os.replace(partial, path)
-
-
-def acknowledgement_path(plan_path: Path, pid: int) -> Path:
-    """Where the front-end ``pid`` says which version of the plan it has moved to."""
-    return plan_path.parent / "acks" / str(pid)
-
-
-def acknowledged_version(plan_path: Path, pid: int) -> int:
-    """The plan version the front-end ``pid`` has moved to (-1: none said yet)."""
-    try:
-        return int(acknowledgement_path(plan_path, pid).read_text())
-    except (OSError, ValueError):
-        return -1
-
-
-class PublishedPlan:
-    """The supervisor's plan as a front-end follows it: the plan now (read again from its
-    file once the supervisor replaced it), and the version this front-end has moved to.
-
-    ``path`` None: a plan given as it is, which never moves."""
-
-    def __init__(self, plan: ProcessPlan, path: Path | None = None) -> None:
-        self.current = plan
-        self.path = path
-        self._acknowledged = -1
-
-    @classmethod
-    def load(cls, path: Path) -> PublishedPlan:
-        return cls(ProcessPlan.load(path), path)
-
-    def refresh(self) -> None:
-        """Read the file again; a plan that cannot be read leaves the one in use."""
-        if self.path is None:
-            return
-        try:
-            plan = ProcessPlan.load(self.path)
-        except (OSError, ValueError, TypeError) as error:
-            logger.warning(
-                "the process plan %s cannot be read (%s); keeping version %d",
-                self.path,
-                error,
-                self.current.version,
-            )
-            return
-        if plan.version > self.current.version:
-            logger.info("process plan version %d: engine cores moved", plan.version)
-            self.current = plan
-
-    def acknowledge(self) -> None:
-        """Tell the supervisor that this front-end sends nothing any more to engine cores the
-        current plan does not name (so it may stop them)."""
-        version = self.current.version
-        if self.path is None or version == self._acknowledged:
-            return
-        path = acknowledgement_path(self.path, os.getpid())
-        path.parent.mkdir(exist_ok=True)
-        write_atomically(path, str(version))
-        self._acknowledged = version

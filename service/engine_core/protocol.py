@@ -8,6 +8,13 @@ waits for any more: the client timed out or hung up) and ``Ping``; the engine co
 ``RowDone`` as each row finishes, ``Failed`` once for a request it refuses or cannot finish,
 and ``Pong``. A failure carries a kind, from which the client raises the same domain exception
 the in-process batcher raises (``error_of``), so the web layer answers both alike.
+
+The control messages move a model to engine cores of a new revision; the supervisor owns the
+plan. It sends ``Retire`` to the old cores once the new ones answer a ping; from then on an old
+core's ``Pong`` names its successors (``moved_to``), so each front-end moves within a ping. A
+front-end whose last row on an old core is answered sends it ``Detach``; an old core that no
+front-end holds any more (each detached, went silent, or never came) sends the supervisor
+``Free``, and the supervisor stops it.
 """
 
 from __future__ import annotations
@@ -74,6 +81,21 @@ class Ping(msgspec.Struct, tag="ping", array_like=True):
     sent_at: float
 
 
+class Detach(msgspec.Struct, tag="detach", array_like=True):
+    """This front-end sends the (retired) engine core nothing any more."""
+
+
+# --- supervisor -> engine core ---------------------------------------------------------------
+
+
+class Retire(msgspec.Struct, tag="retire", array_like=True):
+    """The model moved to ``successors`` in version ``plan_version`` of the plan: say so in
+    every pong, and send ``Free`` once no front-end holds this core."""
+
+    successors: list[str]
+    plan_version: int
+
+
 # --- engine core -> front-end ----------------------------------------------------------------
 
 
@@ -138,10 +160,18 @@ class Pong(msgspec.Struct, tag="pong", array_like=True):
     sent_at: float  # the Ping's, echoed
     info: EngineCoreInfo
     load: CoreLoad
+    moved_to: list[str] | None = None  # retired: the successors' addresses
+    plan_version: int = 0  # retired: the version of the plan that moved the model
 
 
-ToCore = Submit | Abort | Ping
-FromCore = RowDone | Accepted | Failed | Pong
+class Free(msgspec.Struct, tag="free", array_like=True):
+    """To the supervisor: no front-end holds this retired engine core any more."""
+
+    plan_version: int
+
+
+ToCore = Submit | Abort | Ping | Detach | Retire
+FromCore = RowDone | Accepted | Failed | Pong | Free
 
 _encoder = msgspec.msgpack.Encoder()
 _to_core = msgspec.msgpack.Decoder(ToCore)

@@ -8,6 +8,10 @@ sends a ``RowDone`` as each row finishes (after an ``Accepted`` where the submis
 still queued or running (as a client's timeout or hang-up does in process). The batcher's
 engine thread does the work, as it does in the one-process service.
 
+A retired core (the supervisor's ``Retire``: its model moved to new engine cores) names its
+successors in every pong and sends the supervisor ``Free`` once no front-end holds it
+(service/engine_core/retirement.py).
+
 Stopping drains: new submissions are refused (``not_accepting``, and the pongs say so, so the
 front-ends send none), the rows in flight finish within the grace, then the socket closes.
 """
@@ -28,16 +32,20 @@ from service.engine_core.protocol import (
     Abort,
     Accepted,
     CoreLoad,
+    Detach,
     EngineCoreInfo,
+    Free,
     FromCore,
     Ping,
     Pong,
+    Retire,
     RowDone,
     Submit,
     decode_to_core,
     encode,
     failure_of,
 )
+from service.engine_core.retirement import Retirement
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.stream import RowStream
 
@@ -50,6 +58,9 @@ PUBLISH_S = 1.0
 # The engine core's own deadline for a request: the client's plus this. The client enforces
 # its timeout itself and aborts; this only frees rows whose front-end died meanwhile.
 DEADLINE_SLACK_S = 5.0
+
+# How often a retired core looks whether it is free (beside each message it receives).
+FREE_CHECK_S = 0.1
 
 
 def tuned(socket: zmq.Socket) -> None:
@@ -70,6 +81,7 @@ class EngineCoreServer:
         self._outbox: asyncio.Queue[tuple[bytes, bytes]] = asyncio.Queue()
         self._stop = asyncio.Event()
         self._draining = False
+        self.retirement = Retirement()
 
     def stop(self) -> None:
         """Begin the drain (from the event loop: a signal handler calls it)."""
@@ -84,6 +96,7 @@ class EngineCoreServer:
         tasks = [
             asyncio.create_task(self._read(router), name="engine-core-read"),
             asyncio.create_task(self._write(router), name="engine-core-write"),
+            asyncio.create_task(self._watch_retirement(), name="engine-core-retirement"),
         ]
         if (publisher := self.batcher.metrics.thread_publisher) is not None:
             tasks.append(asyncio.create_task(self._publish(publisher.publish)))
@@ -122,6 +135,7 @@ class EngineCoreServer:
             except msgspec.DecodeError:
                 logger.warning("an undecodable message from a front-end was ignored")
                 continue
+            self.retirement.heard(peer)
             if isinstance(message, Submit):
                 self._submit(peer, message)
             elif isinstance(message, Abort):
@@ -129,7 +143,37 @@ class EngineCoreServer:
                 if relay is not None:
                     relay.cancel()
             elif isinstance(message, Ping):
-                self._send(peer, Pong(message.sent_at, self.info, self.load()))
+                self._send(peer, self._pong(message))
+            else:
+                self._control(peer, message)
+
+    def _pong(self, ping: Ping) -> Pong:
+        order = self.retirement.order
+        if order is None:
+            return Pong(ping.sent_at, self.info, self.load())
+        return Pong(ping.sent_at, self.info, self.load(), order.successors, order.plan_version)
+
+    def _control(self, peer: bytes, message: Detach | Retire) -> None:
+        if isinstance(message, Retire):
+            if self.retirement.order is None:
+                model_id, version = self.info.model_id, message.plan_version
+                logger.info("engine core of %s retired by plan version %d", model_id, version)
+            self.retirement.retire(peer, message)
+        else:
+            self.retirement.detach(peer)
+        self._report_free()
+
+    def _report_free(self) -> None:
+        retirement = self.retirement
+        if retirement.free(peer for peer, _ in self._relays):
+            assert retirement.order is not None and retirement.supervisor is not None
+            retirement.reported = True
+            self._send(retirement.supervisor, Free(retirement.order.plan_version))
+
+    async def _watch_retirement(self) -> None:
+        while True:
+            await asyncio.sleep(FREE_CHECK_S)
+            self._report_free()
 
     def load(self) -> CoreLoad:
         batcher = self.batcher

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from service.engine_core.plan import ProcessPlan
 from service.translation.exports import ModelSpec
@@ -78,8 +77,14 @@ def engine_cores(
     ]
 
 
-def frontend(index: int, fd: int, plan_path: Path) -> Child:
-    """A front-end accepting on the inherited socket ``fd``, following the plan at
-    ``plan_path``."""
-    argv = [*PYTHON, "service.processes.frontend", "--fd", str(fd), "--plan", str(plan_path)]
-    return Child(f"front-end {index}", argv, (fd,))
+def frontend(index: int, fd: int, plan: ProcessPlan) -> Child:
+    """A front-end accepting on the inherited socket ``fd``, started with ``plan``."""
+    child = Child(f"front-end {index}", [], (fd,))
+    frontend_plan(child, plan)
+    return child
+
+
+def frontend_plan(child: Child, plan: ProcessPlan) -> None:
+    """Start the front-end ``child`` with ``plan`` from now on (the plan moved)."""
+    fd = str(child.pass_fds[0])
+    child.argv = [*PYTHON, "service.processes.frontend", "--fd", fd, "--plan", plan.to_json()]

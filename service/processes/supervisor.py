@@ -34,7 +34,7 @@ from prometheus_client.multiprocess import mark_process_dead
 from service.config import ENV_PREFIX, RENAMED, Settings
 from service.cpus import cpu_budget
 from service.engine_core.plan import ProcessPlan, plan_processes, runs_split
-from service.processes.children import Child, frontend
+from service.processes.children import Child, frontend, frontend_plan
 from service.processes.swaps import RevisionSwaps
 from service.translation.discovery import RegistryError, discover_models
 from service.translation.exports import ModelSpec
@@ -64,10 +64,8 @@ class Supervisor:
     _stopping: bool = False
 
     def __post_init__(self) -> None:
-        plan_path = self.run_dir / "plan.json"
         self.swaps = RevisionSwaps(
             self.plan,
-            plan_path,
             self.run_dir,
             self.specs,
             self._start,
@@ -77,7 +75,7 @@ class Supervisor:
             self._forget_metrics,
         )
         fd = self.listener.fileno()
-        self.frontends = [frontend(index, fd, plan_path) for index in range(self.plan.frontends)]
+        self.frontends = [frontend(index, fd, self.plan) for index in range(self.plan.frontends)]
 
     @property
     def engines(self) -> list[Child]:
@@ -97,7 +95,7 @@ class Supervisor:
                 self._start(child)
             while not self._stopping:
                 self._restart_dead()
-                self.swaps.tick(child.pid for child in self.frontends)
+                self.swaps.tick()
                 time.sleep(POLL_S)
             self._drain()
         finally:
@@ -113,6 +111,8 @@ class Supervisor:
         self._stopping = True
 
     def _start(self, child: Child) -> None:
+        if child in self.frontends:  # a front-end starts with the plan as it is now
+            frontend_plan(child, self.swaps.plan)
         child.process = subprocess.Popen(
             child.argv, env=self.env, pass_fds=child.pass_fds, start_new_session=True
         )

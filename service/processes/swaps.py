@@ -4,12 +4,14 @@ the swap that ``python -m service models update`` asks for.
 Every ``MT_RELOAD_POLL_S`` the supervisor reads each model's installed revision. Where it
 moved, engine cores of the new revision start beside the old ones, at new sockets (the
 generation's number is in their names): twice the model's memory for a while. Once each of them
-answers a ping, the next version of the plan names them (the plan file is replaced at once),
-and each front-end follows it (service/translation/plan_follower.py): its new requests go to the
-new engine cores, the requests holding the old ones finish there, and then it acknowledges the
-version. The old engine cores drain and stop once every live front-end has acknowledged, so none
-is sent a row after it stopped accepting; a front-end that never answers (hung, or its models
-failed to load) holds them at most ``RETIRE_WAIT_S`` beyond its own drain.
+answers the supervisor's ping (``CoreControl``, service/engine_core/control.py), the next
+version of the plan names them and the old ones get ``Retire``. Their pongs tell each
+front-end within a ping (service/translation/plan_follower.py): its new requests go to the new
+engine cores, the requests holding the old ones finish there, and then it detaches from them.
+An old engine core with no front-end holding it any more (each detached, or was killed: silent)
+says ``Free``, and drains and stops, so none is sent a row after it stopped accepting; one that
+never says so (a front-end hangs holding it) stops at most ``RETIRE_WAIT_S`` beyond the drain's
+grace. Front-ends restarted from then on get the new plan on their command line.
 
 A new engine core that exits before it is ready fails the swap: the old ones serve on, the log
 says so, and that revision is not tried again until it changes. An old engine core that dies
@@ -22,19 +24,20 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.engine_core.client import ReadinessProbe
-from service.engine_core.plan import ProcessPlan, acknowledged_version
+from service.engine_core.control import CoreControl
+from service.engine_core.plan import ProcessPlan
 from service.processes.children import Child, engine_cores
 from service.translation.exports import ModelSpec, installed_revision
 
 logger = logging.getLogger(__name__)
 
-# How long old engine cores wait for the front-ends' acknowledgements beyond the front-ends'
-# own wait for their requests on them (the drain's grace): a front-end reloads a tokenizer.
+# The backstop: how long old engine cores may wait for their ``Free`` beyond the front-ends'
+# own wait for their requests on them (the drain's grace). A core says it within a few seconds
+# of the last front-end's move (a tokenizer's load, the silence of a killed front-end).
 RETIRE_WAIT_S = 60.0
 # How long new engine cores may take to be ready before the swap is given up.
 LOAD_WAIT_S = 600.0
@@ -50,9 +53,9 @@ class Generation:
     addresses: list[str]
     children: list[Child]
     started_at: float = 0.0
-    probe: ReadinessProbe | None = None  # while it loads
+    control: CoreControl | None = None  # the supervisor's sockets to its cores, until stopped
     retired_in: int = 0  # the plan version that moved the model away from it
-    stop_by: float = 0.0  # retiring: stopped then even without every acknowledgement
+    stop_by: float = 0.0  # retiring: stopped then even without every core's Free
     kill_at: float | None = None  # stopping: killed then if still running
 
     @property
@@ -64,6 +67,18 @@ class Generation:
             assert child.process is not None
             child.process.send_signal(signum)
 
+    @property
+    def free(self) -> bool:
+        """Every core still running said ``Free`` (children and addresses pair by index)."""
+        freed = self.control.freed if self.control is not None else set()
+        pairs = zip(self.children, self.addresses, strict=True)
+        return all(address in freed for child, address in pairs if child.running)
+
+    def close(self) -> None:
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+
 
 @dataclass(eq=False)
 class RevisionSwaps:
@@ -71,7 +86,6 @@ class RevisionSwaps:
     running), those loading a new revision, and those retiring."""
 
     plan: ProcessPlan
-    plan_path: Path
     run_dir: Path
     specs: list[ModelSpec]
     start: Callable[[Child], None]  # the supervisor's: starts a child's process
@@ -90,8 +104,9 @@ class RevisionSwaps:
             addresses = self.plan.addresses[spec.model_id]
             children = engine_cores(spec, addresses, self.plan, "")
             revision = installed_revision(spec.model_dir)
-            self.current[spec.model_id] = Generation(spec, 0, revision, addresses, children)
-        self.plan.save(self.plan_path)
+            control = CoreControl(addresses)
+            generation = Generation(spec, 0, revision, addresses, children, control=control)
+            self.current[spec.model_id] = generation
 
     @property
     def engines(self) -> list[Child]:
@@ -104,7 +119,7 @@ class RevisionSwaps:
         generations = [*self.loading.values(), *self.retiring]
         return [child for generation in generations for child in generation.children]
 
-    def tick(self, frontend_pids: Iterable[int | None]) -> None:
+    def tick(self) -> None:
         """One turn of the supervisor's loop."""
         now = time.monotonic()
         if self.poll_s > 0 and now - self._looked_at >= self.poll_s:
@@ -112,15 +127,12 @@ class RevisionSwaps:
             self._look_for_revisions(now)
         for model_id, generation in list(self.loading.items()):
             self._follow_load(model_id, generation, now)
-        pids = [pid for pid in frontend_pids if pid is not None]
         for generation in list(self.retiring):
-            self._retire(generation, pids, now)
+            self._retire(generation, now)
 
     def close(self) -> None:
-        for generation in self.loading.values():
-            if generation.probe is not None:
-                generation.probe.close()
-                generation.probe = None
+        for generation in [*self.current.values(), *self.loading.values(), *self.retiring]:
+            generation.close()
 
     # --- loading a new revision -------------------------------------------------------------
 
@@ -136,7 +148,8 @@ class RevisionSwaps:
             number = max(g.number for g in self._generations(model_id)) + 1
             addresses = self.plan.generation_addresses(self.run_dir, index, number)
             children = engine_cores(spec, addresses, self.plan, f" g{number}")
-            generation = Generation(spec, number, revision, addresses, children, now)
+            control = CoreControl(addresses)
+            generation = Generation(spec, number, revision, addresses, children, now, control)
             logger.info(
                 "model %s: revision %s is installed; loading it in %d engine core(s) beside "
                 "revision %s",
@@ -147,7 +160,6 @@ class RevisionSwaps:
             )
             for child in children:
                 self.start(child)
-            generation.probe = ReadinessProbe(addresses)
             self.loading[model_id] = generation
 
     def _generations(self, model_id: str) -> list[Generation]:
@@ -155,7 +167,8 @@ class RevisionSwaps:
         return [self.current[model_id], *retiring]
 
     def _follow_load(self, model_id: str, generation: Generation, now: float) -> None:
-        assert generation.probe is not None
+        assert generation.control is not None
+        generation.control.poll()
         exited = [child for child in generation.children if not child.running]
         if exited or now - generation.started_at > LOAD_WAIT_S:
             why = (
@@ -172,12 +185,12 @@ class RevisionSwaps:
                 self.current[model_id].revision,
             )
             self._give_up(model_id, generation)
-        elif generation.probe.ready():
+        elif generation.control.ready:
             self._publish(model_id, generation, now)
 
     def _give_up(self, model_id: str, generation: Generation) -> None:
-        assert generation.probe is not None and generation.revision is not None
-        generation.probe.close()
+        assert generation.revision is not None
+        generation.close()
         del self.loading[model_id]
         self.failed[model_id] = generation.revision
         generation.signal(signal.SIGKILL)  # it serves nothing yet
@@ -187,20 +200,18 @@ class RevisionSwaps:
                 self.on_exit(child.process.pid)
 
     def _publish(self, model_id: str, generation: Generation, now: float) -> None:
-        assert generation.probe is not None
-        generation.probe.close()
-        generation.probe = None
         del self.loading[model_id]
         self.plan = self.plan.moved(model_id, generation.addresses)
-        self.plan.save(self.plan_path)
         old = self.current[model_id]
         old.retired_in = self.plan.version
-        old.stop_by = now + self.poll_s + self.grace_s + RETIRE_WAIT_S
+        old.stop_by = now + self.grace_s + RETIRE_WAIT_S
+        assert old.control is not None
+        old.control.retire(generation.addresses, self.plan.version)
         self.retiring.append(old)
         self.current[model_id] = generation
         logger.info(
             "model %s: revision %s serves (plan version %d); revision %s retires once every "
-            "front-end has moved",
+            "front-end has moved off it",
             model_id,
             generation.revision,
             self.plan.version,
@@ -209,23 +220,21 @@ class RevisionSwaps:
 
     # --- retiring the old engine cores ------------------------------------------------------
 
-    def _retire(self, generation: Generation, frontend_pids: list[int], now: float) -> None:
+    def _retire(self, generation: Generation, now: float) -> None:
         if generation.kill_at is None:
-            behind = [
-                pid
-                for pid in frontend_pids
-                if acknowledged_version(self.plan_path, pid) < generation.retired_in
-            ]
-            if behind and now < generation.stop_by:
+            if generation.control is not None:
+                generation.control.poll()
+            free = generation.free
+            if not free and now < generation.stop_by:
                 return
-            if behind:
+            if not free:
                 logger.warning(
-                    "front-end(s) %s did not acknowledge plan version %d; stopping the engine "
-                    "cores of %s's revision %s anyway",
-                    behind,
-                    generation.retired_in,
+                    "a front-end still holds an engine core of %s's revision %s %.0f s after "
+                    "plan version %d moved the model; stopping them anyway",
                     generation.spec.model_id,
                     generation.revision,
+                    self.grace_s + RETIRE_WAIT_S,
+                    generation.retired_in,
                 )
             # they drain: rows still in flight finish within the grace
             generation.signal(signal.SIGTERM)
@@ -244,6 +253,7 @@ class RevisionSwaps:
             if child.process is not None:
                 child.process.wait()
                 self.on_exit(child.process.pid)
+        generation.close()
         self.retiring.remove(generation)
         logger.info(
             "model %s: the engine cores of revision %s stopped",

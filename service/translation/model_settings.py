@@ -60,7 +60,8 @@ class ModelSettings(BaseModel):
         "revision (`python -m service models update`) and swaps it in: it loads beside the old "
         "one (twice the model's memory meanwhile), and no request fails for the swap. With "
         "engine-core processes (`multi`) the supervisor checks and starts engine cores of the "
-        "new revision, and each front-end checks as often for the plan that moves it to them. "
+        "new revision; each front-end hears of the move from the old engine cores within a "
+        "ping and swaps at once (it checks this often again should that swap fail to load). "
         "0: never.",
     )
     load_only: Annotated[list[str], NoDecode] = Field(

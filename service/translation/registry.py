@@ -197,7 +197,7 @@ class ModelRegistry:
                 return
             model.batcher.start()
             slot.model = model
-            slot.provider = model.engine.provider
+            slot.provider = model.info.provider
             slot.memory_bytes = after - before if before is not None and after is not None else None
             slot.last_used = time.monotonic()
             slot.state = "loaded"
@@ -262,7 +262,7 @@ class ModelRegistry:
             if not self._accepting:  # shut down while it loaded: the old one drains
                 return False
             new.batcher.start()
-            slot.model, slot.revision, slot.provider = new, revision, new.engine.provider
+            slot.model, slot.revision, slot.provider = new, revision, new.info.provider
         logger.info("model %s: revision %s serves; the old one drains", model_id, revision)
         deadline = time.monotonic() + self.shutdown_grace_s
         while old.leases and time.monotonic() < deadline:

@@ -1,10 +1,11 @@
-"""When a loaded model is swapped for a new one: every ``MT_RELOAD_POLL_S`` the watch asks
-its ``Freshness`` which loaded models are out of date and has the registry reload them
-(``ModelRegistry.reload``: the new one loads beside the old, no request fails for the swap).
+"""When a loaded model is swapped for a new one: the watch asks its ``Freshness`` which
+loaded models are out of date and has the registry reload them (``ModelRegistry.reload``: the
+new one loads beside the old, no request fails for the swap).
 
 Out of date: in one process, a new revision that ``python -m service models update`` renamed
-into its directory (``InstalledRevisions``); in a front-end, new engine cores the
-supervisor's plan names (service/translation/plan_follower.py).
+into its directory (``InstalledRevisions``, looked at every ``MT_RELOAD_POLL_S``); in a
+front-end, new engine cores the supervisor's plan names (service/translation/plan_follower.py),
+which a retired engine core's pong tells at once (``wake``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ class RevisionWatch:
         self.freshness = freshness
         self.poll_s = poll_s
         self._task: asyncio.Task[None] | None = None
+        self._woken: asyncio.Task[None] | None = None
+        self._again = False
         self._stopped = False
+        # one catch-up at a time: the poll's and a wake's would both see a model out of date
+        # while the first reloads it, and load it twice
+        self._catching_up = asyncio.Lock()
 
     def watch(self) -> None:
         """From now on, every ``poll_s``, reload the loaded models that are out of date;
@@ -38,10 +44,25 @@ class RevisionWatch:
         if self.poll_s > 0 and self._task is None and not self._stopped:
             self._task = asyncio.get_running_loop().create_task(self._watch())
 
+    def wake(self) -> None:
+        """Catch up now, not at the next poll (on the event loop); once more after a catch-up
+        under way."""
+        if self._stopped:
+            return
+        self._again = True
+        if self._woken is None or self._woken.done():
+            self._woken = asyncio.get_running_loop().create_task(self._catch_up_while_woken())
+
+    async def _catch_up_while_woken(self) -> None:
+        while self._again and not self._stopped:
+            self._again = False
+            await self.catch_up()
+
     def stop(self) -> None:
         self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
+        for task in (self._task, self._woken):
+            if task is not None:
+                task.cancel()
 
     async def _watch(self) -> None:
         while True:
@@ -49,12 +70,8 @@ class RevisionWatch:
             await self.catch_up()
 
     async def catch_up(self) -> None:
-        """Reload the loaded models that are out of date; say so once none is."""
-        fresh, slots = self.freshness, self.slots
-        fresh.refresh()
-        for model_id, slot in list(slots.items()):
-            if slot.state == "loaded" and fresh.outdated(slot):
-                await self.reload(model_id)
-        pending = [s for s in slots.values() if s.state in ("loading", "loaded")]
-        if not any(s.state == "loading" or fresh.outdated(s) for s in pending):
-            fresh.settled()
+        """Reload the loaded models that are out of date."""
+        async with self._catching_up:
+            for model_id, slot in list(self.slots.items()):
+                if slot.state == "loaded" and self.freshness.outdated(slot):
+                    await self.reload(model_id)

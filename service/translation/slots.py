@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from service.engine_core.protocol import EngineCoreInfo
-from service.runtime.engine import Engine
 from service.scheduling.row_batcher import RowBatcher
 from service.translation.exports import ModelSpec, installed_revision, onnx_bytes
 from service.translation.translator import Translator
@@ -32,7 +31,7 @@ def resident_bytes() -> int | None:
 class LoadedModel:
     """A loaded model's parts, built together (service/wiring.py) and dropped together."""
 
-    engine: Engine | EngineCoreInfo  # the info alone where engine cores run it
+    info: EngineCoreInfo  # its engine core's, in this process or at ``core_addresses``
     batcher: RowBatcher
     translator: Translator
     leases: int = 0  # requests holding it: a model swapped out stops after the last one
@@ -62,15 +61,10 @@ class ModelSlot:
 
 
 class Freshness(Protocol):
-    """What the registry's watch asks every ``revision_poll_s``: which loaded models to swap."""
-
-    def refresh(self) -> None:  # read again what ``outdated`` answers from
-        return None
+    """What the registry's watch asks (every ``revision_poll_s``, or woken): which loaded
+    models to swap."""
 
     def outdated(self, slot: ModelSlot) -> bool: ...
-
-    def settled(self) -> None:  # no loaded model is out of date, the swapped-out ones stopped
-        return None
 
 
 class InstalledRevisions(Freshness):

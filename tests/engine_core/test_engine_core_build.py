@@ -11,6 +11,7 @@ from service.config import Settings
 from service.engine_core.core import TEXTS_AT_ONCE, EngineCore
 from service.metrics import ServiceMetrics
 from service.processes.engine_process import load_server
+from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.settings import SHORTEST_SENTENCE_CHARS
 from service.translation.exports import ModelSpec
 from service.wiring import engine_loader, model_loader
@@ -41,7 +42,9 @@ def both_ways(settings: Settings, model_dir, tmp_path, cpus: int) -> tuple[Engin
     spec = ModelSpec(MODEL_ID, model_dir, "en", "de")
     in_process_metrics = ServiceMetrics()
     loaded = model_loader(settings, in_process_metrics, engine_loader(settings), None)(spec)
-    in_process = EngineCore(MODEL_ID, loaded.engine, loaded.batcher)
+    assert isinstance(loaded.batcher, ContinuousBatcher)  # a loaded model holds no engine
+    assert loaded.info == EngineCore(MODEL_ID, loaded.batcher.engine, loaded.batcher).info
+    in_process = EngineCore(MODEL_ID, loaded.batcher.engine, loaded.batcher)
     server = load_server(settings, MODEL_ID, model_dir, f"ipc://{tmp_path}/core.sock", cpus)
     in_own_process = EngineCore(MODEL_ID, server.batcher.engine, server.batcher)
     assert server.info == in_own_process.info

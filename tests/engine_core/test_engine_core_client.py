@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from service.cpus import CpuBudget
-from service.engine_core.client import EngineCoreClient, probe
+from service.engine_core.client import EngineCoreClient
+from service.engine_core.control import probe
 from service.engine_core.plan import ProcessPlan, plan_processes, runs_split
 from service.engine_core.protocol import (
     Accepted,
@@ -150,8 +151,7 @@ def test_the_plan_takes_overrides_and_one_engine_core_on_a_gpu(tmp_path):
         f"ipc://{tmp_path}/engine-1-0-g0.sock",
         f"ipc://{tmp_path}/engine-1-1-g0.sock",
     ]
-    plan.save(tmp_path / "plan.json")
-    assert ProcessPlan.load(tmp_path / "plan.json") == plan
+    assert ProcessPlan.from_json(plan.to_json()) == plan
 
 
 # --- a client against engine-core processes ----------------------------------------------------
@@ -248,8 +248,8 @@ def same(results: list[RowResult], expected: list[RowResult]) -> bool:
 
 @contextlib.asynccontextmanager
 async def connected(cores: EngineCores):
-    info = await asyncio.to_thread(probe, cores.addresses, 120.0)
-    client = EngineCoreClient(cores.addresses, info)
+    pong = await asyncio.to_thread(probe, cores.addresses, 120.0)
+    client = EngineCoreClient(cores.addresses, pong.info)
     client.start()
     try:
         await wait_for(lambda: client.live_replicas == len(cores.addresses), "both cores live")

@@ -32,23 +32,23 @@ from service.engine_core.protocol import (
     Ping,
     Pong,
     Submit,
-    decode_to_core,
+    ToCore,
     encode,
 )
-from service.engine_core.server import tuned
 from service.translation.discovery import discover_models
 from service.wiring import create_app
+from tests.engine_core.stand_in import StandInCore
 from tests.ready import wait_ready_async
 from tests.service_fixtures import only_model, tiny_model
 
 QUEUE_FULL = "the queue is full (4 of MT_MAX_QUEUE=4 sentences waiting; this request has 1)"
 
 
-class RefusingCore:
+class RefusingCore(StandInCore):
     """An engine core that is up, idle by its pongs, and refuses every submission."""
 
     def __init__(self, address: str, model_id: str) -> None:
-        self.address = address
+        super().__init__(address)
         # Cleared: the front-end's start-up probe is answered, its client's pings are not yet
         # (the client starts before its first pong, a window of a ping's round trip).
         self.speaking = threading.Event()
@@ -56,44 +56,18 @@ class RefusingCore:
         self._probe: bytes | None = None
         self.info = EngineCoreInfo(model_id, "cpu", None, max_queue=4)
         self.submissions = 0
-        self._stop = threading.Event()
-        self._bound = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
 
-    def __enter__(self) -> RefusingCore:
-        self._thread.start()
-        assert self._bound.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _serve(self) -> None:
-        context = zmq.Context()
-        router = context.socket(zmq.ROUTER)
-        tuned(router)
-        router.bind(self.address)
-        self._bound.set()
-        try:
-            while not self._stop.is_set():
-                if not router.poll(20):
-                    continue
-                peer, payload = router.recv_multipart()
-                message = decode_to_core(payload)
-                if isinstance(message, Ping):
-                    self._probe = self._probe or peer
-                    if not self.speaking.is_set() and peer != self._probe:
-                        continue
-                    load = CoreLoad(os.getpid(), accepting=True, queue_depth=0, active_rows=0)
-                    router.send_multipart([peer, encode(Pong(message.sent_at, self.info, load))])
-                elif isinstance(message, Submit):
-                    self.submissions += 1
-                    refusal = Failed(message.request_id, "queue_full", QUEUE_FULL)
-                    router.send_multipart([peer, encode(refusal)])
-        finally:
-            router.close(linger=0)
-            context.term()
+    def answer(self, router: zmq.Socket, peer: bytes, message: ToCore) -> None:
+        if isinstance(message, Ping):
+            self._probe = self._probe or peer
+            if not self.speaking.is_set() and peer != self._probe:
+                return
+            load = CoreLoad(os.getpid(), accepting=True, queue_depth=0, active_rows=0)
+            router.send_multipart([peer, encode(Pong(message.sent_at, self.info, load))])
+        elif isinstance(message, Submit):
+            self.submissions += 1
+            refusal = Failed(message.request_id, "queue_full", QUEUE_FULL)
+            router.send_multipart([peer, encode(refusal)])
 
 
 @pytest.fixture
