@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import os
 import platform
@@ -126,6 +127,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return statuses
 
     await drive(warm)
+    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    begun: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            begun.append(time.thread_time())
+        elif begun:
+            pauses[info["generation"]].append(time.thread_time() - begun.pop())
+
+    gc.callbacks.append(on_gc)
     # The thread's CPU clock: on a busy machine wall-clock times would charge waits for a core.
     profile = cProfile.Profile(time.thread_time) if args.profile else None
     cpu, wall = time.thread_time(), time.perf_counter()
@@ -136,6 +147,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         profile.disable()
         profile.dump_stats(args.profile)
     cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    gc.callbacks.remove(on_gc)
     await inbox.put({"type": "lifespan.shutdown"})
     await asyncio.wait_for(task, 60)
     ok = sum(status == 200 for status in statuses)
@@ -149,6 +161,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "concurrency": args.concurrency,
         "loop_cpu_ms_per_request": round(cpu * 1000 / max(ok, 1), 4),
         "wall_s": round(wall, 2),
+        # Collections of the cyclic garbage collector in the window (any thread's): each
+        # stops every thread that needs the GIL, the event loop included.
+        "gc": {
+            f"gen{generation}": {
+                "count": len(times),
+                "total_ms": round(1000 * sum(times), 1),
+                "max_ms": round(1000 * max(times), 1) if times else 0.0,
+            }
+            for generation, times in pauses.items()
+        },
+        "objects_tracked": len(gc.get_objects()),
         "python": platform.python_version(),
     }
 
