@@ -154,6 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     steps = sum(count) - before_count
     metrics["rows_per_step"] = round((sum(total) - before_sum) / steps, 2) if steps else None
     metrics["steps"] = steps
+    # Per serving thread over the window: CPU, and time runnable but waiting for the core
+    # (on one core the event loop and the engine thread queue behind each other).
+    for family in ("mt_thread_cpu_seconds", "mt_thread_runqueue_seconds"):
+        metrics[family] = {
+            dict(labels).get("thread", "?"): round(value - before.get((name, labels), 0.0), 3)
+            for (name, labels), value in after.items()
+            if name in (family, f"{family}_total")
+        }
     # Why the head of the queue was kept waiting, by reason (the scheduler's counters).
     metrics["deferrals"] = {
         dict(labels).get("reason", "all"): value - before.get((name, labels), 0.0)
