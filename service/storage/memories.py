@@ -26,11 +26,21 @@ segment found is written exactly as approved, is not sent to the model, and is c
   change only its own translations. A key reads its own memory of a name first, then the
   shared one; its requests use its own default and then the shared default. Another key's
   memory is 404 to it, a shared one read-only (403).
+* **Which memories exist** is asked of the database once per pair default and owner, and
+  kept until a memory is written: most requests come from owners who have no memory, and for
+  them the lookup then costs no query. On SQLite every write (``add``, ``delete``) replaces a
+  small file beside the database after its commit, and each lookup compares that file's
+  identity (one ``stat``) with the one its answers were kept under, so a post through any
+  process on the file holds for the next request in every other. On PostgreSQL nothing is
+  kept: replicas on other machines share no file, and a notification (``LISTEN``) would
+  reach them after the post's answer, so a request sent right after it could miss it; the
+  one indexed query per request is the price of that guarantee.
 """
 
 from __future__ import annotations
 
 import builtins
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -164,12 +174,80 @@ def check_entries(
     return list(checked.values())
 
 
+class ExistingMemories:
+    """Which stored memory ids exist, as the database said since the last write anywhere.
+
+    ``stamp`` names a file the writers replace after each commit (None: keep nothing, ask
+    the database every time). A reader stats the file *before* it asks the database and
+    keeps the answer under that stat: a write it may have missed has replaced the file since,
+    so the next lookup sees another stat and asks again."""
+
+    LIMIT = 10_000  # ids kept at most (owners x pairs asked for); past it, start over
+
+    def __init__(self, stamp: os.PathLike[str] | None) -> None:
+        self.stamp = stamp
+        # (the stat the answers were kept under, the answers): one attribute, so that a
+        # thread never pairs one write's stat with answers kept before it.
+        self._kept: tuple[object, dict[str, bool]] = (None, {})
+
+    def _current(self) -> object:
+        try:
+            found = os.stat(self.stamp)  # type: ignore[arg-type]
+        except FileNotFoundError:
+            return ()
+        # A replacement is a new inode; the time tells apart an inode number used again.
+        return (found.st_ino, found.st_mtime_ns, found.st_size)
+
+    def which(self, database: Database, stored_ids: list[str]) -> list[str]:
+        """Those of ``stored_ids`` that exist, in their order."""
+        if self.stamp is None:
+            return _existing(database, stored_ids)
+        seen = self._current()
+        kept, exists = self._kept
+        if seen != kept or len(exists) > self.LIMIT:
+            exists = {}
+            self._kept = (seen, exists)
+        unknown = [stored_id for stored_id in stored_ids if stored_id not in exists]
+        if unknown:
+            found = set(_existing(database, unknown))
+            for stored_id in unknown:
+                exists[stored_id] = stored_id in found
+        return [stored_id for stored_id in stored_ids if exists[stored_id]]
+
+    def changed(self) -> None:
+        """After a committed write: every reader of the database asks it again."""
+        if self.stamp is None:
+            return
+        stamp = os.fspath(self.stamp)
+        temporary = f"{stamp}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="ascii") as file:
+            file.write(f"{time.time_ns()} {os.getpid()}\n")
+        os.replace(temporary, stamp)
+
+
+def _existing(database: Database, stored_ids: list[str]) -> list[str]:
+    with database.read() as db:
+        return [
+            stored_id
+            for stored_id in stored_ids
+            if db.execute("SELECT 1 FROM memories WHERE id = ?", (stored_id,)).fetchone()
+        ]
+
+
+def _stamp_of(database: Database) -> os.PathLike[str] | None:
+    """The file whose replacement says "memories changed", beside a SQLite file; None where
+    the database is shared beyond one file system (PostgreSQL)."""
+    path = getattr(database, "path", None) if database.dialect == "sqlite" else None
+    return path.with_name(f"{path.name}.memories-changed") if path is not None else None
+
+
 class MemoryStore:
     def __init__(self, database: Database, max_chars: int) -> None:
         """``max_chars``: the longest segment (``MT_MAX_CHARS_PER_TEXT``)."""
         self.database = database
         database.add_migrations("memories", MIGRATIONS)
         self.max_chars = max_chars
+        self.existing = ExistingMemories(_stamp_of(database))
 
     def add(
         self,
@@ -217,6 +295,7 @@ class MemoryStore:
                 "DO UPDATE SET source = excluded.source, target = excluded.target",
                 [(memory_id, key, source, target) for key, source, target in rows],
             )
+        self.existing.changed()
         replaced = sum(key in held for key, _, _ in rows)
         info = self.info(public_id, owner_key)
         return MemoryUpdate(info, bool(created), len(rows) - replaced, replaced)
@@ -269,6 +348,7 @@ class MemoryStore:
         Owner(owner_key).check_changes(info.owner_key, f"the translation memory {memory_id!r}")
         with self.database.transaction() as db:
             deleted = db.execute("DELETE FROM memories WHERE id = ?", (info.memory_id,)).rowcount
+        self.existing.changed()
         if not deleted:
             raise NotFound(f"no translation memory with id {memory_id!r}", "memory_not_found")
 
@@ -286,12 +366,7 @@ class MemoryStore:
             stored = [default_id]
             if choice.owner_key is not None:
                 stored.insert(0, _stored_id(default_id, choice.owner_key))
-            with self.database.read() as db:
-                found = [
-                    stored_id
-                    for stored_id in stored
-                    if db.execute("SELECT 1 FROM memories WHERE id = ?", (stored_id,)).fetchone()
-                ]
+            found = self.existing.which(self.database, stored)
             if not found:
                 return None
         else:

@@ -10,10 +10,12 @@ log records (``%(request_id)s``, ``-`` outside a request).
 from __future__ import annotations
 
 import contextvars
+import http
 import itertools
 import logging
 import os
 import re
+import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -87,16 +89,51 @@ ACCESS_FORMAT = (
 )
 
 
+class AccessLineFormatter(logging.Formatter):
+    """uvicorn's access line in ``ACCESS_FORMAT``, as uvicorn's ``AccessFormatter`` writes it
+    without colours, built in one f-string: the line is written for every request on the
+    event loop's thread, and the general path copies the record, looks the status phrase up
+    and formats the date each time. Here the date is formatted once a second and each
+    status's phrase once."""
+
+    def __init__(self) -> None:
+        super().__init__(ACCESS_FORMAT)
+        self._second = -1
+        self._date = ""
+        self._statuses: dict[object, str] = {}
+
+    def _status(self, code: object) -> str:
+        try:
+            phrase = http.HTTPStatus(int(code)).phrase  # type: ignore[call-overload]
+        except ValueError:
+            phrase = ""
+        self._statuses[code] = text = f"{code} {phrase}"
+        return text
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not isinstance(record.args, tuple) or len(record.args) != 5 or record.exc_info:
+            return super().format(record)  # not uvicorn's access record: no shortcut
+        client_addr, method, full_path, http_version, code = record.args
+        second = int(record.created)
+        if second != self._second:
+            self._second = second
+            self._date = time.strftime(self.default_time_format, self.converter(record.created))
+        status = self._statuses.get(code) or self._status(code)
+        return (
+            f"{self._date},{int(record.msecs):03d} {record.levelname} access "
+            f"[{getattr(record, 'request_id', None)}]: {client_addr} "
+            f'"{method} {full_path} HTTP/{http_version}" {status}'
+        )
+
+
 def install_request_id_logging() -> None:
     """Every handler of the root and uvicorn loggers gets the filter (once: this runs again
     after uvicorn has set up its loggers); uvicorn's access log line gets the id in its format
     (it is written while the request's context is current)."""
-    from uvicorn.logging import AccessFormatter
-
     log_filter = RequestIdLogFilter()
     for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access"):
         for handler in logging.getLogger(name).handlers:
             if not any(isinstance(f, RequestIdLogFilter) for f in handler.filters):
                 handler.addFilter(log_filter)
             if name == "uvicorn.access":
-                handler.setFormatter(AccessFormatter(ACCESS_FORMAT, use_colors=False))
+                handler.setFormatter(AccessLineFormatter())

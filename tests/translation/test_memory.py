@@ -113,6 +113,45 @@ def test_over_long_segments_are_413_and_unknown_ids_404(store):
     assert store.list() == [] and store.lookup(PAIR_DEFAULT, "en", "de") is None
 
 
+def _counting_reads(store: MemoryStore) -> list[int]:
+    """A counter of the store's database reads (a list of one int)."""
+    reads = [0]
+    read = store.database.read
+
+    def counted():
+        reads[0] += 1
+        return read()
+
+    store.database.read = counted  # type: ignore[method-assign]
+    return reads
+
+
+def test_an_owner_without_memories_costs_no_query_until_a_memory_is_written(store):
+    reads = _counting_reads(store)
+    assert store.lookup(MemoryChoice(owner_key="k"), "en", "de") is None
+    assert reads == [1]
+    for _ in range(3):
+        assert store.lookup(MemoryChoice(owner_key="k"), "en", "de") is None
+    assert reads == [1]  # kept: no memory was written since
+    store.add(None, "en", "de", [("Quit", "Q7q")], owner_key="k")
+    find = store.lookup(MemoryChoice(owner_key="k"), "en", "de")
+    assert find is not None and find("Quit") == "Q7q"
+
+
+def test_a_memory_written_or_deleted_through_another_process_holds_for_the_next_request(
+    tmp_path,
+):
+    # Two stores on one file, as two front-ends of the multi-process service open it.
+    here = MemoryStore(SqliteDatabase(tmp_path / FILE_NAME), max_chars=100)
+    there = MemoryStore(SqliteDatabase(tmp_path / FILE_NAME), max_chars=100)
+    assert here.lookup(PAIR_DEFAULT, "en", "de") is None  # kept as "none"
+    there.add(None, "en", "de", [("Quit", "Q7q")])
+    find = here.lookup(PAIR_DEFAULT, "en", "de")
+    assert find is not None and find("Quit") == "Q7q"
+    there.delete("default:en-de")
+    assert here.lookup(PAIR_DEFAULT, "en", "de") is None
+
+
 # --- through the service -----------------------------------------------------------------------
 
 
