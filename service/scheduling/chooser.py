@@ -234,11 +234,12 @@ class AdmissionChooser:
         """Whether the running batch is draining under load on one core: at least as many
         interactive rows wait as run, and submissions keep coming (at least
         ``CROWD_ARRIVALS_PER_STEP`` a step). Then they join now, in one encoder call,
-        without the stall bound, and without the latency budget where as many join as run: waiting for the drain would run its
-        steps with a few rows while the rest wait (measured, 32 closed-loop clients on one
-        core: steps of 1 to 5 rows with 15 to 30 queued, 11 rows a step on average), and
-        the stall is borne by fewer rows than it lets in. With a spare core newcomers are
-        encoded beside the steps, and the budget already lets them in."""
+        without the stall bound, and without the latency budget where as many join as run:
+        waiting for the drain would run its steps with a few rows while the rest wait
+        (measured, 32 closed-loop clients on one core: steps of 1 to 5 rows with 15 to 30
+        queued, 11 rows a step on average), and the stall is borne by fewer rows than it
+        lets in. With a spare core newcomers are encoded beside the steps, and the budget
+        already lets them in."""
         if not (self.encode_in_line and running_rows and step_s > 0) or units[0][0].background:
             return False
         if row_rate * step_s < CROWD_ARRIVALS_PER_STEP:
