@@ -304,3 +304,34 @@ async def test_at_the_knee_a_backlog_joins_in_batches_not_row_by_row(make_batche
     assert max(engine.rows_per_step) == 6
     sizes = [len(ids) for _, ids in engine.admissions]
     assert sizes[0] == 6 and min(sizes[1:-1]) >= 2, sizes  # the last takes what is left
+
+
+@pytest.mark.anyio
+async def test_a_crowd_arriving_behind_a_head_refused_over_the_stall_bound_joins_at_once(
+    make_batcher,
+):
+    """A head refused over the stall bound at light load holds the queue until the running
+    row has finished; a crowd arriving behind it (a request every 2 ms) is not held: the
+    head and the crowd join at the next step, in one encoder call."""
+    engine = GatedEngine()
+    one_core_costs(engine)
+    batcher = make_batcher(engine)
+    choices = scheduler_choices(batcher)
+    running = asyncio.ensure_future(batcher.submit([sentence(40, first=1)]))
+    await wait_until(lambda: engine.active_rows == 1 and engine.waiting.is_set(), "1 running")
+    head = asyncio.ensure_future(batcher.submit([sentence(6, first=100)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "head queued")
+    batcher.queue.interactive_arrivals.gap_s = 1.0
+    engine.allow(1)
+    await wait_until(lambda: engine.steps == 1 and engine.waiting.is_set(), "one step")
+    assert choices[-1] == Choice.defer(Refusal.HEAD_OVER_STALL)
+    crowd = [
+        asyncio.ensure_future(batcher.submit([sentence(4, first=200 + 10 * i)])) for i in range(4)
+    ]
+    await wait_until(lambda: batcher.queue_depth == 5, "the crowd queued")
+    batcher.queue.interactive_arrivals.gap_s = 0.002
+    engine.allow(10**6)
+    joined = await asyncio.gather(head, *crowd)
+    await running
+    assert {result.admitted_step for [result] in joined} == {2}
+    assert [len(ids) for _, ids in engine.admissions] == [1, 5]
