@@ -42,7 +42,7 @@ from service.engine_core.protocol import (
     Failed,
     FromCore,
     Pong,
-    RowDone,
+    RowsDone,
     error_of,
     submit,
 )
@@ -219,8 +219,8 @@ class EngineCoreClient:
     # --- receiving ---------------------------------------------------------------------------
 
     def received(self, replica: Replica, message: FromCore) -> None:
-        if isinstance(message, RowDone):
-            self._row_done(replica, message)
+        if isinstance(message, RowsDone):
+            self._rows_done(replica, message)
         elif isinstance(message, Accepted) and (known := replica.requests.get(message.request_id)):
             known.accept()
         elif isinstance(message, Failed):
@@ -253,13 +253,15 @@ class EngineCoreClient:
             logger.info("engine core %d of %s is up (pid %d)", replica.index, model_id, pid)
         show_queue_depth(self.metrics, self.queue_depth)
 
-    def _row_done(self, replica: Replica, message: RowDone) -> None:
-        request = replica.requests.get(message.request_id)
-        if request is None:
-            return  # abandoned or failed meanwhile
-        replica.outstanding_rows -= request.row_done(message.index, message.result())
-        if request.finished:
-            self._forget(request)
+    def _rows_done(self, replica: Replica, message: RowsDone) -> None:
+        """One engine step's finished rows of this front-end's requests."""
+        for row in message.rows:
+            request = replica.requests.get(row.request_id)
+            if request is None:
+                continue  # abandoned or failed meanwhile
+            replica.outstanding_rows -= request.row_done(row.index, row.result())
+            if request.finished:
+                self._forget(request)
 
     def _lost(self, replica: Replica, why: str) -> None:
         """The replica is not live any more: fail its rows in flight at once."""

@@ -5,8 +5,9 @@ Only token ids and decoding options cross; text never does (the front-end tokeni
 detokenizes). A front-end sends ``Submit`` (one request's rows), ``Abort`` (the rows nobody
 waits for any more: the client timed out or hung up) and ``Ping``; the engine core answers with
 ``Accepted`` once the rows are queued (where the ``Submit`` asks: a stream starts only then),
-``RowDone`` as each row finishes, ``Failed`` once for a request it refuses or cannot finish,
-and ``Pong``. A failure carries a kind, from which the client raises the same domain exception
+``RowsDone`` once per engine step with every row of that front-end's requests the step
+finished (vLLM's ``EngineCoreOutputs``: one message and one wakeup per step, not one per
+row), ``Failed`` once for a request it refuses or cannot finish, and ``Pong``. A failure carries a kind, from which the client raises the same domain exception
 the in-process batcher raises (``error_of``), so the web layer answers both alike.
 
 The control messages move a model to engine cores of a new revision; the supervisor owns the
@@ -99,7 +100,9 @@ class Retire(msgspec.Struct, tag="retire", array_like=True):
 # --- engine core -> front-end ----------------------------------------------------------------
 
 
-class RowDone(msgspec.Struct, tag="row", array_like=True):
+class RowDone(msgspec.Struct, array_like=True):
+    """One finished row, as ``RowsDone`` carries it."""
+
     request_id: int
     index: int  # of the row in its Submit
     tokens: list[int]
@@ -124,6 +127,12 @@ class RowDone(msgspec.Struct, tag="row", array_like=True):
         return RowResult(
             self.tokens, self.admitted_step, self.finished_step, self.queue_wait_s, self.hypotheses
         )
+
+
+class RowsDone(msgspec.Struct, tag="rows", array_like=True):
+    """Every row of one front-end's requests that one engine step finished."""
+
+    rows: list[RowDone]
 
 
 class Accepted(msgspec.Struct, tag="accepted", array_like=True):
@@ -171,7 +180,7 @@ class Free(msgspec.Struct, tag="free", array_like=True):
 
 
 ToCore = Submit | Abort | Ping | Detach | Retire
-FromCore = RowDone | Accepted | Failed | Pong | Free
+FromCore = RowsDone | Accepted | Failed | Pong | Free
 
 _encoder = msgspec.msgpack.Encoder()
 _to_core = msgspec.msgpack.Decoder(ToCore)

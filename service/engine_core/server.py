@@ -2,11 +2,13 @@
 ``ContinuousBatcher``.
 
 Every front-end connects a DEALER to the ROUTER, so the rows of every front-end's clients
-meet in one queue and one running batch. The event loop here only relays: a ``Submit`` goes to
-``submit_as_completed`` (a refusal answers at once with ``Failed``), and a task per request
-sends a ``RowDone`` as each row finishes (after an ``Accepted`` where the submission asks); an ``Abort`` cancels that task, which drops the rows
-still queued or running (as a client's timeout or hang-up does in process). The batcher's
-engine thread does the work, as it does in the one-process service.
+meet in one queue and one running batch. The event loop here only relays: a ``Submit`` is
+queued in the batcher (a refusal answers at once with ``Failed``; an ``Accepted`` follows where
+the submission asks), and ``RowAnswers`` answers each front-end once per engine step with one
+``RowsDone`` holding every row of its requests the step finished, as vLLM's engine core sends
+one ``EngineCoreOutputs`` per step. An ``Abort`` drops the request's rows still queued or
+running (as a client's timeout or hang-up does in process). The batcher's engine thread does
+the work, as it does in the one-process service.
 
 A retired core (the supervisor's ``Retire``: its model moved to new engine cores) names its
 successors in every pong and sends the supervisor ``Free`` once no front-end holds it
@@ -23,6 +25,8 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 
 import msgspec
 import zmq
@@ -40,6 +44,7 @@ from service.engine_core.protocol import (
     Pong,
     Retire,
     RowDone,
+    RowsDone,
     Submit,
     decode_to_core,
     encode,
@@ -47,7 +52,7 @@ from service.engine_core.protocol import (
 )
 from service.engine_core.retirement import Retirement
 from service.scheduling.batcher import ContinuousBatcher
-from service.scheduling.stream import RowStream
+from service.scheduling.sentences import RowResult, ScheduledSentence
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +82,8 @@ class EngineCoreServer:
         self.batcher = batcher
         self.info = info
         self.address = address
-        self._relays: dict[tuple[bytes, int], asyncio.Task[None]] = {}
         self._outbox: asyncio.Queue[tuple[bytes, bytes]] = asyncio.Queue()
+        self.answers = RowAnswers(batcher, self._send)
         self._stop = asyncio.Event()
         self._draining = False
         self.retirement = Retirement()
@@ -107,8 +112,7 @@ class EngineCoreServer:
             logger.info("engine core of %s draining (grace %.0f s)", self.info.model_id, grace_s)
             drained = await self.batcher.shutdown(grace_s)
             # the last results and failures reach the front-ends before the socket closes
-            if self._relays:
-                await asyncio.wait(list(self._relays.values()), timeout=1.0)
+            await self.answers.settled(timeout_s=1.0)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await self._outbox.join()
@@ -139,9 +143,7 @@ class EngineCoreServer:
             if isinstance(message, Submit):
                 self._submit(peer, message)
             elif isinstance(message, Abort):
-                relay = self._relays.get((peer, message.request_id))
-                if relay is not None:
-                    relay.cancel()
+                self.answers.abort(peer, message.request_id)
             elif isinstance(message, Ping):
                 self._send(peer, self._pong(message))
             else:
@@ -165,7 +167,7 @@ class EngineCoreServer:
 
     def _report_free(self) -> None:
         retirement = self.retirement
-        if retirement.free(peer for peer, _ in self._relays):
+        if retirement.free(self.answers.peers()):
             assert retirement.order is not None and retirement.supervisor is not None
             retirement.reported = True
             self._send(retirement.supervisor, Free(retirement.order.plan_version))
@@ -185,33 +187,18 @@ class EngineCoreServer:
         )
 
     def _submit(self, peer: bytes, message: Submit) -> None:
-        timeout_s = message.timeout_s
         try:
-            stream = self.batcher.submit_as_completed(
-                [row.request() for row in message.rows],
-                None if timeout_s is None else timeout_s + DEADLINE_SLACK_S,
-                message.background,
+            sentences = self.batcher.put(
+                [row.request() for row in message.rows], message.background
             )
         except Exception as error:  # QueueFull, NotAccepting: the whole request
             self._send(peer, failure_of(message.request_id, error))
             return
-        if message.acknowledge:  # ahead of every RowDone: one outbox, in order
+        if message.acknowledge:  # ahead of every RowsDone: one outbox, in order
             self._send(peer, Accepted(message.request_id))
-        key = (peer, message.request_id)
-        self._relays[key] = asyncio.create_task(self._relay(key, stream))
-
-    async def _relay(self, key: tuple[bytes, int], stream: RowStream) -> None:
-        peer, request_id = key
-        try:
-            async for index, result in stream:
-                self._send(peer, RowDone.of(request_id, index, result))
-        except asyncio.CancelledError:
-            pass  # aborted: closing the stream drops the unfinished rows
-        except Exception as error:
-            self._send(peer, failure_of(request_id, error))
-        finally:
-            stream.close()
-            self._relays.pop(key, None)
+        timeout_s = message.timeout_s
+        deadline_s = None if timeout_s is None else timeout_s + DEADLINE_SLACK_S
+        self.answers.follow(peer, message.request_id, sentences, deadline_s)
 
     # --- sending --------------------------------------------------------------------------
 
@@ -219,7 +206,7 @@ class EngineCoreServer:
         self._outbox.put_nowait((peer, encode(message)))
 
     async def _write(self, router: zmq.asyncio.Socket) -> None:
-        # one writer: sends from many relay tasks never interleave on the socket
+        # one writer: sends from the readers and the step answers never interleave on the socket
         while True:
             peer, payload = await self._outbox.get()
             try:
@@ -228,3 +215,121 @@ class EngineCoreServer:
                 logger.warning("a reply to a front-end was not sent: %s", error)
             finally:
                 self._outbox.task_done()
+
+
+@dataclass(eq=False)
+class Followed:
+    """A request whose rows are answered to the front-end ``peer``."""
+
+    peer: bytes
+    request_id: int
+    sentences: list[ScheduledSentence]
+    deadline: asyncio.TimerHandle | None = None
+    unanswered: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.unanswered = len(self.sentences)
+
+
+class RowAnswers:
+    """The rows of every front-end's requests, answered once per engine step.
+
+    The engine thread settles a step's results in one event-loop callback (``one_wakeup``,
+    service/scheduling/sentences.py); each settled future queues its row here, and the first
+    one schedules ``_flush`` behind the others, which then sends each front-end one
+    ``RowsDone`` with all of them, then a ``Failed`` for each request a row of which failed
+    (its other rows are dropped, as a client's timeout drops them)."""
+
+    def __init__(self, batcher: ContinuousBatcher, send: Callable[[bytes, FromCore], None]) -> None:
+        self._batcher = batcher
+        self._send = send
+        self._requests: dict[tuple[bytes, int], Followed] = {}
+        self._settled: list[tuple[Followed, int, asyncio.Future[RowResult]]] = []
+        self._flush_due = False
+
+    def follow(
+        self,
+        peer: bytes,
+        request_id: int,
+        sentences: list[ScheduledSentence],
+        deadline_s: float | None,
+    ) -> None:
+        """Answer ``sentences`` (a request's queued rows, in its order) to ``peer``; past
+        ``deadline_s`` its unfinished rows are dropped and it fails with a timeout."""
+        request = Followed(peer, request_id, sentences)
+        key = (peer, request_id)
+        self._requests[key] = request
+        loop = asyncio.get_running_loop()
+        if deadline_s is not None:
+            request.deadline = loop.call_later(deadline_s, self._expire, key)
+        for index, sentence in enumerate(sentences):
+            sentence.future.add_done_callback(partial(self._row_settled, request, index))
+
+    def peers(self) -> list[bytes]:
+        """The front-ends with rows in flight here (one entry per request)."""
+        return [peer for peer, _ in self._requests]
+
+    def abort(self, peer: bytes, request_id: int) -> None:
+        """Nobody waits for the request any more: its unfinished rows are dropped."""
+        request = self._requests.get((peer, request_id))
+        if request is not None:
+            self._end(request)
+
+    async def settled(self, timeout_s: float) -> None:
+        """Until every followed request is answered (or ``timeout_s``): the drain's end."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (self._requests or self._flush_due) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+
+    def _expire(self, key: tuple[bytes, int]) -> None:
+        request = self._requests.get(key)
+        if request is not None:
+            self._end(request)
+            self._send(request.peer, failure_of(request.request_id, TimeoutError()))
+
+    def _row_settled(
+        self, request: Followed, index: int, future: asyncio.Future[RowResult]
+    ) -> None:
+        if (
+            future.cancelled()
+            or self._requests.get((request.peer, request.request_id)) is not request
+        ):
+            return  # aborted, expired or failed meanwhile
+        self._settled.append((request, index, future))
+        if not self._flush_due:
+            # behind the done-callbacks of the rest of the step's rows, already scheduled
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        settled, self._settled, self._flush_due = self._settled, [], False
+        rows: dict[bytes, list[RowDone]] = {}
+        failures: list[tuple[bytes, FromCore]] = []
+        for request, index, future in settled:
+            if self._requests.get((request.peer, request.request_id)) is not request:
+                continue  # a row of it failed earlier in this flush
+            if (error := future.exception()) is not None:
+                self._end(request)
+                failures.append((request.peer, failure_of(request.request_id, error)))
+                continue
+            rows.setdefault(request.peer, []).append(
+                RowDone.of(request.request_id, index, future.result())
+            )
+            request.unanswered -= 1
+            if not request.unanswered:
+                self._forget(request)
+        for peer, done in rows.items():
+            self._send(peer, RowsDone(done))
+        for peer, failed in failures:
+            self._send(peer, failed)
+
+    def _end(self, request: Followed) -> None:
+        """The request leaves unanswered: its unfinished rows leave the queue or the batch."""
+        self._forget(request)
+        self._batcher.abandon(request.sentences)
+
+    def _forget(self, request: Followed) -> None:
+        self._requests.pop((request.peer, request.request_id), None)
+        if request.deadline is not None:
+            request.deadline.cancel()

@@ -141,7 +141,7 @@ class ContinuousBatcher:
         after every waiting interactive one and a few at a time."""
         if not rows:
             return []
-        return await all_rows(self, self._put(rows, background), timeout_s)
+        return await all_rows(self, self.put(rows, background), timeout_s)
 
     def submit_as_completed(
         self,
@@ -152,11 +152,14 @@ class ContinuousBatcher:
         """Queue ``rows`` now (all or none: :class:`QueueFull`, :class:`NotAccepting` raise
         here) and return an async iterator of ``(index in rows, result)`` in the order the
         rows finish. When the iteration stops early, the unfinished rows are abandoned."""
-        return RowStream(self, self._put(rows, background) if rows else [], timeout_s)
+        return RowStream(self, self.put(rows, background) if rows else [], timeout_s)
 
-    def _put(
+    def put(
         self, rows: Sequence[DecodeRequest], background: bool = False
     ) -> list[ScheduledSentence]:
+        """Queue ``rows`` now (all or none: :class:`QueueFull`, :class:`NotAccepting` raise
+        here): their sentences, whose futures get the results; the caller ``abandon``s those
+        nobody waits for any more (an engine core answers its front-ends per step from them)."""
         sentences = self.queue.put(rows, background)
         self.metrics.queue_depth.set(len(self.queue))
         self._idle.clear()

@@ -191,9 +191,11 @@ class Scheduler:
         """The queued units to choose from at this boundary: none while the last deferral
         holds or the policy keeps admission closed (the caller holds the queue's ``cond``)."""
         queue = self.queue
-        if self.running and not dropped and self.hold.holds(self.engine.steps, queue):
-            return {}
         running_rows = sum(s.rows for i, s in self.running.items() if i not in dropped)
+        # a crowd joins whatever the last choice was
+        crowd = self.chooser.may_be_crowded(len(queue), running_rows, queue.row_rate)
+        if self.running and not dropped and not crowd and self.hold.holds(self.engine.steps, queue):
+            return {}
         if not self.policy.open(queue, running_rows):
             return {}
         return queue.units(self.admission_window)

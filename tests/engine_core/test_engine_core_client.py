@@ -27,6 +27,7 @@ from service.engine_core.protocol import (
     Failed,
     Row,
     RowDone,
+    RowsDone,
     decode_from_core,
     decode_to_core,
     encode,
@@ -79,11 +80,15 @@ def test_a_submit_round_trips_ids_and_options():
     assert decode_from_core(encode(Accepted(7))) == Accepted(7)
 
 
-def test_a_finished_row_round_trips():
-    result = RowResult([4, 5], 3, 9, 0.25, [[4, 5], [4, 6]])
-    message = decode_from_core(encode(RowDone.of(1, 2, result)))
-    assert isinstance(message, RowDone) and message.index == 2
-    assert message.result() == result
+def test_a_steps_finished_rows_round_trip_in_one_message():
+    first = RowResult([4, 5], 3, 9, 0.25, [[4, 5], [4, 6]])
+    second = RowResult([7], 8, 9, 0.5)
+    message = decode_from_core(
+        encode(RowsDone([RowDone.of(1, 2, first), RowDone.of(4, 0, second)]))
+    )
+    assert isinstance(message, RowsDone)
+    assert [(row.request_id, row.index) for row in message.rows] == [(1, 2), (4, 0)]
+    assert [row.result() for row in message.rows] == [first, second]
 
 
 @pytest.mark.parametrize(

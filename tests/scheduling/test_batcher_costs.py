@@ -106,6 +106,48 @@ async def test_an_in_line_admission_is_cut_into_chunks_that_stall_the_running_ro
     assert sizes == [1] * 6
 
 
+@pytest.mark.anyio
+async def test_a_batch_draining_under_load_takes_the_queue_in_one_encoder_call(make_batcher):
+    """No spare core, 2 long rows running (12 ms steps: a stall bound of 24 ms) while a
+    request arrives every 2 ms: 10 queued 3-token sentences (12 ms of encoder each) would
+    join one at a time within the bound, or wait for the drain. As many rows wait as run,
+    and more arrive every step: they join at the next step, all in one encoder call."""
+    engine = GatedEngine()
+    one_core_costs(engine)
+    batcher = make_batcher(engine)
+    running = asyncio.ensure_future(batcher.submit([sentence(40, first=1), sentence(40, first=50)]))
+    await wait_until(lambda: engine.active_rows == 2 and engine.waiting.is_set(), "2 running")
+    crowd = [sentence(4, first=100 + 10 * i) for i in range(10)]
+    waiting = [asyncio.ensure_future(batcher.submit([row])) for row in crowd]
+    await wait_until(lambda: batcher.queue_depth == 10, "the crowd queued")
+    batcher.queue.interactive_arrivals.gap_s = 0.002
+    engine.allow(10**6)
+    results = await asyncio.gather(*waiting)
+    await running
+    assert [r.tokens for [r] in results] == [FakeEngine.expected(r.src_ids) for r in crowd]
+    assert [len(ids) for _, ids in engine.admissions] == [2, 10]
+    assert {r.admitted_step for [r] in results} == {1}
+
+
+@pytest.mark.anyio
+async def test_at_light_load_the_same_queue_joins_within_the_stall_bound(make_batcher):
+    """The same 10 sentences and 2 running rows, submissions a second apart: nobody is
+    arriving behind them, so the running rows are not stalled past the bound for them."""
+    engine = GatedEngine()
+    one_core_costs(engine)
+    batcher = make_batcher(engine)
+    running = asyncio.ensure_future(batcher.submit([sentence(40, first=1), sentence(40, first=50)]))
+    await wait_until(lambda: engine.active_rows == 2 and engine.waiting.is_set(), "2 running")
+    crowd = [sentence(4, first=100 + 10 * i) for i in range(10)]
+    waiting = [asyncio.ensure_future(batcher.submit([row])) for row in crowd]
+    await wait_until(lambda: batcher.queue_depth == 10, "the queue filled")
+    batcher.queue.interactive_arrivals.gap_s = 1.0
+    engine.allow(10**6)
+    await asyncio.gather(*waiting)
+    await running
+    assert max(len(ids) for _, ids in engine.admissions[1:]) < 10
+
+
 def scheduler_choices(batcher) -> list[Choice]:
     """The choices the batcher's scheduler makes from now on, as its outputs carry them."""
     scheduler, choices = batcher._loop.scheduler, []
@@ -136,6 +178,7 @@ async def test_a_head_whose_first_sentence_alone_exceeds_the_stall_bound_is_mark
     await wait_until(lambda: engine.active_rows == 1 and engine.waiting.is_set(), "1 running")
     head = asyncio.ensure_future(batcher.submit([sentence(6, first=100)]))
     await wait_until(lambda: batcher.queue_depth == 1, "head queued")
+    batcher.queue.interactive_arrivals.gap_s = 1.0  # light load: no crowd behind the head
     engine.allow(1)
     await wait_until(lambda: engine.steps == 1 and engine.waiting.is_set(), "one step")
     assert choices[-1] == Choice.defer(Refusal.HEAD_OVER_STALL)
@@ -261,3 +304,34 @@ async def test_at_the_knee_a_backlog_joins_in_batches_not_row_by_row(make_batche
     assert max(engine.rows_per_step) == 6
     sizes = [len(ids) for _, ids in engine.admissions]
     assert sizes[0] == 6 and min(sizes[1:-1]) >= 2, sizes  # the last takes what is left
+
+
+@pytest.mark.anyio
+async def test_a_crowd_arriving_behind_a_head_refused_over_the_stall_bound_joins_at_once(
+    make_batcher,
+):
+    """A head refused over the stall bound at light load holds the queue until the running
+    row has finished; a crowd arriving behind it (a request every 2 ms) is not held: the
+    head and the crowd join at the next step, in one encoder call."""
+    engine = GatedEngine()
+    one_core_costs(engine)
+    batcher = make_batcher(engine)
+    choices = scheduler_choices(batcher)
+    running = asyncio.ensure_future(batcher.submit([sentence(40, first=1)]))
+    await wait_until(lambda: engine.active_rows == 1 and engine.waiting.is_set(), "1 running")
+    head = asyncio.ensure_future(batcher.submit([sentence(6, first=100)]))
+    await wait_until(lambda: batcher.queue_depth == 1, "head queued")
+    batcher.queue.interactive_arrivals.gap_s = 1.0
+    engine.allow(1)
+    await wait_until(lambda: engine.steps == 1 and engine.waiting.is_set(), "one step")
+    assert choices[-1] == Choice.defer(Refusal.HEAD_OVER_STALL)
+    crowd = [
+        asyncio.ensure_future(batcher.submit([sentence(4, first=200 + 10 * i)])) for i in range(4)
+    ]
+    await wait_until(lambda: batcher.queue_depth == 5, "the crowd queued")
+    batcher.queue.interactive_arrivals.gap_s = 0.002
+    engine.allow(10**6)
+    joined = await asyncio.gather(head, *crowd)
+    await running
+    assert {result.admitted_step for [result] in joined} == {2}
+    assert [len(ids) for _, ids in engine.admissions] == [1, 5]
