@@ -37,7 +37,7 @@ from export.onnx_export import (
     save_onnx,
     write_kv_helpers,
 )
-from export.per_row_int8 import quantize_per_row
+from export.per_row_int8 import attention_in_float64, quantize_per_row
 from export.search_head import HEAD_PREFIX
 from export.vocab_screen import strip_vocab_screen
 from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES
@@ -116,6 +116,7 @@ def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_
         fold_transposed_weights(model)
         if mode == PER_ROW_MODE:
             quantize_per_row(model)
+            attention_in_float64(model)
             save_onnx(model, target / name)
         else:
             _quantize_dynamic(model, target, name, mode)
