@@ -61,7 +61,7 @@ def test_per_row_matmul_matches_a_numpy_reference_of_per_row_quantization():
     assert quantize_per_row(model) == 2
     ops = [node.op_type for node in model.graph.node]
     assert ops.count("QuantizeLinear") == 1  # one quantized input for both readers
-    assert ops.count("MatMulInteger") == 2 and "MatMul" not in ops
+    assert ops.count("MatMulIntegerToFloat") == 2 and "MatMul" not in ops
     x = rng.normal(size=(3, 5, K)).astype(np.float32)
     x[1] *= 300  # rows of very different ranges
     x[2, 1, 7] = 40  # an outlier inside one row
