@@ -101,7 +101,7 @@ def quantize_per_row(model: onnx.ModelProto, weight_max: int = WEIGHT_MAX) -> in
         "one": numpy_helper.from_array(np.array(1.0, np.float32), names("per_row/one")),
         "zp": numpy_helper.from_array(np.array(ZERO_POINT, np.uint8), names("per_row/zero_point")),
         "amax": numpy_helper.from_array(np.array(ACTIVATION_MAX, np.float32), names("per_row/127")),
-        "tiny": numpy_helper.from_array(TINY, names("per_row/tiny")),
+        "tiny": numpy_helper.from_array(np.array(TINY, np.float32), names("per_row/tiny")),
         "axes": numpy_helper.from_array(np.array([-1], np.int64), names("per_row/last_axis")),
     }
     graph.initializer.extend(shared.values())
