@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 
 from export.onnx_export import DEFAULT_OPSET, export_model
-from export.variants import DEFAULT_INT8_MODE, INT8_MODES, make_fp16, make_int8
+from export.variants import DEFAULT_INT8_MODE, INT8_MODES, PER_ROW_MODE, make_fp16, make_int8
 
 
 def unreadable_model(model: Path) -> str | None:
@@ -38,7 +38,8 @@ def format_check(check: dict) -> str:
     verdict = "CPUs serve int8" if check["holds"] else "CPUs serve fp32"
     return (
         f"chrF int8 {check['chrf_int8']} vs fp32 {check['chrf_fp32']} on {check['pairs']} "
-        f"held-out pairs ({check['identical']:.0%} identical): {verdict}"
+        f"held-out pairs ({check['identical']:.0%} identical), "
+        f"{check.get('batch_differences', '?')} strings differ alone and batched: {verdict}"
     )
 
 
@@ -48,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="20 (default) or 23")
     parser.add_argument("--int8", action="store_true", help="also write OUTPUT-int8 (CPU)")
-    parser.add_argument("--int8-mode", choices=sorted(INT8_MODES), default=DEFAULT_INT8_MODE)
+    parser.add_argument(
+        "--int8-mode", choices=sorted([*INT8_MODES, PER_ROW_MODE]), default=DEFAULT_INT8_MODE
+    )
     parser.add_argument("--fp16", action="store_true", help="also write OUTPUT-fp16 (CUDA)")
     parser.add_argument(
         "--no-vocab-screen",

@@ -1,7 +1,10 @@
 """Variants of an fp32 export, each a complete export dir with the same file names.
 
-- int8: ORT dynamic quantization of MatMul weights (CPU), including the tied output projection
-  (``fold_transposed_weights``). Plain signed QInt8 weights risk int16 saturation in the u8*s8
+- int8 (CPU), including the tied output projection (``fold_transposed_weights``): by default
+  ``per_row`` (export/per_row_int8.py: activations quantized row by row, so that a translation
+  does not depend on its batch; attention in float64). The ORT dynamic quantization modes below
+  scale a whole batch's activations with one factor and are kept to measure against it.
+  Plain signed QInt8 weights risk int16 saturation in the u8*s8
   kernel on CPUs without VNNI (docs/toolchain.md). Measured on random weights at Marian-base size
   (teacher-forced top-1 agreement with fp32 over 1,792 positions; engine tokens/s, 1 thread):
   ``reduce_range`` 0.979, 2.4-2.9x fp32 speed (default); ``quint8`` 0.989 but no faster than
@@ -37,6 +40,7 @@ from export.onnx_export import (
     save_onnx,
     write_kv_helpers,
 )
+from export.per_row_int8 import attention_in_float64, quantize_per_row
 from export.search_head import HEAD_PREFIX
 from export.vocab_screen import strip_vocab_screen
 from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES
@@ -45,12 +49,14 @@ from service.runtime.variants import INT8_CHECK_KEY
 log = logging.getLogger(__name__)
 
 INT8_MODES = {
-    # name: (weight type, reduce_range)
+    # name: (weight type, reduce_range) of ORT's dynamic quantization, one activation scale per
+    # matrix; kept to measure against "per_row" (export/per_row_int8.py), the default.
     "reduce_range": ("QInt8", True),
     "quint8": ("QUInt8", False),
     "qint8": ("QInt8", False),  # inaccurate without VNNI; kept only to measure it
 }
-DEFAULT_INT8_MODE = "reduce_range"
+PER_ROW_MODE = "per_row"
+DEFAULT_INT8_MODE = PER_ROW_MODE
 
 
 def _copy_side_files(source: Path, target: Path) -> dict:
@@ -101,37 +107,49 @@ def fold_transposed_weights(model: onnx.ModelProto) -> int:
 
 
 def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_INT8_MODE) -> Path:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     source, target = Path(fp32_dir), Path(output_dir)
+    if mode != PER_ROW_MODE and mode not in INT8_MODES:
+        raise ValueError(f"unknown int8 mode {mode!r}")
     config = _copy_side_files(source, target)
     config.pop("vocab_screen", None)
     config.pop(INT8_CHECK_KEY, None)  # the fp32 export's check of its own int8 variant
-    weight_type, reduce_range = INT8_MODES[mode]
     for name in (ENCODER_FILE, DECODER_FILE):
         model = onnx.load(source / name)
         strip_vocab_screen(model)  # an int8 projection needs no int8 screen
         fold_transposed_weights(model)
-        prepared = target / f"prepared-{name}"
-        large = initializer_bytes(model) > EXTERNAL_DATA_BYTES
-        save_onnx(model, prepared, large)
+        if mode == PER_ROW_MODE:
+            quantize_per_row(model)
+            attention_in_float64(model)
+            save_onnx(model, target / name)
+        else:
+            _quantize_dynamic(model, target, name, mode)
         del model
-        quantize_dynamic(
-            prepared,
-            target / name,
-            weight_type=getattr(QuantType, weight_type),
-            reduce_range=reduce_range,
-            op_types_to_quantize=["MatMul", "Gemm"],
-            use_external_data_format=large,
-        )
-        prepared.unlink()
-        prepared.with_name(f"{prepared.name}.data").unlink(missing_ok=True)
     for name in KV_HELPER_FILES:  # caches stay fp32
         shutil.copyfile(source / name, target / name)
     write_device_decoder(target, config["num_layers"])
     config.update(variant=f"int8-{mode}", model_name=f"{config.get('model_name', source.name)}")
     _write_config(target, config)
     return target
+
+
+def _quantize_dynamic(model: onnx.ModelProto, target: Path, name: str, mode: str) -> None:
+    """ONNX Runtime's dynamic quantization of ``model`` into ``target / name``."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    weight_type, reduce_range = INT8_MODES[mode]
+    prepared = target / f"prepared-{name}"
+    large = initializer_bytes(model) > EXTERNAL_DATA_BYTES
+    save_onnx(model, prepared, large)
+    quantize_dynamic(
+        prepared,
+        target / name,
+        weight_type=getattr(QuantType, weight_type),
+        reduce_range=reduce_range,
+        op_types_to_quantize=["MatMul", "Gemm"],
+        use_external_data_format=large,
+    )
+    prepared.unlink()
+    prepared.with_name(f"{prepared.name}.data").unlink(missing_ok=True)
 
 
 def make_fp16(fp32_dir: str | Path, output_dir: str | Path) -> Path:
@@ -304,7 +322,7 @@ def compare(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build and measure export variants against fp32.")
     parser.add_argument("--fp32", required=True, type=Path, help="fp32 export dir")
-    parser.add_argument("--int8-modes", default="reduce_range,quint8,qint8")
+    parser.add_argument("--int8-modes", default="per_row,reduce_range,quint8,qint8")
     parser.add_argument(
         "--fp16", action="store_true", help="also build fp16 (CPU timings mean little)"
     )

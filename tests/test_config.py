@@ -28,7 +28,7 @@ VARIABLES = {
     "MT_INTRA_OP_THREADS": ("model.intra_op_threads", "3", 3),
     "MT_KV_POOL_MB": ("model.kv_pool_mb", "64", 64),
     "MT_VOCAB_SCREEN": ("model.vocab_screen", "false", False),
-    "MT_CPU_INT8": ("model.cpu_int8", "true", True),
+    "MT_CPU_INT8": ("model.cpu_int8", "false", False),
     "MT_LAZY_LOAD": ("model.lazy_load", "true", True),
     "MT_MAX_LOADED_MODELS": ("model.max_loaded_models", "2", 2),
     "MT_COLD_START": ("model.cold_start", "reject", "reject"),

@@ -3,11 +3,13 @@ check says int8 holds, else the fp32 export itself.
 
 An export may carry an int8 variant for CPU serving in ``<export>/int8`` (export/int8_check.py
 writes it), and records in its config.json, under ``int8_check``, how it measured on held-out
-pairs: chrF of both variants against references, and ``holds`` when int8 is at most
-``TOLERANCE_CHRF`` below fp32. On the CPU provider that variant serves when the check holds
-(int8 MatMuls are 2-3x faster there and the kernels' rounding costs no measured quality); on
-CUDA the fp32 (or fp16) export serves as it is, and the model setting ``cpu_int8`` off keeps
-fp32 everywhere.
+pairs: chrF of both variants against references, how many strings int8 translates differently
+alone than in batches (``batch_differences``), and ``holds`` when int8 is at most
+``TOLERANCE_CHRF`` below fp32 and no string differs. On the CPU provider that variant serves
+when the check holds (int8 MatMuls are 2-3x faster there and the kernels' rounding costs no
+measured quality); on CUDA the fp32 (or fp16) export serves as it is, and the model setting
+``cpu_int8`` off keeps fp32 everywhere. An export whose check predates the batch check (its
+int8 quantized a whole batch's activations with one scale) keeps fp32.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ def int8_variant(model_dir: Path) -> Path | None:
     delta = check.get("delta_chrf")
     if not isinstance(delta, int | float) or delta < -TOLERANCE_CHRF:
         return None  # a check recorded by hand, or against another tolerance
+    differences = check.get("batch_differences")
+    if type(differences) is not int or differences != 0:
+        return None  # outputs that depend on the batch, or a check from before it was measured
     return variant
 
 

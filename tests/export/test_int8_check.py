@@ -29,7 +29,7 @@ def with_pair(source, tmp_path, pair):
     return fp32
 
 
-@pytest.mark.parametrize("int8_quality", ["same", "worse"])
+@pytest.mark.parametrize("int8_quality", ["same", "worse", "batch-dependent"])
 def test_export_records_the_int8_check_and_serving_follows_it(
     exported,  # noqa: F811
     tmp_path,
@@ -37,13 +37,16 @@ def test_export_records_the_int8_check_and_serving_follows_it(
     int8_quality,
 ):
     # Translations stand in for the engine's (the tiny model has no tokenizer): fp32 returns
-    # the references, int8 the same or with the second half of every string gone.
+    # the references, int8 the same, or with the second half of every string gone, or with
+    # one string different when it is translated alone.
     references = dict(heldout_pairs("en", "de", limit=8))
 
-    def translate(export_dir, texts):
+    def translate(export_dir, texts, batch=int8_check.BATCH):
         outputs = [references[text] for text in texts]
         if export_dir.name == "int8" and int8_quality == "worse":
             outputs = [text[: len(text) // 2] for text in outputs]
+        if export_dir.name == "int8" and int8_quality == "batch-dependent" and batch == 1:
+            outputs[3] += "!"
         return outputs
 
     monkeypatch.setattr(int8_check, "translate", translate)
@@ -52,9 +55,10 @@ def test_export_records_the_int8_check_and_serving_follows_it(
     recorded = json.loads((fp32 / "config.json").read_text())["int8_check"]
     assert recorded == {**check, "dir": "int8"}
     assert check["pairs"] == 8 and check["direction"] == "en→de" and check["chrf_fp32"] == 100
+    assert check["batch_differences"] == (int8_quality == "batch-dependent")
     assert check["holds"] is (int8_quality == "same")
     int8_config = json.loads((fp32 / "int8" / "config.json").read_text())
-    assert int8_config["variant"] == "int8-reduce_range" and int8_config["quality_check"] == check
+    assert int8_config["variant"] == "int8-per_row" and int8_config["quality_check"] == check
     assert "int8_check" not in int8_config
     expected = fp32 / "int8" if int8_quality == "same" else fp32
     assert served_variant(fp32, on_cpu=True, cpu_int8=True) == expected

@@ -14,12 +14,17 @@ from service.translation.model_settings import ModelSettings
 from tests.onnx_fixtures import exported  # noqa: F401  (fixture)
 
 
-def export_with_check(root: Path, delta: float, holds: bool, variant: bool = True) -> Path:
-    """A stand-in export directory whose config records an int8 check."""
+def export_with_check(
+    root: Path, delta: float, holds: bool, variant: bool = True, batch_differences: int | None = 0
+) -> Path:
+    """A stand-in export directory whose config records an int8 check (``batch_differences``
+    None: a check from before the batch check)."""
     fp32 = root / "fp32"
     fp32.mkdir(parents=True)
     check = {"pairs": 600, "chrf_fp32": 60.0, "chrf_int8": 60.0 + delta, "delta_chrf": delta}
     check.update(holds=holds, dir="int8")
+    if batch_differences is not None:
+        check["batch_differences"] = batch_differences
     (fp32 / "config.json").write_text(json.dumps({"variant": "fp32", "int8_check": check}))
     if variant:
         (fp32 / "int8").mkdir()
@@ -36,6 +41,16 @@ def test_cpu_serves_int8_when_its_check_holds(tmp_path):
 def test_cpu_serves_fp32_when_the_check_fails(tmp_path, delta, holds):
     # A check beyond 0.3 chrF never serves int8, whatever its verdict says.
     fp32 = export_with_check(tmp_path, delta=delta, holds=holds)
+    assert served_variant(fp32, on_cpu=True, cpu_int8=True) == fp32
+
+
+@pytest.mark.parametrize("batch_differences", [None, 3])
+def test_cpu_serves_fp32_when_int8_depends_on_its_batch_or_was_never_checked_for_it(
+    tmp_path, batch_differences
+):
+    # An export from before the batch check carries per-matrix int8 whose outputs change with
+    # their batch; its chrF check alone holds.
+    fp32 = export_with_check(tmp_path, 0.0, holds=True, batch_differences=batch_differences)
     assert served_variant(fp32, on_cpu=True, cpu_int8=True) == fp32
 
 
@@ -61,21 +76,22 @@ def test_open_engine_opens_the_variant_the_settings_and_check_choose(exported, t
     shutil.copytree(exported.onnx_dir, fp32)
     make_int8(fp32, fp32 / "int8")
     config = json.loads((fp32 / "config.json").read_text())
-    config["int8_check"] = {"pairs": 8, "delta_chrf": -0.1, "holds": True, "dir": "int8"}
+    check = {"pairs": 8, "delta_chrf": -0.1, "batch_differences": 0, "holds": True, "dir": "int8"}
+    config["int8_check"] = check
     (fp32 / "config.json").write_text(json.dumps(config))
 
-    asked = ModelSettings(provider="cpu", intra_op_threads=1, cpu_int8=True)
-    int8_engine = open_engine(fp32, asked)
-    assert int8_engine.model.info.variant == "int8-reduce_range"
+    # By default: int8 with per-row activation scales does not depend on its batch.
+    default = ModelSettings(provider="cpu", intra_op_threads=1)
+    int8_engine = open_engine(fp32, default)
+    assert int8_engine.model.info.variant == "int8-per_row"
     assert int8_engine.model_dir == fp32 / "int8"
-    # Not by default: int8's per-batch activation scale makes a translation depend on its batch.
-    default = open_engine(fp32, ModelSettings(provider="cpu", intra_op_threads=1))
-    assert default.model.info.variant == "fp32"
+    fp32_asked = ModelSettings(provider="cpu", intra_op_threads=1, cpu_int8=False)
+    assert open_engine(fp32, fp32_asked).model.info.variant == "fp32"
 
-    config["int8_check"].update(delta_chrf=-0.4, holds=False)
-    (fp32 / "config.json").write_text(json.dumps(config))
-    failed = open_engine(fp32, asked)
-    assert failed.model.info.variant == "fp32"
+    for failed in ({"delta_chrf": -0.4, "holds": False}, {"batch_differences": 2, "holds": False}):
+        config["int8_check"] = {**check, **failed}
+        (fp32 / "config.json").write_text(json.dumps(config))
+        assert open_engine(fp32, default).model.info.variant == "fp32"
 
 
 def test_auto_provider_counts_as_cpu_unless_cuda_really_runs(monkeypatch, tmp_path):

@@ -1,0 +1,267 @@
+"""int8 MatMuls whose activations are quantized row by row: a translation that does not depend
+on its batch.
+
+ONNX Runtime's dynamic quantization (``DynamicQuantizeLinear`` + ``MatMulInteger``, fused into
+``DynamicQuantizeMatMul``) takes one scale and zero point for the whole input matrix, that is for
+every row of the batch: a sentence's activations round differently beside a sentence with larger
+ones, and its greedy output can change with what shares its batch. Neither contrib op does per
+row what is needed: ``DynamicQuantizeMatMul`` computes one scale, and ``MatMulIntegerToFloat``
+accepts an ``a_scale`` per row (ONNX Runtime 1.32 runs it) but, by its source, multiplies by it
+after adding the bias. This module rewrites every ``MatMul`` of the fp32 graph whose second
+input is a 2-D float initializer, as CTranslate2's int8 GEMM computes it:
+
+- weights (K, N), once at export: symmetric int8 per output column,
+  ``s_w[n] = max_k |W[k, n]| / WEIGHT_MAX``, ``W_q = round(W / s_w)``;
+- activations x (..., K), per call: ``s_x = max_k |x[..., k]| / 127`` for each row (the last
+  axis), ``x_q = round(x / s_x)`` in [-127, 127], stored as uint8 with the constant zero point
+  128 (``QuantizeLinear`` with scale 1 of ``x / s_x``, rounding half to even);
+- the int8 product sums exactly in int32, then ``* s_w`` (1, N) and ``* s_x`` (M, 1); the
+  exported graph's bias ``Add`` follows unchanged. The first three steps are ONNX Runtime's
+  ``MatMulIntegerToFloat`` (``a_scale`` 1, ``b_scale`` s_w per column, zero point 128): the
+  same as ``MatMulInteger``, ``Cast`` and ``Mul`` in one pass over the output instead of three
+  (a decoder step went from 1.64x to 1.49x the per-matrix variant's time, docs/engine.md).
+
+Every float operation after the integer sum is elementwise, so a row's output depends on that
+row alone. Inputs read by several MatMuls (an encoder layer's Q, K and V; the encoder output
+that feeds every cross-attention key and value) are quantized once.
+
+Why uint8 with zero point 128 and 7-bit weights: MLAS's fast AVX2 kernels multiply uint8 by
+int8 with ``vpmaddubsw``, which adds each pair of products into a saturating int16. With x_q +
+128 up to 255 and 8-bit weights up to 127 a pair reaches 2 * 255 * 127 = 64,770 and saturates
+(wrong sums, not rounding); with weights at most 63 it stays within 2 * 255 * 63 = 32,130.
+VNNI and AMX kernels do not saturate, but an export travels between CPUs, so the weights are
+7-bit everywhere (ONNX Runtime's ``reduce_range`` makes the same choice). The cost is one bit of
+weight precision, kept per column rather than per matrix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ACTIVATION_MAX = 127
+WEIGHT_MAX = 63  # 7-bit weights: no int16 saturation in AVX2's u8*s8 pair sums (module doc)
+ZERO_POINT = 128
+CONTRIB_DOMAIN = "com.microsoft"
+# Rows of zeros get this scale instead of 0 (0 / 0 would be NaN); their q is 0 either way.
+TINY = np.float32(1e-30)
+
+
+def quantize_weight(
+    weight: np.ndarray, weight_max: int = WEIGHT_MAX
+) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-output-column int8 of a (K, N) weight: (W_q int8, s_w float32 (N,))."""
+    weight = weight.astype(np.float32)
+    scale = np.abs(weight).max(axis=0) / np.float32(weight_max)
+    scale = np.where(scale > 0, scale, np.float32(1.0)).astype(np.float32)
+    quantized = np.clip(np.rint(weight / scale), -weight_max, weight_max).astype(np.int8)
+    return quantized, scale
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+class _Names:
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.taken = {name for node in model.graph.node for name in (*node.output, node.name)}
+        self.taken |= {t.name for t in model.graph.initializer}
+        self.taken |= {v.name for v in model.graph.input}
+
+    def __call__(self, base: str) -> str:
+        name, n = base, 0
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+
+def quantize_per_row(model: onnx.ModelProto, weight_max: int = WEIGHT_MAX) -> int:
+    """Rewrite, in place, every ``MatMul(x, W)`` with W a 2-D float initializer into the per-row
+    int8 form of the module doc; returns how many were rewritten. The graph must be loaded with
+    its weights."""
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    opset = _opset(model)
+    names = _Names(model)
+    targets = [
+        node
+        for node in graph.node
+        if node.op_type == "MatMul"
+        and node.input[1] in initializers
+        and len(initializers[node.input[1]].dims) == 2
+        and initializers[node.input[1]].data_type == TensorProto.FLOAT
+    ]
+    if not targets:
+        return 0
+
+    shared = {
+        "one": numpy_helper.from_array(np.array(1.0, np.float32), names("per_row/one")),
+        "zp": numpy_helper.from_array(np.array(ZERO_POINT, np.uint8), names("per_row/zero_point")),
+        "amax": numpy_helper.from_array(np.array(ACTIVATION_MAX, np.float32), names("per_row/127")),
+        "tiny": numpy_helper.from_array(np.array(TINY, np.float32), names("per_row/tiny")),
+        "axes": numpy_helper.from_array(np.array([-1], np.int64), names("per_row/last_axis")),
+    }
+    graph.initializer.extend(shared.values())
+    const = {key: tensor.name for key, tensor in shared.items()}
+
+    # The quantized form of each activation, made once, just before its first reader.
+    quantized: dict[str, tuple[str, str]] = {}  # input name -> (x_q, s_x)
+    new_nodes: list[onnx.NodeProto] = []
+    weights: dict[str, tuple[str, str]] = {}  # weight name -> (W_q, s_w)
+    rewrite = {id(node) for node in targets}
+    for node in graph.node:
+        if id(node) not in rewrite:
+            new_nodes.append(node)
+            continue
+        x, w = node.input[0], node.input[1]
+        base = node.name or node.output[0]
+        if x not in quantized:
+            stem = f"per_row/{x}"
+            absolute, row_max, safe = (
+                names(f"{stem}/abs"),
+                names(f"{stem}/max"),
+                names(f"{stem}/safe"),
+            )
+            scale, scaled, q = names(f"{stem}/scale"), names(f"{stem}/scaled"), names(f"{stem}/q")
+            new_nodes.append(helper.make_node("Abs", [x], [absolute], name=names(f"{stem}/Abs")))
+            if opset >= 18:
+                reduce = helper.make_node(
+                    "ReduceMax", [absolute, const["axes"]], [row_max], keepdims=1
+                )
+            else:
+                reduce = helper.make_node("ReduceMax", [absolute], [row_max], axes=[-1], keepdims=1)
+            reduce.name = names(f"{stem}/ReduceMax")
+            new_nodes += [
+                reduce,
+                helper.make_node(
+                    "Max", [row_max, const["tiny"]], [safe], name=names(f"{stem}/Max")
+                ),
+                helper.make_node(
+                    "Div", [safe, const["amax"]], [scale], name=names(f"{stem}/DivScale")
+                ),
+                helper.make_node("Div", [x, scale], [scaled], name=names(f"{stem}/Div")),
+                helper.make_node(
+                    "QuantizeLinear",
+                    [scaled, const["one"], const["zp"]],
+                    [q],
+                    name=names(f"{stem}/QuantizeLinear"),
+                ),
+            ]
+            quantized[x] = (q, scale)
+        if w not in weights:
+            w_q, w_scale = quantize_weight(numpy_helper.to_array(initializers[w]), weight_max)
+            q_name, s_name = names(f"{w}.int8"), names(f"{w}.scale")
+            graph.initializer.extend(
+                [numpy_helper.from_array(w_q, q_name), numpy_helper.from_array(w_scale, s_name)]
+            )
+            weights[w] = (q_name, s_name)
+        q, scale = quantized[x]
+        q_name, s_name = weights[w]
+        by_column = names(f"{base}/by_column")
+        new_nodes += [
+            helper.make_node(
+                "MatMulIntegerToFloat",
+                [q, q_name, const["one"], s_name, const["zp"]],
+                [by_column],
+                name=names(f"{base}/MatMulIntegerToFloat"),
+                domain=CONTRIB_DOMAIN,
+            ),
+            helper.make_node(
+                "Mul", [by_column, scale], [node.output[0]], name=names(f"{base}/MulX")
+            ),
+        ]
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+    if not any(opset.domain == CONTRIB_DOMAIN for opset in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
+
+    # The float weights go where nothing else reads them (the tied embedding stays for its Gather).
+    read = _read_names(graph)
+    kept = [t for t in graph.initializer if t.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    return len(targets)
+
+
+PASS_THROUGH = {"Slice", "Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze"}
+
+
+def attention_in_float64(model: onnx.ModelProto) -> int:
+    """Compute every ``Softmax`` and every ``MatMul`` of its probabilities by values in float64,
+    rounding the results to float32; returns how many nodes were changed.
+
+    Why: a padded batch gives these ops more key positions than the sentence alone has (a
+    longer source beside it, a cache with more slots). The padded probabilities are exact
+    zeros, but MLAS groups the terms of a sum by their position, so the float32 sums over 11
+    and over 13 positions can differ in the last bit. fp32 outputs never show it; per-row
+    quantization turns such a bit into a different integer where ``x / s_x`` lies at a
+    rounding boundary, and on the shipped de→en model 1 of 600 held-out strings came out
+    differently alone. In float64 the same order effects stay ~2^-29 below float32's
+    rounding step, so the rounded results agree. The MatMuls whose weights are constants sum
+    over model dimensions, the same in every batch, and are quantized instead."""
+    graph = model.graph
+    names = _Names(model)
+    initializers = {t.name for t in graph.initializer}
+    producers = {output: node for node in graph.node for output in node.output}
+
+    def from_softmax(name: str) -> bool:
+        node = producers.get(name)
+        while node is not None and node.op_type in PASS_THROUGH:
+            node = producers.get(node.input[0])
+        return node is not None and node.op_type == "Softmax"
+
+    new_nodes: list[onnx.NodeProto] = []
+    changed = 0
+
+    def to(value: str, dtype: int, base: str) -> str:
+        cast = names(f"{base}/{'f64' if dtype == TensorProto.DOUBLE else 'f32'}")
+        new_nodes.append(
+            helper.make_node("Cast", [value], [cast], to=dtype, name=names(f"{base}/Cast"))
+        )
+        return cast
+
+    for node in graph.node:
+        widen = node.op_type == "Softmax" or (
+            node.op_type == "MatMul"
+            and node.input[1] not in initializers
+            and from_softmax(node.input[0])
+        )
+        if not widen:
+            new_nodes.append(node)
+            continue
+        base = f"float64/{node.name or node.output[0]}"
+        inputs = [
+            to(value, TensorProto.DOUBLE, f"{base}/in{i}") for i, value in enumerate(node.input)
+        ]
+        wide = names(f"{base}/out")
+        output = node.output[0]
+        del node.input[:]
+        node.input.extend(inputs)
+        node.output[0] = wide
+        new_nodes.append(node)
+        new_nodes.append(
+            helper.make_node(
+                "Cast", [wide], [output], to=TensorProto.FLOAT, name=names(f"{base}/CastBack")
+            )
+        )
+        changed += 1
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+    return changed
+
+
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every name a node of ``graph`` or of its subgraphs reads, and the graph's outputs."""
+    read = {output.name for output in graph.output}
+    for node in graph.node:
+        read.update(node.input)
+        for attribute in node.attribute:
+            for subgraph in (
+                *([attribute.g] if attribute.HasField("g") else []),
+                *attribute.graphs,
+            ):
+                read |= _read_names(subgraph)
+    return read
