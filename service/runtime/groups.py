@@ -169,7 +169,7 @@ class Group:
         step = advance_searches(self.requests, head)
         tensors = self.tensors
         tensors.next_tokens, tensors.positions = step.next_tokens, tensors.positions + 1
-        if step.finished:
+        if step.kept_rows is not None:  # requests finished
             self._set_requests(step.remaining)
             kept = step.kept_rows
             tensors.next_tokens, tensors.positions = step.next_tokens[kept], tensors.positions[kept]

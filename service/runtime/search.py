@@ -40,7 +40,7 @@ chooses among them by their log-probabilities renormalised over that set (the wa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -290,7 +290,7 @@ class BeamSearch(_Search):
 
     def advance(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
         """head of K rows -> next tokens (K,), parent beams (K,): ``advance_beams`` of one."""
-        tokens, parents = advance_beams([self], head, [0])
+        tokens, parents = advance_beams([self], head, np.arange(self.num_rows)[None])
         return tokens[0], parents[0]
 
     def special_step(self) -> bool:
@@ -309,25 +309,24 @@ class BeamSearch(_Search):
 
 
 def advance_beams(
-    searches: Sequence[BeamSearch], head: StepOutput, firsts: Sequence[int]
+    searches: Sequence[BeamSearch], head: StepOutput, beam_rows: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One step of several beam searches of the same beam size K at once: ``searches[i]``
-    reads the K rows of ``head`` from ``firsts[i]``. Returns the next tokens (R, K) and, per
-    new row, the beam (0..K-1 within its request) whose cache it continues (R, K).
+    """One step of several beam searches of the same beam size K at once: beam k of
+    ``searches[i]`` reads row ``beam_rows[i, k]`` of ``head`` (R, K). Returns the next beams'
+    tokens (R, K) and, per next beam, the beam (0..K-1 within its request) it continues.
 
     The choice of candidates is one numpy call over an (R, K x 2K) array; Python only
     touches what each request must keep (its tokens, its finished hypotheses, its stop test).
     """
     count, beams = len(searches), searches[0].num_rows
     width = 2 * beams
-    rows = (np.asarray(firsts, dtype=np.int64)[:, None] + np.arange(beams)).reshape(-1)
+    rows = np.asarray(beam_rows, dtype=np.int64).reshape(-1)
     scores = head.top_log_probs[rows, :width]  # (R*K, 2K) fancy indexing: copies
     ids = head.top_ids[rows, :width]
     for index, search in enumerate(searches):
         if search.special_step():
-            first = int(firsts[index])
             block = slice(index * beams, (index + 1) * beams)
-            scores[block], ids[block] = search._candidates(head.rows(first, first + beams))
+            scores[block], ids[block] = search._candidates(_head_rows(head, rows[block]))
     # The best 2K of all K*V candidates are among each beam's best 2K (a beam's running
     # score shifts its whole row), which is what the search head returns.
     running = np.stack([search.running_scores for search in searches])  # (R, K)
@@ -349,8 +348,9 @@ def advance_beams(
     ends &= np.isfinite(top_scores)
 
     # Candidates ranked within the top K that end here become finished hypotheses.
-    ending = np.nonzero(ends[:, :beams])
-    if len(ending[0]):
+    ending_requests, ending_ranks = np.nonzero(ends[:, :beams])
+    if len(ending_requests):
+        ending = zip(ending_requests.tolist(), ending_ranks.tolist(), strict=True)
         _finish(searches, ending, top_scores, top_beam, top_token)
 
     # The best K candidates that do not end continue.
@@ -380,9 +380,19 @@ def advance_beams(
     return keep_token, keep_beam
 
 
+def _head_rows(head: StepOutput, rows: np.ndarray) -> StepOutput:
+    """``head``'s rows ``rows``, in that order."""
+    return StepOutput(
+        head.top_log_probs[rows],
+        head.top_ids[rows],
+        head.watch_log_probs[rows],
+        head.watch_ids[rows],
+    )
+
+
 def _finish(
     searches: Sequence[BeamSearch],
-    ending: tuple[np.ndarray, np.ndarray],
+    ending: Iterable[tuple[int, int]],
     top_scores: np.ndarray,
     top_beam: np.ndarray,
     top_token: np.ndarray,
@@ -390,7 +400,7 @@ def _finish(
     """The candidates at (request, rank) ``ending`` join their requests' finished
     hypotheses (in rank order), which keep their best K."""
     touched: list[BeamSearch] = []
-    for index, rank in zip(ending[0].tolist(), ending[1].tolist(), strict=True):
+    for index, rank in ending:
         search = searches[index]
         token = int(top_token[index, rank])
         hypothesis = list(search.running_tokens[int(top_beam[index, rank])])

@@ -14,6 +14,7 @@ import pytest
 
 from service.runtime.model_io import StepOutput
 from service.runtime.search import BeamSearch, advance_beams, top_k_descending
+from service.runtime.stepping import place_children
 from tests.head_reference import head_from_logits
 
 EOS, PAD, V = 0, 9, 12
@@ -87,6 +88,11 @@ def joined_head(heads: list[StepOutput]) -> StepOutput:
     )
 
 
+def _rows(head: StepOutput, order: np.ndarray) -> StepOutput:
+    arrays = (head.top_log_probs, head.top_ids, head.watch_log_probs, head.watch_ids)
+    return StepOutput(*(array[order] for array in arrays))
+
+
 def assert_same(alone: BeamSearch, batched: BeamSearch) -> None:
     assert batched.steps == alone.steps and batched.done == alone.done
     assert batched.running_tokens == alone.running_tokens
@@ -128,10 +134,14 @@ def test_the_group_step_equals_each_request_advanced_alone(beams):
                 per_request_advance(alone, head)
                 for (alone, _), head in zip(running, heads, strict=True)
             ]
+            # The group keeps each request's beams in rows of its own choosing (the fewest
+            # cache copies): here a random order per request, which the step must follow.
+            beam_rows = np.stack([rng.permutation(beams) for _ in running])
+            beam_rows += beams * np.arange(len(running))[:, None]
+            # physical row beam_rows[i, k] holds beam k of request i
+            physical = _rows(joined_head(heads), np.argsort(beam_rows.reshape(-1)))
             tokens, parents = advance_beams(
-                [batched for _, batched in running],
-                joined_head(heads),
-                [index * beams for index in range(len(running))],
+                [batched for _, batched in running], physical, beam_rows
             )
             for index, (alone, batched) in enumerate(running):
                 assert tokens[index].tolist() == expected[index][0].tolist(), trial
@@ -156,3 +166,16 @@ def test_advance_of_one_search_is_the_group_step_of_one():
         assert tokens.tolist() == expected[0].tolist()
         assert parents.tolist() == expected[1].tolist()
         assert_same(alone, batched)
+
+
+def test_next_beams_stay_in_their_parents_rows_and_copy_only_into_dead_beams_rows():
+    # parents' rows per next beam: row 0 has three children, row 2 one, rows 1 and 3 none
+    placed = place_children(np.array([[0, 0, 2, 0], [3, 2, 1, 0], [1, 1, 1, 1]]))
+    assert placed.tolist() == [[0, 1, 2, 3], [3, 2, 1, 0], [1, 0, 2, 3]]
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        sources = rng.integers(0, 4, size=(1, 4))
+        rows = place_children(sources)[0]
+        assert sorted(rows.tolist()) == [0, 1, 2, 3]  # every row holds one next beam
+        copies = int((rows != sources[0]).sum())
+        assert copies == 4 - len(set(sources[0].tolist()))  # one copy per beam that died
