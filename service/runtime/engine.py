@@ -15,23 +15,21 @@ with some newcomers would cost before it admits them.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from service.runtime import calibration
-from service.runtime.groups import EncodedRequests, Group, GroupSpan, GroupTensors, encode_calls
+from service.runtime import calibration, offline
+from service.runtime.encoding import encode_requests
+from service.runtime.groups import EncodedRequests, Group, GroupSpan, GroupTensors
 from service.runtime.kv_cache import KVBackend
 from service.runtime.onnx_model import OnnxSeq2Seq, ProviderName, runs_on_cpu
 from service.runtime.placement import (
     BatchPlan,
     Placement,
     PlacementRules,
-    encoder_calls,
-    length_classes,
 )
 from service.runtime.step_cost import (
     AdmissionPricing,
@@ -39,13 +37,10 @@ from service.runtime.step_cost import (
     EncodePrices,
     StepCostModel,
     StepShape,
-    calls_features,
     merge_features,
 )
 from service.runtime.types import BatchEstimate, DecodeRequest, FinishedRequest, RejectedRequest
 from service.runtime.variants import int8_variant, served_variant
-
-log = logging.getLogger(__name__)
 
 
 class EngineOptions(Protocol):
@@ -191,23 +186,11 @@ class Engine:
         return encoded.rejected
 
     def encode(self, requests: list[DecodeRequest]) -> EncodedRequests:
-        """The first half of ``add``: validate and run the encoder, nothing joins the batch.
-
-        It touches no batch state, so another thread may run it while the engine thread
-        steps the running rows (the batcher's encoder overlap); ``place`` then adds the
-        result to the batch between two steps."""
-        rejected: list[RejectedRequest] = []
-        valid: list[DecodeRequest] = []
-        for request in requests:
-            reason = self.validate(request)
-            if reason is None:
-                valid.append(request)
-            else:
-                rejected.append(RejectedRequest(request.request_id, reason))
-        # sorted by source length, cut where lengths stop being similar
-        classes = length_classes(valid, _source_length, self.length_slack)
-        groups = [self._encode_class(length_class) for length_class in classes]
-        return EncodedRequests(groups, rejected)
+        """The first half of ``add``: validate and run the encoder, nothing joins the batch
+        (service/runtime/encoding.py): another thread may run it while this one steps."""
+        return encode_requests(
+            self.kv, self.model.info, requests, self.length_slack, self.encode_cost
+        )
 
     def place(self, encoded: EncodedRequests) -> None:
         """The second half of ``add``: encoded newcomers join a group or open one."""
@@ -229,18 +212,6 @@ class Engine:
                 joined.absorb(group)
         if joins:
             self.place_cost.observe(merge_features(joins, copied), time.perf_counter() - started)
-
-    def _encode_class(self, requests: list[DecodeRequest]) -> Group:
-        """Requests of similar source length as one group, encoded in the calls that cost
-        least (timed whole for the cost model: the calls and the copy that joins them)."""
-        started = time.perf_counter()
-        calls = encoder_calls(requests, _source_length, EncodePrices.of(self.encode_cost))
-        group = encode_calls(self.kv, self.model.info, calls)
-        self.encode_cost.observe(
-            calls_features([[_source_length(r) for r in call] for call in calls]),
-            time.perf_counter() - started,
-        )
-        return group
 
     def step(self) -> list[FinishedRequest]:
         """One decoder step over all active rows; returns the requests that finished in it."""
@@ -300,54 +271,15 @@ class Engine:
         length_penalty: float = 1.0,
         copy_tokens: list[dict[int, int] | None] | None = None,
     ) -> list[list[int]]:
-        """Offline: add all sentences, step until they finish; results in input order.
-
-        ``copy_tokens``: per sentence, the placeholder constraint (see ``DecodeRequest``).
-
-        For an engine nobody else drives (scripts, warm-up, tests): results of other requests
-        that finish meanwhile are not returned to anyone."""
-        ids = [("translate_ids", self.steps, index) for index in range(len(src_ids))]
-        constraints = copy_tokens if copy_tokens is not None else [None] * len(src_ids)
-        requests = [
-            DecodeRequest(request_id, list(src), beam_size, max_new_tokens, length_penalty, copies)
-            for request_id, src, copies in zip(ids, src_ids, constraints, strict=True)
-        ]
-        return _run_to_the_end(self, requests)
+        """Offline: add all sentences, step until they finish (service/runtime/offline.py)."""
+        options = (beam_size, max_new_tokens, length_penalty, copy_tokens)
+        return offline.translate_ids(self, src_ids, *options)
 
     def warmup(self) -> float:
-        """Run a tiny greedy and beam translation (allocations, kernel selection); returns
-        seconds."""
-        started = time.perf_counter()
-        src = calibration.ordinary_source(self.model.info, 4)
-        self.translate_ids([src], beam_size=1, max_new_tokens=4)
-        self.translate_ids([src, src[1:]], beam_size=2, max_new_tokens=4)
-        elapsed = time.perf_counter() - started
-        log.info("engine warmed up in %.2f s on %s", elapsed, self.provider)
-        return elapsed
+        """A tiny greedy and beam translation (allocations, kernel selection); seconds."""
+        return offline.warmup(self)
 
     def calibrate(self, **spread: Any) -> float:
         """Fit the step and encoder cost models to calls timed over a spread of shapes
         (service/runtime/calibration.py); returns seconds spent."""
         return calibration.calibrate(self.model, self.step_cost, self.encode_cost, **spread)
-
-
-def _run_to_the_end(engine: Engine, requests: list[DecodeRequest]) -> list[list[int]]:
-    """Add ``requests`` and step until they have all finished: their tokens, in order. A
-    rejected request raises ``ValueError`` (and the others leave the batch)."""
-    ids = [request.request_id for request in requests]
-    rejected = engine.add(requests)
-    if rejected:
-        engine.drop(ids)
-        raise ValueError(f"request {rejected[0].request_id!r}: {rejected[0].reason}")
-    results: dict[Hashable, list[int]] = {}
-    pending = set(ids)
-    while pending:
-        for done in engine.step():
-            if done.request_id in pending:
-                results[done.request_id] = done.tokens
-                pending.discard(done.request_id)
-    return [results[request_id] for request_id in ids]
-
-
-def _source_length(request: DecodeRequest) -> int:
-    return len(request.src_ids)

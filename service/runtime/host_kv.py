@@ -99,14 +99,15 @@ class HostKV:
         if start == 0 and end == length and kept <= count:
             # In place, copying only the rows that continue another row's (the right side is
             # gathered first, so rows that swap read the old values); the caches are this
-            # batch's own arrays. A beam reorder (most rows keep their own cache), or rows
-            # retiring with the others in order (every finished request: the rows after the
-            # first gap move down, and the cache becomes a view of its first rows, no new
-            # buffer; the spare slots stay zero as they were). Whole rows are copied, spare
-            # slots included: contiguous copies cost less than the valid slots' strided ones.
+            # batch's own arrays. Few rows moved (a beam step: only the rows of beams that
+            # died take a copy, with or without rows leaving), or rows retiring with the
+            # others in order (every finished request: the rows after the first gap move
+            # down, and the cache becomes a view of its first rows, no new buffer; the spare
+            # slots stay zero as they were). Whole rows are copied, spare slots included:
+            # contiguous copies cost less than the valid slots' strided ones.
             moved = np.flatnonzero(rows != np.arange(kept))
-            reorder = kept == count and len(moved) <= count // 2
-            if reorder or (kept < count and _increasing(rows)):
+            few_moved = len(moved) <= kept // 2  # two copies of them (gather, write) < one of all
+            if few_moved or (kept < count and _increasing(rows)):
                 sources = rows[moved]
                 for value in cache.tensors:  # whole rows (spare slots are zero in both)
                     value[moved] = value[sources]

@@ -40,6 +40,8 @@ chooses among them by their log-probabilities renormalised over that set (the wa
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import numpy as np
 
 from service.runtime.model_io import ModelInfo, StepOutput
@@ -287,52 +289,16 @@ class BeamSearch(_Search):
         self.finished: list[tuple[float, list[int]]] = []
 
     def advance(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
-        """head of K rows -> next tokens (K,), parent beams (K,)."""
-        num_beams = self.num_rows
-        row_scores, row_ids = self._candidates(head)  # (K, 2K) each, bans applied
-        # The best 2K of all K*V candidates are among each beam's best 2K (a beam's running
-        # score shifts its whole row), which is what the search head returns.
-        flat_scores = (row_scores + self.running_scores[:, None]).reshape(-1).astype(np.float32)
-        flat_beam = np.repeat(np.arange(num_beams), row_ids.shape[1])
-        flat_token = row_ids.reshape(-1)
-        # Ties: the lower index into the K*V candidates first (beam-major, then token id).
-        chosen = top_k_descending(flat_scores, 2 * num_beams, flat_beam * (1 << 32) + flat_token)
-        top_scores, top_beam, top_token = flat_scores[chosen], flat_beam[chosen], flat_token[chosen]
-        self.steps += 1
-        length = self.steps  # generated tokens including the one chosen now
-        ends = (top_token == self.eos_id) | (length == self.max_new_tokens)
-        # A banned candidate (-inf: fewer than 2K allowed) never becomes a hypothesis.
-        ends &= np.isfinite(top_scores)
-        normaliser = length**self.length_penalty
+        """head of K rows -> next tokens (K,), parent beams (K,): ``advance_beams`` of one."""
+        tokens, parents = advance_beams([self], head, np.arange(self.num_rows)[None])
+        return tokens[0], parents[0]
 
-        # Candidates ranked within the top K that end here become finished hypotheses.
-        for rank in range(num_beams):
-            if ends[rank]:
-                hypothesis = list(self.running_tokens[top_beam[rank]])
-                if top_token[rank] != self.eos_id:
-                    hypothesis.append(int(top_token[rank]))
-                self.finished.append((float(top_scores[rank]) / normaliser, hypothesis))
-        self.finished.sort(key=lambda item: item[0], reverse=True)
-        del self.finished[num_beams:]
-
-        # The best K candidates that do not end continue.
-        open_scores = top_scores - np.float32(1e9) * ends.astype(np.float32)
-        keep_rank = top_k_descending(open_scores, num_beams)
-        keep_beam, keep_token = top_beam[keep_rank], top_token[keep_rank]
-        self.running_tokens = [
-            self.running_tokens[beam] + [int(token)]
-            for beam, token in zip(keep_beam, keep_token, strict=True)
-        ]
-        self.running_scores = open_scores[keep_rank].astype(np.float32)
-        if self.constraint is not None:
-            self.constraint.advance(keep_token, keep_beam)
-
-        # transformers' early_stopping=False heuristic: stop once the best running beam,
-        # normalised at its current length, cannot beat the worst of K finished hypotheses.
-        best_running = float(self.running_scores[0]) / normaliser
-        worst_finished = self.finished[-1][0] if len(self.finished) == num_beams else -1e9
-        self.done = not best_running > worst_finished or length >= self.max_new_tokens
-        return keep_token.astype(np.int64), keep_beam.astype(np.int64)
+    def special_step(self) -> bool:
+        """Whether this step's candidates are not the head's own (a forced id due, a symbol
+        owed): ``_candidates`` builds them."""
+        return self.steps < len(self.forced_prefix) or (
+            self.constraint is not None and self.constraint.owes
+        )
 
     def result(self) -> list[int]:
         return self.finished[0][1][len(self.forced_prefix) :] if self.finished else []
@@ -340,6 +306,113 @@ class BeamSearch(_Search):
     def hypotheses(self) -> list[list[int]]:
         """The finished hypotheses, best first (at most K): the n-best list."""
         return [tokens[len(self.forced_prefix) :] for _, tokens in self.finished]
+
+
+def advance_beams(
+    searches: Sequence[BeamSearch], head: StepOutput, beam_rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One step of several beam searches of the same beam size K at once: beam k of
+    ``searches[i]`` reads row ``beam_rows[i, k]`` of ``head`` (R, K). Returns the next beams'
+    tokens (R, K) and, per next beam, the beam (0..K-1 within its request) it continues.
+
+    The choice of candidates is one numpy call over an (R, K x 2K) array; Python only
+    touches what each request must keep (its tokens, its finished hypotheses, its stop test).
+    """
+    count, beams = len(searches), searches[0].num_rows
+    width = 2 * beams
+    rows = np.asarray(beam_rows, dtype=np.int64).reshape(-1)
+    scores = head.top_log_probs[rows, :width]  # (R*K, 2K) fancy indexing: copies
+    ids = head.top_ids[rows, :width]
+    for index, search in enumerate(searches):
+        if search.special_step():
+            block = slice(index * beams, (index + 1) * beams)
+            scores[block], ids[block] = search._candidates(_head_rows(head, rows[block]))
+    # The best 2K of all K*V candidates are among each beam's best 2K (a beam's running
+    # score shifts its whole row), which is what the search head returns.
+    running = np.stack([search.running_scores for search in searches])  # (R, K)
+    flat_scores = (scores.reshape(count, beams, width) + running[:, :, None]).astype(np.float32)
+    flat_scores = flat_scores.reshape(count, beams * width)
+    flat_ids = ids.reshape(count, beams * width)
+    # Ties: the lower index into the K*V candidates first (beam-major, then token id).
+    tiebreak = (np.repeat(np.arange(beams, dtype=np.int64), width) << 32) + flat_ids
+    chosen = np.lexsort((tiebreak, -flat_scores), axis=-1)[:, :width]  # (R, 2K)
+    top_scores = np.take_along_axis(flat_scores, chosen, axis=1)
+    top_token = np.take_along_axis(flat_ids, chosen, axis=1)
+    top_beam = chosen // width
+    for search in searches:
+        search.steps += 1  # generated tokens including the one chosen now
+    lengths = np.array([[search.steps, search.max_new_tokens] for search in searches])
+    eos = np.array([search.eos_id for search in searches])
+    ends = (top_token == eos[:, None]) | (lengths[:, :1] == lengths[:, 1:])
+    # A banned candidate (-inf: fewer than 2K allowed) never becomes a hypothesis.
+    ends &= np.isfinite(top_scores)
+
+    # Candidates ranked within the top K that end here become finished hypotheses.
+    ending_requests, ending_ranks = np.nonzero(ends[:, :beams])
+    if len(ending_requests):
+        ending = zip(ending_requests.tolist(), ending_ranks.tolist(), strict=True)
+        _finish(searches, ending, top_scores, top_beam, top_token)
+
+    # The best K candidates that do not end continue.
+    open_scores = top_scores - np.float32(1e9) * ends.astype(np.float32)
+    keep_rank = np.argsort(-open_scores, axis=1, kind="stable")[:, :beams]
+    keep_beam = np.take_along_axis(top_beam, keep_rank, axis=1).astype(np.int64)
+    keep_token = np.take_along_axis(top_token, keep_rank, axis=1).astype(np.int64)
+    kept_scores = np.take_along_axis(open_scores, keep_rank, axis=1).astype(np.float32)
+    beam_lists, token_lists = keep_beam.tolist(), keep_token.tolist()
+    best_running = kept_scores[:, 0].tolist()
+    for index, search in enumerate(searches):
+        tokens = search.running_tokens
+        search.running_tokens = [
+            tokens[beam] + [token]
+            for beam, token in zip(beam_lists[index], token_lists[index], strict=True)
+        ]
+        search.running_scores = kept_scores[index]
+        if search.constraint is not None:
+            search.constraint.advance(keep_token[index], keep_beam[index])
+        # transformers' early_stopping=False heuristic: stop once the best running beam,
+        # normalised at its current length, cannot beat the worst of K finished hypotheses.
+        length = search.steps
+        finished = search.finished
+        worst_finished = finished[-1][0] if len(finished) == beams else -1e9
+        best = best_running[index] / length**search.length_penalty
+        search.done = not best > worst_finished or length >= search.max_new_tokens
+    return keep_token, keep_beam
+
+
+def _head_rows(head: StepOutput, rows: np.ndarray) -> StepOutput:
+    """``head``'s rows ``rows``, in that order."""
+    return StepOutput(
+        head.top_log_probs[rows],
+        head.top_ids[rows],
+        head.watch_log_probs[rows],
+        head.watch_ids[rows],
+    )
+
+
+def _finish(
+    searches: Sequence[BeamSearch],
+    ending: Iterable[tuple[int, int]],
+    top_scores: np.ndarray,
+    top_beam: np.ndarray,
+    top_token: np.ndarray,
+) -> None:
+    """The candidates at (request, rank) ``ending`` join their requests' finished
+    hypotheses (in rank order), which keep their best K."""
+    touched: list[BeamSearch] = []
+    for index, rank in ending:
+        search = searches[index]
+        token = int(top_token[index, rank])
+        hypothesis = list(search.running_tokens[int(top_beam[index, rank])])
+        if token != search.eos_id:
+            hypothesis.append(token)
+        normaliser = search.steps**search.length_penalty
+        search.finished.append((float(top_scores[index, rank]) / normaliser, hypothesis))
+        if not touched or touched[-1] is not search:
+            touched.append(search)
+    for search in touched:
+        search.finished.sort(key=lambda item: item[0], reverse=True)
+        del search.finished[search.num_rows :]
 
 
 def make_search(request: DecodeRequest, info: ModelInfo) -> GreedySearch | BeamSearch:

@@ -226,6 +226,24 @@ def test_host_retiring_rows_closes_the_gaps_in_place(exported):
     assert kept.length == 3 and kept.grows
 
 
+def test_host_beam_moves_while_rows_retire_stay_in_place(exported):
+    """A step where a request finishes and another's beam continues a sibling's cache: the
+    few moved rows are copied within the buffers (no new buffer), out of order included."""
+    host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
+    arrays = random_cache(host, rows=8, length=3, seed=21)
+    cache = host.kv.from_numpy(arrays)
+    buffers = list(cache.tensors)
+    allocated = host.kv.pool.allocated
+    rows = np.array([0, 1, 5, 3, 4, 5])  # rows 2 and 6, 7 leave; row 2 takes row 5's beam
+    kept = host.kv.select(cache, rows, 0, 3)
+    assert host.kv.pool.allocated == allocated
+    for value, buffer, expected in zip(kept.tensors, buffers, arrays, strict=True):
+        assert np.shares_memory(value, buffer)
+        assert np.array_equal(value[:, :, :3], expected[rows])
+        assert not value[:, :, 3:].any()  # the spare slots
+    assert kept.length == 3
+
+
 def test_a_consumed_cache_cannot_be_read(model):
     """select, merge and decode consume their input caches (the host reuses their buffers):
     touching one afterwards raises instead of reading whatever the buffer holds now."""
