@@ -6,16 +6,30 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from collections.abc import Hashable, Iterable
+from typing import Protocol
 
 from service.runtime import calibration
-from service.runtime.types import DecodeRequest
-
-if TYPE_CHECKING:
-    from service.runtime.engine import Engine
+from service.runtime.onnx_model import OnnxSeq2Seq
+from service.runtime.types import DecodeRequest, FinishedRequest, RejectedRequest
 
 log = logging.getLogger(__name__)
+
+
+class Engine(Protocol):
+    """What driving an engine to the end uses of it (service/runtime/engine.py's ``Engine``)."""
+
+    model: OnnxSeq2Seq
+    steps: int
+
+    @property
+    def provider(self) -> str: ...
+
+    def add(self, requests: list[DecodeRequest]) -> list[RejectedRequest]: ...
+
+    def drop(self, request_ids: Iterable[Hashable]) -> None: ...
+
+    def step(self) -> list[FinishedRequest]: ...
 
 
 def translate_ids(

@@ -22,7 +22,7 @@ class DecodeRequest:
     beam_size: int = 1
     max_new_tokens: int = 128
     length_penalty: float = 1.0
-    # Placeholder constraint (service/runtime/search.py, CopyConstraint): every placeholder-symbol
+    # Placeholder constraint (service/runtime/constraints.py, CopyConstraint): every placeholder-symbol
     # id of the vocabulary -> how often the source has it (0: never emit it). None: none.
     copy_tokens: dict[int, int] | None = None
     # Ids generated first whatever the model prefers, then stripped (search.py): a

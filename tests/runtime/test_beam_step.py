@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from service.runtime.constraints import top_k_descending
 from service.runtime.model_io import StepOutput
-from service.runtime.search import BeamSearch, advance_beams, top_k_descending
+from service.runtime.search import BeamSearch, advance_beams
 from service.runtime.stepping import place_children
 from tests.head_reference import head_from_logits
 

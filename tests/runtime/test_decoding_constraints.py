@@ -12,9 +12,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from service.runtime.constraints import CopyConstraint
 from service.runtime.engine import Engine
 from service.runtime.model_io import StepOutput
-from service.runtime.search import BeamSearch, CopyConstraint, GreedySearch
+from service.runtime.search import BeamSearch, GreedySearch
 from service.text.pipeline import copy_tokens_for
 from service.text.placeholders import PLACEHOLDER_SYMBOLS
 from service.text.protection import placeholder_token_ids
