@@ -5,6 +5,7 @@ request is answered as if the first had been alone."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -18,6 +19,8 @@ import uvicorn
 from starlette.requests import Request
 
 from service.config import Settings
+from service.web.deps import run_for_client
+from service.web.errors import ApiError
 from service.wiring import create_app
 from tests.live_server import free_port
 from tests.ready import wait_ready
@@ -147,3 +150,28 @@ def test_a_keep_alive_connection_answers_each_request_in_turn(model_dir, http):
                 status, body = read_response(sock)
                 assert status == 200, body
                 assert json.loads(body)["translations"][0]["text"]
+
+
+class UnreadBodyRequest:
+    """A Starlette request whose route has not read its body yet, and whose client is gone."""
+
+    method, _stream_consumed = "POST", False
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    async def receive(self) -> dict[str, object]:
+        self.received += 1
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def is_disconnected(self) -> bool:
+        return True
+
+
+@pytest.mark.anyio
+async def test_a_route_with_its_body_unread_keeps_its_body_and_still_hears_a_hang_up():
+    request = UnreadBodyRequest()
+    with pytest.raises(ApiError) as refusal:
+        await run_for_client(request, None, asyncio.sleep(60))  # type: ignore[arg-type]
+    assert refusal.value.status == 499
+    assert request.received == 0  # the body's messages are left to the route
