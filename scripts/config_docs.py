@@ -73,7 +73,7 @@ def configuration_markdown() -> str:
         "",
         "## No longer settings",
         "",
-        "These are fixed bounds of the scheduler, named constants beside the code that uses "
+        "These are fixed bounds, named constants beside the code that uses "
         "them with their reasons; a value set for them is ignored, with a warning at start-up.",
         "",
     ]

@@ -47,6 +47,8 @@ FIXED_NOW = {
     "ADMISSION_MAX_STALL_STEPS": "service/scheduling/chooser.py MAX_STALL_STEPS",
     "ENCODER_IDLE_PRIORITY": "service/scheduling/overlap.py ENCODER_IDLE_PRIORITY",
     "ENCODER_MAX_LAG_MS": "service/scheduling/overlap.py ENCODER_MAX_LAG_S",
+    # A hang-up is heard when it happens; only a route with its body unread still polls.
+    "DISCONNECT_POLL_S": "service/web/deps.py UNREAD_BODY_POLL_S",
 }
 
 
@@ -143,9 +145,6 @@ class AccessSettings(BaseModel):
         "s after the request's start; 408 below it.",
     )
     retry_after_s: int = Field(1, ge=1, description="Retry-After header value on 429/503.")
-    disconnect_poll_s: float = Field(
-        0.25, gt=0, description="How often a waiting request checks whether its client hung up."
-    )
     alternatives_limit: int = Field(
         3,
         ge=0,

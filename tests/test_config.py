@@ -71,7 +71,6 @@ VARIABLES = {
     "MT_BODY_READ_TIMEOUT_S": ("access.body_read_timeout_s", "10", 10.0),
     "MT_BODY_MIN_BYTES_PER_S": ("access.body_min_bytes_per_s", "100", 100),
     "MT_RETRY_AFTER_S": ("access.retry_after_s", "3", 3),
-    "MT_DISCONNECT_POLL_S": ("access.disconnect_poll_s", "0.5", 0.5),
     "MT_ALTERNATIVES_LIMIT": ("access.alternatives_limit", "1", 1),
     "MT_MAX_GLOSSARY_ENTRIES": ("access.max_glossary_entries", "10", 10),
     "MT_DATA_DIR": ("storage.data_dir", "/var/mt", Path("/var/mt")),

@@ -109,14 +109,66 @@ def _check_unicode(data: Any) -> None:
                 ) from None
 
 
+# A route whose body is still unread (it would read it while its work runs) keeps a poll:
+# waiting on ``receive()`` there would take the body's messages from the route.
+UNREAD_BODY_POLL_S = 0.25
+
+
 async def run_for_client(request: Request, service: ServiceState, work: Awaitable[T]) -> T:
     """Await ``work`` unless the client hangs up first (then it is cancelled, which drops
-    its rows from the batch). Refusals propagate as the service's own errors, which the
-    error handlers map (service/web/errors.py)."""
+    its rows from the batch, and the answer is 499). Refusals propagate as the service's own
+    errors, which the error handlers map (service/web/errors.py).
+
+    The hang-up is heard, not polled for: once the body is read, the server's ``receive()``
+    blocks until the client goes away (uvicorn, either HTTP implementation, then says
+    ``http.disconnect``; so do the test clients once the response is complete), so one
+    watcher per request waits on it beside the work, and whichever ends first ends the
+    other. ``service`` is the routes' usual argument; what a route's wait needs is in
+    ``request``."""
     task = asyncio.ensure_future(work)
+    if not _body_read(request):
+        return await _polled(request, task)
+    hung_up = False
+
+    async def watch() -> None:
+        nonlocal hung_up
+        receive = request.receive
+        # Past the body a server sends nothing but the disconnect; a message of the body
+        # replayed by a middleware (or a GET's empty one) is passed over, as Starlette's
+        # ``StreamingResponse.listen_for_disconnect`` does.
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        hung_up = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if hung_up:
+            raise ApiError(499, "client_disconnected", "the client closed the connection") from None
+        raise
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+def _body_read(request: Request) -> bool:
+    """Whether the route has read its body (FastAPI reads it for a body parameter; the
+    compatibility routes read it by hand before their work), so that ``receive()`` has
+    nothing left to give but the disconnect. A GET's or HEAD's body is nobody's."""
+    return (
+        request.method in ("GET", "HEAD")
+        or hasattr(request, "_body")  # Starlette's cache of ``body()``
+        or request._stream_consumed  # ``stream()`` (and so ``form()``) ran to the end
+    )
+
+
+async def _polled(request: Request, task: asyncio.Future[T]) -> T:
     try:
         while True:
-            done, _ = await asyncio.wait({task}, timeout=service.settings.access.disconnect_poll_s)
+            done, _ = await asyncio.wait({task}, timeout=UNREAD_BODY_POLL_S)
             if done:
                 return task.result()
             if await request.is_disconnected():
