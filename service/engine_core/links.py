@@ -216,8 +216,17 @@ class ReplicaLinks:
                 self._events.disconnected(replica)
 
     async def _heartbeat(self) -> None:
+        last = self._clock()
         while True:
             now = self._clock()
+            held = now - last - self._ping_s
+            if held > 0:
+                # This event loop was held longer than a ping's interval (the front-end's own
+                # work, or a machine with more runnable threads than CPUs): the replies sent
+                # meanwhile wait unread in the sockets, so that time is no replica's silence.
+                for replica in self.replicas:
+                    replica.heard_at = min(replica.heard_at + held, now)
+            last = now
             self._events.heartbeat(now)
             for replica in self.replicas:
                 self.post(replica, Ping(now))

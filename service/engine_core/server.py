@@ -16,6 +16,9 @@ successors in every pong and sends the supervisor ``Free`` once no front-end hol
 
 Stopping drains: new submissions are refused (``not_accepting``, and the pongs say so, so the
 front-ends send none), the rows in flight finish within the grace, then the socket closes.
+An engine thread that dies (a bug in its loop: engine errors fail only their rows) has failed
+every row it held; the engine core then stops as it does on SIGTERM and ``serve`` returns
+False, so its process ends and the supervisor starts a new one, as for a core that died.
 """
 
 from __future__ import annotations
@@ -67,6 +70,13 @@ DEADLINE_SLACK_S = 5.0
 # How often a retired core looks whether it is free (beside each message it receives).
 FREE_CHECK_S = 0.1
 
+# How often the engine core looks whether its engine thread still runs.
+WATCH_S = 0.1
+
+# How long the socket, once closed, still sends the replies already queued on it (the last
+# results and failures of a drain) to front-ends that are slow to read them.
+LINGER_MS = 1000
+
 
 def tuned(socket: zmq.Socket) -> None:
     """No high-water mark (a dropped message would be a row answered never) and no linger."""
@@ -87,6 +97,7 @@ class EngineCoreServer:
         self._stop = asyncio.Event()
         self._draining = False
         self.retirement = Retirement()
+        self._engine_died = False
 
     def stop(self) -> None:
         """Begin the drain (from the event loop: a signal handler calls it)."""
@@ -102,6 +113,7 @@ class EngineCoreServer:
             asyncio.create_task(self._read(router), name="engine-core-read"),
             asyncio.create_task(self._write(router), name="engine-core-write"),
             asyncio.create_task(self._watch_retirement(), name="engine-core-retirement"),
+            asyncio.create_task(self._watch(), name="engine-core-watch"),
         ]
         if (publisher := self.batcher.metrics.thread_publisher) is not None:
             tasks.append(asyncio.create_task(self._publish(publisher.publish)))
@@ -116,13 +128,23 @@ class EngineCoreServer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await self._outbox.join()
-            return drained
+            return drained and not self._engine_died
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            router.close(linger=0)
+            router.close(linger=LINGER_MS)
             context.term()
+
+    async def _watch(self) -> None:
+        while self.batcher.alive:
+            await asyncio.sleep(WATCH_S)
+        logger.critical(
+            "the engine thread of %s died; the engine core stops to be restarted",
+            self.info.model_id,
+        )
+        self._engine_died = True
+        self.stop()
 
     async def _publish(self, publish: Callable[[], None]) -> None:
         while True:

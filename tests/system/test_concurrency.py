@@ -2,14 +2,19 @@
 
 A gate around the real engine lets a test hold decoder steps until the requests it needs are
 queued, so every assertion is about step counts and results, never about wall time.
+
+The overload tests (a full queue, a timeout, a client that hangs up, shutdown, a text at the
+character limit) run in both process modes (``process_mode``): the gated engine in this
+process's app, or behind the real engine-core server and a front-end's app
+(tests/servers.py, ``serving_engine``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Hashable
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import Hashable
+from contextlib import aclosing
 
 import httpx
 import pytest
@@ -25,7 +30,7 @@ from service.translation.request import TranslationRequest
 from service.web.deps import run_for_client
 from service.web.errors import ApiError
 from service.wiring import create_app
-from tests.ready import wait_ready_async
+from tests.servers import asgi_client, serving_engine
 from tests.service_fixtures import only_model, solo_translator, tiny_model
 
 BASE_TEXTS = [
@@ -141,16 +146,6 @@ async def wait_until(predicate, what: str) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
-@asynccontextmanager
-async def serving(app) -> AsyncIterator[httpx.AsyncClient]:
-    """The app with its lifespan running, an httpx client on it, once /ready says so."""
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://mt") as client:
-            await wait_ready_async(client)
-            yield client
-
-
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
@@ -188,7 +183,7 @@ async def test_64_concurrent_requests_each_get_what_they_get_alone(model_dir, ga
         settings_for(model_dir, admission_max_tokens=4096, admission_cost_aware=False),
         engine=gated_engine,
     )
-    async with serving(app) as client:
+    async with asgi_client(app) as client:
         gated_engine.close()
         batcher = only_model(app).batcher
         tasks = [
@@ -229,7 +224,7 @@ async def long_decode_then_a_newcomer(app, gated_engine, overlap: bool = False):
     alone; the newcomer is then encoded while step 7 waits at the gate, and the gate opens
     only once its encoder call is done, so it joins after step 7 however slowly the encoder
     thread is scheduled (no wall-time race with free-running steps)."""
-    async with serving(app) as client:
+    async with asgi_client(app) as client:
         gated_engine.close()
         batcher = only_model(app).batcher
         start = gated_engine.steps  # warm-up ran steps already
@@ -303,11 +298,11 @@ async def test_with_encoder_overlap_a_newcomer_is_encoded_while_the_long_decode_
 
 
 @pytest.mark.anyio
-async def test_full_queue_answers_429_with_retry_after(model_dir, gated_engine):
-    app = create_app(settings_for(model_dir, max_queue=2, retry_after_s=3), engine=gated_engine)
-    async with serving(app) as client:
+async def test_full_queue_answers_429_with_retry_after(model_dir, gated_engine, process_mode):
+    settings = settings_for(model_dir, max_queue=2, retry_after_s=3)
+    async with serving_engine(process_mode, settings, gated_engine) as served:
+        client, batcher = served.client, served.batcher
         gated_engine.close()
-        batcher = only_model(app).batcher
         running = asyncio.ensure_future(client.post("/v1/translate", json={"text": "Login"}))
         await wait_until(gated_engine.waiting.is_set, "engine busy")
         queued = [
@@ -328,7 +323,7 @@ async def test_full_queue_answers_429_with_retry_after(model_dir, gated_engine):
 
         gated_engine.open()
         assert [r.status_code for r in await asyncio.gather(running, *queued)] == [200] * 3
-        rejections = app.state.service.metrics.registry.get_sample_value(
+        rejections = served.app.state.service.metrics.registry.get_sample_value(
             "mt_rejections_total", {"reason": "queue_full"}
         )
         assert rejections == 2
@@ -336,16 +331,16 @@ async def test_full_queue_answers_429_with_retry_after(model_dir, gated_engine):
 
 @pytest.mark.anyio
 async def test_an_idle_server_takes_a_request_at_the_advertised_character_limit(
-    model_dir, gated_engine
+    model_dir, gated_engine, process_mode
 ):
     # 4,499 characters (under charLimit, 5,000) in 500 sentences: more than the 256 sentences
     # MT_MAX_QUEUE used to allow, and an idle queue must hold any request within the limits.
-    app = create_app(settings_for(model_dir), engine=gated_engine)
-    async with serving(app) as client:
-        settings = (await client.get("/frontend/settings")).json()
+    async with serving_engine(process_mode, settings_for(model_dir), gated_engine) as served:
+        settings = (await served.client.get("/frontend/settings")).json()
         text = ("Open it. " * 500).strip()
         assert len(text) <= settings["charLimit"]
-        response = await client.post("/translate", json={"q": text, "source": "en", "target": "de"})
+        body = {"q": text, "source": "en", "target": "de"}
+        response = await served.client.post("/translate", json=body)
         assert response.status_code == 200, response.text
 
 
@@ -353,8 +348,12 @@ async def test_an_idle_server_takes_a_request_at_the_advertised_character_limit(
 async def test_three_concurrent_requests_near_the_character_limit_are_all_queued(
     model_dir, gated_engine
 ):
+    """One process: four pastes at the limit at once, in both modes and with the front-end
+    and the engine core in processes of their own, are tests/processes/test_both_modes.py's
+    (here they would share one interpreter, whose lock a front-end tokenizing 2,000 sentences
+    and an engine core admitting them hold for seconds on a loaded machine)."""
     app = create_app(settings_for(model_dir), engine=gated_engine)
-    async with serving(app) as client:
+    async with asgi_client(app) as client:
         gated_engine.close()  # nothing leaves the queue until all three have arrived
         batcher = only_model(app).batcher
         text = ("Open it. " * 478).strip()  # 4,301 characters, 478 sentences
@@ -370,18 +369,18 @@ async def test_three_concurrent_requests_near_the_character_limit_are_all_queued
 
 
 @pytest.mark.anyio
-async def test_timeout_answers_504_and_drops_the_rows(model_dir, gated_engine):
-    app = create_app(settings_for(model_dir, request_timeout_s=0.2), engine=gated_engine)
-    async with serving(app) as client:
+async def test_timeout_answers_504_and_drops_the_rows(model_dir, gated_engine, process_mode):
+    settings = settings_for(model_dir, request_timeout_s=0.2)
+    async with serving_engine(process_mode, settings, gated_engine) as served:
         gated_engine.close()
-        response = await client.post("/v1/translate", json={"text": "Print this folder"})
+        response = await served.client.post("/v1/translate", json={"text": "Print this folder"})
         assert response.status_code == 504
         assert "MT_REQUEST_TIMEOUT_S=0.2" in response.json()["error"]
         gated_engine.open()
         await wait_until(lambda: gated_engine.dropped, "rows dropped")
-        assert gated_engine.active_rows == 0
+        await wait_until(lambda: gated_engine.active_rows == 0, "the batch empty")
         assert gated_engine.finished_at == {}  # it never ran to the end
-        again = await client.post("/v1/translate", json={"text": "Save"})
+        again = await served.client.post("/v1/translate", json={"text": "Save"})
         assert again.status_code == 200
 
 
@@ -401,41 +400,44 @@ class HungUpRequest:
 
 
 @pytest.mark.anyio
-async def test_client_that_hangs_up_has_its_rows_dropped(model_dir, gated_engine):
-    app = create_app(settings_for(model_dir), engine=gated_engine)
-    async with serving(app):
-        service = app.state.service
+async def test_client_that_hangs_up_has_its_rows_dropped(model_dir, gated_engine, process_mode):
+    settings = settings_for(model_dir)
+    async with serving_engine(process_mode, settings, gated_engine) as served:
         gated_engine.close()
-        options = only_model(app).translator.limits.options(None, None)
+        translator = only_model(served.app).translator
+        options = translator.limits.options(None, None)
         # Two sentences that decode for many steps (they run to their max_new_tokens).
         text = "Print this folder with your account. Open the file in a new window."
         request = TranslationRequest([text], LanguagePair.parse("en", "de"), options)
 
         async def translate() -> object:
-            async with aclosing(await only_model(app).translator.translate(request)) as items:
+            async with aclosing(await translator.translate(request)) as items:
                 return [item async for item in items][-1]
 
         work = translate()
         with pytest.raises(ApiError) as refusal:
-            await run_for_client(HungUpRequest(gated_engine), service, work)
+            await run_for_client(HungUpRequest(gated_engine), served.app.state.service, work)
         assert refusal.value.status == 499
         gated_engine.open()
         await wait_until(lambda: len(gated_engine.dropped) == 2, "both sentences dropped")
-        assert gated_engine.active_rows == 0 and only_model(app).batcher.queue_depth == 0
+        await wait_until(lambda: gated_engine.active_rows == 0, "the batch empty")
+        assert served.batcher.queue_depth == 0
         assert gated_engine.finished_at == {}
 
 
 @pytest.mark.anyio
 async def test_shutdown_refuses_new_work_and_finishes_what_is_in_flight(
-    model_dir,
-    gated_engine,
+    model_dir, gated_engine, process_mode
 ):
-    app = create_app(settings_for(model_dir), engine=gated_engine)
-    async with serving(app) as client:
+    """SIGTERM's drain of the process that holds the HTTP socket (the one process, or a
+    front-end). A front-end's engine core drains on its own SIGTERM:
+    ``test_an_engine_core_drains_what_it_holds_and_then_closes``."""
+    async with serving_engine(process_mode, settings_for(model_dir), gated_engine) as served:
+        client = served.client
         gated_engine.close()
         in_flight = asyncio.ensure_future(client.post("/v1/translate", json={"text": "Login"}))
         await wait_until(gated_engine.waiting.is_set, "decoding")
-        app.state.service.begin_shutdown()  # what SIGTERM does (service/__main__.py)
+        served.app.state.service.begin_shutdown()  # what SIGTERM does (service/web/server.py)
 
         refused = await client.post("/v1/translate", json={"text": "Save"})
         assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
@@ -443,8 +445,34 @@ async def test_shutdown_refuses_new_work_and_finishes_what_is_in_flight(
         assert (await client.get("/ready")).status_code == 503
         gated_engine.open()
         assert (await in_flight).status_code == 200
-        batcher = only_model(app).batcher
-    assert not batcher._thread.is_alive()  # the lifespan shutdown stopped the engine loop
+        batcher = only_model(served.app).batcher
+        if process_mode == "multi":
+            assert served.core is not None and served.core.serving
+    # the lifespan's shutdown stopped the engine loop (one process) or closed the
+    # front-end's sockets to its engine cores (multi: they drain on their own SIGTERM)
+    assert not batcher.alive if process_mode == "multi" else not batcher._thread.is_alive()
+
+
+@pytest.mark.anyio
+async def test_an_engine_core_drains_what_it_holds_and_then_closes(model_dir, gated_engine):
+    """Multi-process only: SIGTERM to an engine core (the supervisor's, after its front-ends
+    drained) refuses new rows and finishes those it holds within the grace."""
+    async with serving_engine("multi", settings_for(model_dir), gated_engine) as served:
+        core = served.core
+        assert core is not None
+        gated_engine.close()
+        in_flight = asyncio.ensure_future(
+            served.client.post("/v1/translate", json={"text": "Login"})
+        )
+        await wait_until(gated_engine.waiting.is_set, "decoding")
+        stopping = asyncio.ensure_future(asyncio.to_thread(core.stop))
+        await wait_until(lambda: not served.batcher.accepting, "the engine core drains")
+        refused = await served.client.post("/v1/translate", json={"text": "Save"})
+        assert refused.status_code == 503 and "retry-after" in refused.headers
+        gated_engine.open()
+        assert (await in_flight).status_code == 200
+        await stopping
+        assert core.drained is True and not core.serving
 
 
 class SlowWarmup:
@@ -489,7 +517,7 @@ async def test_cost_aware_service_calibrates_its_step_cost_at_start_up(model_dir
     engine = Engine.from_dir(model_dir, provider="cpu", intra_op_threads=1)
     assert not engine.step_cost.fitted
     app = create_app(settings_for(model_dir, admission_cost_aware=True), engine=engine)
-    async with serving(app) as client:
+    async with asgi_client(app) as client:
         response = await client.post("/v1/translate", json={"text": "Save changes"})
         batcher = only_model(app).batcher
     assert response.status_code == 200

@@ -2,10 +2,15 @@
 so a test can hold decoder steps (the gate of tests/system/test_concurrency.py) and inject a fault
 into one of them. Assertions are about what each request got, never about wall time.
 
+Each test runs in both process modes (``process_mode``, tests/servers.py ``serving_engine``):
+the engine in the app's process, or behind the real engine-core server and a front-end's app.
+
 * an engine error in one step fails the requests in that step only (a clear 500), and
   requests still queued at the time go on;
-* a dead engine thread fails what it held, refuses new work with 503, and turns ``/health``
-  and ``/ready`` to 503 so an orchestrator restarts the process;
+* a dead engine thread fails what it held at once. In one process it refuses new work with
+  503 and turns ``/health`` and ``/ready`` to 503, so an orchestrator restarts the process. In
+  an engine core, the core stops (its process ends, and the supervisor starts a new one): the
+  front-end stays healthy and answers 503 with Retry-After until a core is up again;
 * beyond ``MT_MAX_INFLIGHT_REQUESTS`` a translation request is refused with 429 from its
   headers, before its body is read.
 """
@@ -18,9 +23,9 @@ import pytest
 
 from service.runtime.engine import Engine
 from service.runtime.types import FinishedRequest
-from service.wiring import create_app
+from tests.servers import serving_engine
 from tests.service_fixtures import tiny_model
-from tests.system.test_concurrency import GatedEngine, serving, settings_for, wait_until
+from tests.system.test_concurrency import GatedEngine, settings_for, wait_until
 
 
 class EngineThreadKilled(BaseException):
@@ -70,11 +75,11 @@ def translate(client, text: str):
 
 
 @pytest.mark.anyio
-async def test_an_engine_error_fails_only_the_requests_in_that_step(model_dir, engine):
-    app = create_app(settings_for(model_dir), engine=engine)
-    async with serving(app) as client:
-        [slot] = app.state.service.registry.slots.values()
-        batcher = slot.model.batcher
+async def test_an_engine_error_fails_only_the_requests_in_that_step(
+    model_dir, engine, process_mode
+):
+    async with serving_engine(process_mode, settings_for(model_dir), engine) as served:
+        client, batcher = served.client, served.batcher
         engine.close()
         in_step = translate(client, "Save changes")
         await wait_until(engine.waiting.is_set, "the first request's step waits at the gate")
@@ -82,27 +87,25 @@ async def test_an_engine_error_fails_only_the_requests_in_that_step(model_dir, e
         await wait_until(lambda: batcher.queue_depth == 1, "the second request is queued")
         engine.fault = RuntimeError("injected: CUDA error at /srv/models/secret/decoder.onnx")
         engine.open()
-        failed, served = await in_step, await queued
+        failed, served_ = await in_step, await queued
         assert failed.status_code == 500
         assert failed.json() == {
             "error": "the engine failed during decoding (RuntimeError)",
             "code": "engine_failure",
         }
         assert "/srv" not in failed.text  # the fault's text stays in the log
-        assert served.status_code == 200 and served.json()["translations"][0]["text"]
+        assert served_.status_code == 200 and served_.json()["translations"][0]["text"]
         after = await client.post("/v1/translate", json={"text": "Close", "max_new_tokens": 6})
         assert after.status_code == 200
         assert (await client.get("/health")).status_code == 200
 
 
 @pytest.mark.anyio
-async def test_a_dead_engine_thread_fails_its_work_and_turns_health_and_ready_unhealthy(
-    model_dir, engine
+async def test_a_dead_engine_thread_fails_its_work_and_the_process_that_held_it_stops_serving(
+    model_dir, engine, process_mode
 ):
-    app = create_app(settings_for(model_dir), engine=engine)
-    async with serving(app) as client:
-        [slot] = app.state.service.registry.slots.values()
-        batcher = slot.model.batcher
+    async with serving_engine(process_mode, settings_for(model_dir), engine) as served:
+        client, batcher = served.client, served.batcher
         engine.close()
         in_step = translate(client, "Save changes")
         await wait_until(engine.waiting.is_set, "the request's step waits at the gate")
@@ -115,20 +118,30 @@ async def test_a_dead_engine_thread_fails_its_work_and_turns_health_and_ready_un
             assert response.status_code == 500
             assert response.json()["code"] == "engine_failure"
             assert "engine thread stopped" in response.json()["error"]
-        health, ready = await client.get("/health"), await client.get("/ready")
-        assert health.status_code == 503 and health.json()["status"] == "failed"
-        assert "engine thread" in health.json()["detail"]
-        assert ready.status_code == 503
+        if process_mode == "single":
+            # the one process must be restarted: its health checks say so
+            health, ready = await client.get("/health"), await client.get("/ready")
+            assert health.status_code == 503 and health.json()["status"] == "failed"
+            assert "engine thread" in health.json()["detail"]
+            assert ready.status_code == 503
+        else:
+            # the engine core ends (the supervisor restarts its process); the front-end lives
+            core = served.core
+            assert core is not None
+            await wait_until(lambda: not core.serving, "the engine core stopped")
+            assert core.drained is False  # its process exits 1
+            assert (await client.get("/health")).status_code == 200
         refused = await client.post("/v1/translate", json={"text": "Close"})
         assert refused.status_code == 503 and "Retry-After" in refused.headers
 
 
 @pytest.mark.anyio
 async def test_beyond_max_inflight_requests_the_answer_is_429_before_the_body_is_read(
-    model_dir, engine
+    model_dir, engine, process_mode
 ):
-    app = create_app(settings_for(model_dir, max_inflight_requests=2), engine=engine)
-    async with serving(app) as client:
+    settings = settings_for(model_dir, max_inflight_requests=2)
+    async with serving_engine(process_mode, settings, engine) as served:
+        client, app = served.client, served.app
         engine.close()
         first = translate(client, "Save changes")
         await wait_until(engine.waiting.is_set, "the first request decodes")
