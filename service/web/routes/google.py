@@ -20,6 +20,7 @@ service's statuses, but for a missing key: 403 as Google answers (its clients wo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
@@ -91,6 +92,34 @@ def _query(model: type[BaseModel], required: tuple[str, ...]) -> dict[str, Any]:
     return {"parameters": [*parameters, key]}
 
 
+Operation = tuple[str, str, dict[str, Any]]  # operation id, summary, OpenAPI extra
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+
+
+def google_route(
+    path: str, response_model: type[BaseModel], *, exclude_none: bool = True, **methods: Operation
+) -> Callable[[Endpoint], Endpoint]:
+    """Registers an endpoint once per HTTP method (v2 takes every call by GET and POST alike),
+    each with its own operation id, summary and OpenAPI extra, and Google's error shapes."""
+
+    def register(endpoint: Endpoint) -> Endpoint:
+        for method, (operation_id, summary, extra) in methods.items():
+            router.add_api_route(
+                path,
+                endpoint,
+                methods=[method.upper()],
+                operation_id=operation_id,
+                response_model=response_model,
+                response_model_exclude_none=exclude_none,
+                responses={**GOOGLE_ERROR_RESPONSES},
+                summary=f"{summary} (Google Cloud Translation API v2)",
+                openapi_extra=extra,
+            )
+        return endpoint
+
+    return register
+
+
 def google_code(code: str | None) -> str | None:
     """``zh-CN`` → ``zh``: the service's code for one of Google's (a region is served by the
     language's model)."""
@@ -143,23 +172,15 @@ async def read_fields(request: Request, model: type[Body]) -> Body:
     return validated(model, data, "Invalid request")
 
 
-@router.post(
+@google_route(
     "",
-    operation_id="google_translate",
-    response_model=GoogleTranslateResponse,
-    response_model_exclude_none=True,
-    responses={**GOOGLE_ERROR_RESPONSES},
-    summary="Translate texts (Google Cloud Translation API v2)",
-    openapi_extra=_TRANSLATE_BODY,
-)
-@router.get(
-    "",
-    operation_id="google_translate_get",
-    response_model=GoogleTranslateResponse,
-    response_model_exclude_none=True,
-    responses={**GOOGLE_ERROR_RESPONSES},
-    summary="Translate texts, fields in the query (Google Cloud Translation API v2)",
-    openapi_extra=_query(GoogleTranslateRequest, required=("q", "target")),
+    GoogleTranslateResponse,
+    get=(
+        "google_translate_get",
+        "Translate texts, fields in the query",
+        _query(GoogleTranslateRequest, required=("q", "target")),
+    ),
+    post=("google_translate", "Translate texts", _TRANSLATE_BODY),
 )
 async def translate(
     request: Request, response: Response, service: Service, access: Access
@@ -192,21 +213,16 @@ async def translate(
     return GoogleTranslateResponse(data=GoogleTranslations(translations=translations))
 
 
-@router.post(
+@google_route(
     "/detect",
-    operation_id="google_detect",
-    response_model=GoogleDetectResponse,
-    responses={**GOOGLE_ERROR_RESPONSES},
-    summary="Detect the language of texts (Google Cloud Translation API v2)",
-    openapi_extra=_DETECT_BODY,
-)
-@router.get(
-    "/detect",
-    operation_id="google_detect_get",
-    response_model=GoogleDetectResponse,
-    responses={**GOOGLE_ERROR_RESPONSES},
-    summary="Detect the language of texts, in the query (Google Cloud Translation API v2)",
-    openapi_extra=_query(GoogleDetectRequest, required=("q",)),
+    GoogleDetectResponse,
+    exclude_none=False,
+    get=(
+        "google_detect_get",
+        "Detect the language of texts, in the query",
+        _query(GoogleDetectRequest, required=("q",)),
+    ),
+    post=("google_detect", "Detect the language of texts", _DETECT_BODY),
 )
 async def detect(request: Request, service: Service, access: Access) -> GoogleDetectResponse:
     body = await read_fields(request, GoogleDetectRequest)
@@ -223,23 +239,15 @@ async def detect(request: Request, service: Service, access: Access) -> GoogleDe
     return GoogleDetectResponse(data=GoogleDetections(detections=detections))
 
 
-@router.get(
+@google_route(
     "/languages",
-    operation_id="google_languages",
-    response_model=GoogleLanguagesResponse,
-    response_model_exclude_none=True,
-    responses={**GOOGLE_ERROR_RESPONSES},
-    summary="The served languages (Google Cloud Translation API v2)",
-    openapi_extra=_query(GoogleLanguagesQuery, required=()),
-)
-@router.post(
-    "/languages",
-    operation_id="google_languages_post",
-    response_model=GoogleLanguagesResponse,
-    response_model_exclude_none=True,
-    responses={**GOOGLE_ERROR_RESPONSES},
-    summary="The served languages, by POST (Google Cloud Translation API v2)",
-    openapi_extra=_query(GoogleLanguagesQuery, required=()),
+    GoogleLanguagesResponse,
+    post=(
+        "google_languages_post",
+        "The served languages, by POST",
+        _query(GoogleLanguagesQuery, required=()),
+    ),
+    get=("google_languages", "The served languages", _query(GoogleLanguagesQuery, required=())),
 )
 async def languages(request: Request, service: Service, access: Access) -> GoogleLanguagesResponse:
     admit(request, access, chars=0)
