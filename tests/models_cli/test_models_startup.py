@@ -190,5 +190,6 @@ def test_engine_cores_start_only_for_the_load_only_models(tmp_path):
             supervisor.engines
         )
     finally:
+        supervisor.swaps.close()  # its control sockets: a context left to the collector blocks it
         supervisor.listener.close()
         shutil.rmtree(supervisor.run_dir, ignore_errors=True)

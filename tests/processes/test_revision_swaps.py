@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -61,6 +61,22 @@ def installed(model_dir: Path, revision: str) -> None:
     (model_dir / MANIFEST_FILE).write_text(json.dumps({"revision": revision}))
 
 
+@pytest.fixture
+def closing() -> Iterator[Callable[[RevisionSwaps], RevisionSwaps]]:
+    """Closes each ``RevisionSwaps`` handed to it at the test's end, failed or not: a control
+    socket's context left to the garbage collector blocks it (its sockets' weak references are
+    gone before the context's finaliser terminates it)."""
+    opened: list[RevisionSwaps] = []
+
+    def close_at_the_end(swaps: RevisionSwaps) -> RevisionSwaps:
+        opened.append(swaps)
+        return swaps
+
+    yield close_at_the_end
+    for swaps in opened:
+        swaps.close()
+
+
 def swaps_of(run_dir: Path, model_dir: Path, started: list[Child]) -> RevisionSwaps:
     spec = model_spec(model_dir, "")
     plan = ProcessPlan(1, 1, 1, 2).with_addresses(run_dir, [spec.model_id])
@@ -74,11 +90,11 @@ def swaps_of(run_dir: Path, model_dir: Path, started: list[Child]) -> RevisionSw
     return RevisionSwaps(plan, run_dir, [spec], start, 0.01, 1.0, 1.0)
 
 
-def test_a_new_revision_that_cannot_load_leaves_the_old_one_serving(run_dir, caplog):
+def test_a_new_revision_that_cannot_load_leaves_the_old_one_serving(run_dir, caplog, closing):
     model_dir = run_dir / "opus-mt-en-fr"
     installed(model_dir, "first")
     started: list[Child] = []
-    swaps = swaps_of(run_dir, model_dir, started)
+    swaps = closing(swaps_of(run_dir, model_dir, started))
     installed(model_dir, "broken")
     caplog.set_level(logging.INFO, logger="service.processes.swaps")
     deadline = time.monotonic() + 60
@@ -133,12 +149,12 @@ class FakeCore(StandInCore):
 
 
 def test_old_engine_cores_get_retire_once_the_new_ones_answer_and_stop_once_they_say_free(
-    run_dir,
+    run_dir, closing
 ):
     model_dir = run_dir / "opus-mt-en-fr"
     installed(model_dir, "first")
     new_cores: list[Child] = []
-    swaps = swaps_of(run_dir, model_dir, new_cores)
+    swaps = closing(swaps_of(run_dir, model_dir, new_cores))
 
     def start(child: Child) -> None:  # a process that only lives: a fake core answers for it
         child.process = sleeper().process
@@ -175,10 +191,10 @@ def test_old_engine_cores_get_retire_once_the_new_ones_answer_and_stop_once_they
     swaps.close()
 
 
-def test_old_engine_cores_stop_without_their_free_after_the_backstop(run_dir):
+def test_old_engine_cores_stop_without_their_free_after_the_backstop(run_dir, closing):
     model_dir = run_dir / "opus-mt-en-fr"
     installed(model_dir, "first")
-    swaps = swaps_of(run_dir, model_dir, [])
+    swaps = closing(swaps_of(run_dir, model_dir, []))
     old = Generation(swaps.specs[0], 0, "first", ["ipc://old"], [sleeper()], retired_in=1)
     old.stop_by = time.monotonic() - 1  # the backstop's wait is over
     swaps.retiring.append(old)
