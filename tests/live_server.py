@@ -23,9 +23,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def live_server(settings: Settings | None = None, app: FastAPI | None = None) -> Iterator[str]:
-    """Serve ``app`` (else ``create_app(settings)``) on 127.0.0.1 until the block ends; yields
-    the base URL (with a trailing slash) once ``/ready`` says 200."""
+def live_server(
+    settings: Settings | None = None, app: FastAPI | None = None, http: str = "auto"
+) -> Iterator[str]:
+    """Serve ``app`` (else ``create_app(settings)``) on 127.0.0.1 behind uvicorn's ``http``
+    implementation until the block ends; yields the base URL (with a trailing slash) once
+    ``/ready`` says 200."""
     app = app if app is not None else create_app(settings)
     port = free_port()
     server = uvicorn.Server(
@@ -33,6 +36,7 @@ def live_server(settings: Settings | None = None, app: FastAPI | None = None) ->
             app,
             host="127.0.0.1",
             port=port,
+            http=http,
             log_level="warning",
             lifespan="on",
             proxy_headers=False,  # as the service runs it (service.web.server.uvicorn_config)

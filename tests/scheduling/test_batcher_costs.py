@@ -106,12 +106,10 @@ async def test_an_in_line_admission_is_cut_into_chunks_that_stall_the_running_ro
     assert sizes == [1] * 6
 
 
-@pytest.mark.anyio
-async def test_a_batch_draining_under_load_takes_the_queue_in_one_encoder_call(make_batcher):
-    """No spare core, 2 long rows running (12 ms steps: a stall bound of 24 ms) while a
-    request arrives every 2 ms: 10 queued 3-token sentences (12 ms of encoder each) would
-    join one at a time within the bound, or wait for the drain. As many rows wait as run,
-    and more arrive every step: they join at the next step, all in one encoder call."""
+async def ten_queued_behind_two_running(make_batcher):
+    """One core's costs; 2 long rows running (the engine holding its step) and 10 short
+    one-row requests queued behind them. Returns the engine, the batcher, the running
+    request, the 10 sentences and their requests."""
     engine = GatedEngine()
     one_core_costs(engine)
     batcher = make_batcher(engine)
@@ -120,6 +118,16 @@ async def test_a_batch_draining_under_load_takes_the_queue_in_one_encoder_call(m
     crowd = [sentence(4, first=100 + 10 * i) for i in range(10)]
     waiting = [asyncio.ensure_future(batcher.submit([row])) for row in crowd]
     await wait_until(lambda: batcher.queue_depth == 10, "the crowd queued")
+    return engine, batcher, running, crowd, waiting
+
+
+@pytest.mark.anyio
+async def test_a_batch_draining_under_load_takes_the_queue_in_one_encoder_call(make_batcher):
+    """No spare core, 2 long rows running (12 ms steps: a stall bound of 24 ms) while a
+    request arrives every 2 ms: 10 queued 3-token sentences (12 ms of encoder each) would
+    join one at a time within the bound, or wait for the drain. As many rows wait as run,
+    and more arrive every step: they join at the next step, all in one encoder call."""
+    engine, batcher, running, crowd, waiting = await ten_queued_behind_two_running(make_batcher)
     batcher.queue.interactive_arrivals.gap_s = 0.002
     engine.allow(10**6)
     results = await asyncio.gather(*waiting)
@@ -133,14 +141,7 @@ async def test_a_batch_draining_under_load_takes_the_queue_in_one_encoder_call(m
 async def test_at_light_load_the_same_queue_joins_within_the_stall_bound(make_batcher):
     """The same 10 sentences and 2 running rows, submissions a second apart: nobody is
     arriving behind them, so the running rows are not stalled past the bound for them."""
-    engine = GatedEngine()
-    one_core_costs(engine)
-    batcher = make_batcher(engine)
-    running = asyncio.ensure_future(batcher.submit([sentence(40, first=1), sentence(40, first=50)]))
-    await wait_until(lambda: engine.active_rows == 2 and engine.waiting.is_set(), "2 running")
-    crowd = [sentence(4, first=100 + 10 * i) for i in range(10)]
-    waiting = [asyncio.ensure_future(batcher.submit([row])) for row in crowd]
-    await wait_until(lambda: batcher.queue_depth == 10, "the queue filled")
+    engine, batcher, running, _, waiting = await ten_queued_behind_two_running(make_batcher)
     batcher.queue.interactive_arrivals.gap_s = 1.0
     engine.allow(10**6)
     await asyncio.gather(*waiting)

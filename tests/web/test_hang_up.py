@@ -6,24 +6,18 @@ request is answered as if the first had been alone."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from starlette.requests import Request
 
 from service.config import Settings
 from service.web.deps import run_for_client
 from service.web.errors import ApiError
-from service.wiring import create_app
-from tests.live_server import free_port
-from tests.ready import wait_ready
+from tests.live_server import live_server
 from tests.service_fixtures import tiny_model
 
 SENTENCES = ["Save changes to the file.", "Open the window.", "Print the file."]
@@ -33,31 +27,6 @@ HTTP_IMPLEMENTATIONS = ("h11", "httptools")
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return tiny_model(tmp_path_factory)
-
-
-@contextlib.contextmanager
-def uvicorn_serving(settings: Settings, http: str) -> Iterator[str]:
-    """The app on 127.0.0.1 behind uvicorn's ``http`` implementation; yields the base URL."""
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(settings),
-        host="127.0.0.1",
-        port=port,
-        http=http,
-        log_level="warning",
-        lifespan="on",
-        proxy_headers=False,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="hang-up-server", daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}/"
-    try:
-        wait_ready(base)
-        yield base
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 def metric(base: str, name: str, *labels: str) -> float:
@@ -111,7 +80,7 @@ def test_a_hang_up_is_heard_without_polling_and_drops_the_rows(model_dir, monkey
         max_batch_rows=1,
         admission_cost_aware=False,
     )
-    with uvicorn_serving(settings, http) as base:
+    with live_server(settings, http=http) as base:
         port = int(base.rsplit(":", 1)[1].strip("/"))
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(translate_request(port, " ".join(SENTENCES * 10)))
@@ -141,7 +110,7 @@ def test_a_hang_up_is_heard_without_polling_and_drops_the_rows(model_dir, monkey
 @pytest.mark.parametrize("http", HTTP_IMPLEMENTATIONS)
 def test_a_keep_alive_connection_answers_each_request_in_turn(model_dir, http):
     settings = Settings(exports=[model_dir], provider="cpu", intra_op_threads=1)
-    with uvicorn_serving(settings, http) as base:
+    with live_server(settings, http=http) as base:
         port = int(base.rsplit(":", 1)[1].strip("/"))
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.settimeout(60)
