@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from service.config import Settings, get_settings
 from service.cpus import CpuBudget, cpu_budget
 from service.engine_core.client import EngineCoreClient
-from service.engine_core.control import probe
+from service.engine_core.control import find_cores
 from service.engine_core.core import build_engine_core
 from service.engine_core.plan import ProcessPlan
 from service.metrics import ServiceMetrics
@@ -131,25 +131,22 @@ ENGINE_CORE_WAIT_S = 600.0
 
 
 def engine_core_loader(
-    settings: Settings, metrics: ServiceMetrics, plan: PlanFollower
+    settings: Settings, metrics: ServiceMetrics, plan: PlanFollower, supervisor: str = ""
 ) -> ModelLoader:
     """Spec -> a client of the model's engine cores (processes the supervisor started; those
-    the plan names now, or their successors where a probed core says it retired) and its
-    translator: the front-end's side of the multi-process mode."""
+    the plan names now, or their successors where a probed core or the supervisor says they
+    retired) and its translator: the front-end's side of the multi-process mode."""
 
     def load(spec: ModelSpec) -> LoadedModel:
         model_id = spec.model_id
-        addresses = plan.addresses[model_id]
-        pong = probe(addresses, ENGINE_CORE_WAIT_S)
-        while pong.moved_to and plan.follow(model_id, pong.moved_to, pong.plan_version):
-            addresses = plan.addresses[model_id]
-            pong = probe(addresses, ENGINE_CORE_WAIT_S)
+        addresses, pong = find_cores(model_id, plan, ENGINE_CORE_WAIT_S, supervisor)
         info = pong.info
         client = EngineCoreClient(
             addresses,
             info,
             metrics.for_model(model_id),
             on_moved=partial(plan.moved, model_id),
+            supervisor=supervisor,
         )
         translator = Translator(
             Tokenizer.from_dir(spec.model_dir),
@@ -198,7 +195,7 @@ def build_registry(
     if engine_cores is not None:  # the engines run in engine-core processes
         # the supervisor loads a new revision in new engine cores; their old ones say when
         freshness = follower = PlanFollower(engine_cores)
-        loader = engine_core_loader(settings, metrics, follower)
+        loader = engine_core_loader(settings, metrics, follower, engine_cores.supervisor)
     grace_s = settings.process.shutdown_grace_s
     registry = ModelRegistry(
         specs,

@@ -20,7 +20,10 @@ rows the same way: the client sends ``Abort`` and the engine core drops them.
 
 A retired engine core's pong names the engine cores its model moved to; the client hands
 them to ``on_moved`` (the front-end then loads the model again, on them) and, once closed
-after its last row, sends every replica ``Detach`` so the old cores may stop.
+after its last row, sends every replica ``Detach`` so the old cores may stop. While no replica
+is live it also asks the supervisor where the model is (``Locate``, every ``ASK_S``): a client
+whose old cores stopped before it was heard (it started just as they retired, or its event
+loop was held past their wait) learns the move from the supervisor's ``Retire`` instead.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
+from service.engine_core.control import ASK_S
 from service.engine_core.links import PendingRequest, Replica, ReplicaLinks
 from service.engine_core.protocol import (
     Abort,
@@ -41,7 +45,9 @@ from service.engine_core.protocol import (
     EngineCoreInfo,
     Failed,
     FromCore,
+    Locate,
     Pong,
+    Retire,
     RowsDone,
     error_of,
     submit,
@@ -82,6 +88,8 @@ class EngineCoreClient:
         silence_s: float = SILENCE_S,
         clock: Callable[[], float] = time.monotonic,
         on_moved: OnMoved | None = None,
+        supervisor: str = "",
+        ask_s: float = ASK_S,
     ) -> None:
         self.info = info
         self.metrics = metrics if metrics is not None else ServiceMetrics().for_model(info.model_id)
@@ -90,8 +98,11 @@ class EngineCoreClient:
         self._silence_s = silence_s
         self._clock = clock
         self._on_moved = on_moved
+        self._ask_s = ask_s
+        self._asked_at: float | None = None
         identity = FRONTEND_PREFIX + f"{os.getpid()}-{uuid.uuid4().hex[:8]}".encode()
-        self._links = ReplicaLinks(self.replicas, identity, self, ping_s, clock)
+        supervisor = supervisor if on_moved is not None else ""  # nobody to tell the answer
+        self._links = ReplicaLinks(self.replicas, identity, self, ping_s, clock, supervisor)
         self._request_ids = itertools.count()
         self._sentence_ids = itertools.count()
         self._requests: dict[int, PendingRequest] = {}
@@ -238,6 +249,17 @@ class EngineCoreClient:
         for replica in self.replicas:
             if replica.live and now - replica.heard_at > self._silence_s:
                 self._lost(replica, f"it was silent for {now - replica.heard_at:.2f} s")
+        if any(replica.live for replica in self.replicas):
+            self._asked_at = None
+        elif self._asked_at is None or now - self._asked_at >= self._ask_s:
+            self._asked_at = now
+            addresses = [replica.address for replica in self.replicas]
+            self._links.ask(Locate(self.info.model_id, addresses))
+
+    def relocated(self, order: Retire) -> None:
+        """The supervisor's answer: the plan has the model on other cores now."""
+        if self._on_moved is not None:
+            self._on_moved(order.successors, order.plan_version)
 
     def _pong(self, replica: Replica, pong: Pong) -> None:
         previous = replica.load

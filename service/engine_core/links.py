@@ -2,8 +2,10 @@
 
 ``ReplicaLinks`` owns the ZeroMQ side: a DEALER socket per replica (reconnecting on its own
 after the supervisor restarts the process), a reader per socket, a monitor that reports a
-closed connection at once (the kernel closes a dead process's end), and the heartbeat that
-pings every replica. What the messages mean is the client's (``LinkEvents``).
+closed connection at once (the kernel closes a dead process's end), the heartbeat that
+pings every replica, and a socket to the supervisor's ``PlanDesk`` where one is given (where
+a model is now, service/engine_core/control.py). What the messages mean is the client's
+(``LinkEvents``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ from zmq.utils.monitor import parse_monitor_message
 from service.engine_core.protocol import (
     CoreLoad,
     FromCore,
+    Locate,
     Ping,
+    Retire,
     ToCore,
     decode_from_core,
+    decode_from_supervisor,
     encode,
 )
 from service.engine_core.server import tuned
@@ -120,6 +125,7 @@ class LinkEvents(Protocol):
     def received(self, replica: Replica, message: FromCore) -> None: ...
     def disconnected(self, replica: Replica) -> None: ...
     def heartbeat(self, now: float) -> None: ...
+    def relocated(self, order: Retire) -> None: ...
 
 
 class ReplicaLinks:
@@ -132,12 +138,15 @@ class ReplicaLinks:
         events: LinkEvents,
         ping_s: float,
         clock: Callable[[], float] = time.monotonic,
+        supervisor: str = "",
     ) -> None:
         self.replicas = replicas
         self._identity = identity
         self._events = events
         self._ping_s = ping_s
         self._clock = clock
+        self._supervisor = supervisor
+        self._desk: zmq.asyncio.Socket | None = None
         self._context: zmq.asyncio.Context | None = None
         self._monitors: list[zmq.asyncio.Socket] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -151,6 +160,10 @@ class ReplicaLinks:
         self._context = zmq.asyncio.Context()
         for replica in self.replicas:
             self._connect(replica)
+        if self._supervisor:
+            self._desk = self._dealer()
+            self._desk.connect(self._supervisor)
+            self._tasks.append(asyncio.create_task(self._read_desk(self._desk)))
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="engine-core-heartbeat"))
 
     def post(self, replica: Replica, message: ToCore) -> bool:
@@ -161,6 +174,15 @@ class ReplicaLinks:
         # DONTWAIT with nothing queued before it: the future is settled already
         assert isinstance(sent, asyncio.Future)
         return sent.done() and sent.exception() is None
+
+    def ask(self, question: Locate) -> None:
+        """Ask the supervisor without waiting (nothing where there is none, or not connected:
+        the client asks again)."""
+        if self._desk is not None:
+            sent = self._desk.send(encode(question), zmq.DONTWAIT)
+            assert isinstance(sent, asyncio.Future)
+            if sent.done():  # read: a refusal (not connected yet) is not logged as unread
+                sent.exception()
 
     def close(self, farewell: ToCore | None = None) -> None:
         """Close every socket, after sending each replica ``farewell`` where given (closing
@@ -177,11 +199,14 @@ class ReplicaLinks:
         for monitor in self._monitors:
             monitor.close(linger=0)
         self._monitors.clear()
+        if self._desk is not None:
+            self._desk.close(linger=0)
+            self._desk = None
         if self._context is not None:
             self._context.term()
             self._context = None
 
-    def _connect(self, replica: Replica) -> None:
+    def _dealer(self) -> zmq.asyncio.Socket:
         assert self._context is not None
         socket = self._context.socket(zmq.DEALER)
         tuned(socket)
@@ -191,6 +216,10 @@ class ReplicaLinks:
         socket.setsockopt(zmq.IMMEDIATE, 1)
         socket.setsockopt(zmq.RECONNECT_IVL, 50)
         socket.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        return socket
+
+    def _connect(self, replica: Replica) -> None:
+        socket = self._dealer()
         monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         socket.connect(replica.address)
         replica.socket = socket
@@ -208,6 +237,16 @@ class ReplicaLinks:
                 continue
             replica.heard_at = self._clock()
             self._events.received(replica, message)
+
+    async def _read_desk(self, socket: zmq.asyncio.Socket) -> None:
+        while True:
+            payload = await socket.recv()
+            try:
+                order = decode_from_supervisor(payload)
+            except msgspec.DecodeError:
+                logger.warning("an undecodable message from the supervisor was ignored")
+                continue
+            self._events.relocated(order)
 
     async def _watch(self, replica: Replica, monitor: zmq.asyncio.Socket) -> None:
         while True:

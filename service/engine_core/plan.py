@@ -14,8 +14,10 @@ engine cores' socket addresses by model, so every front-end reaches every replic
 revision of an installed model runs in engine cores of a new generation (a number in their
 sockets' names): the supervisor makes the plan's next version, which names them
 (service/processes/swaps.py), tells the old cores (``Retire``, whose pongs then tell the
-front-ends, service/engine_core/protocol.py), and starts the front-ends it restarts from then
-on with it. Nothing of it is written down: the supervisor's children die with it.
+front-ends, service/engine_core/protocol.py), answers with it a front-end that asks where a
+model is (``Locate``: one started with an older plan, whose old cores stopped before it reached
+them), and starts the front-ends it restarts from then on with it. Nothing of it is written
+down: the supervisor's children die with it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class ProcessPlan:
     # model id -> the replicas' socket addresses (ipc://...)
     addresses: dict[str, list[str]] = field(default_factory=dict)
     version: int = 0  # one more each time a model moves to engine cores of a new revision
+    # where the supervisor answers a front-end's ``Locate`` (ipc://...; "": nowhere)
+    supervisor: str = ""
 
     @property
     def cpus_per_replica(self) -> int:
@@ -54,12 +58,13 @@ class ProcessPlan:
         )
 
     def with_addresses(self, run_dir: Path, model_ids: list[str]) -> ProcessPlan:
-        """The plan with an ipc socket under ``run_dir`` for each replica of each model."""
+        """The plan with an ipc socket under ``run_dir`` for each replica of each model, and
+        the supervisor's."""
         addresses = {
             model_id: self.generation_addresses(run_dir, index, 0)
             for index, model_id in enumerate(model_ids)
         }
-        return replace(self, addresses=addresses)
+        return replace(self, addresses=addresses, supervisor=f"ipc://{run_dir / 'plan.sock'}")
 
     def generation_addresses(self, run_dir: Path, model_index: int, generation: int) -> list[str]:
         """The sockets of the replicas of one model's engine cores of ``generation``."""

@@ -15,7 +15,10 @@ plan. It sends ``Retire`` to the old cores once the new ones answer a ping; from
 core's ``Pong`` names its successors (``moved_to``), so each front-end moves within a ping. A
 front-end whose last row on an old core is answered sends it ``Detach``; an old core that no
 front-end holds any more (each detached, went silent, or never came) sends the supervisor
-``Free``, and the supervisor stops it.
+``Free``, and the supervisor stops it. A front-end that never reached the old cores (started
+with the plan as it was before the move) does not wait on their dead sockets: while it looks
+for a model's cores it asks the supervisor too (``Locate``), which answers with the same
+``Retire`` where its plan names other cores for the model now.
 """
 
 from __future__ import annotations
@@ -90,11 +93,23 @@ class Detach(msgspec.Struct, tag="detach", array_like=True):
 
 
 class Retire(msgspec.Struct, tag="retire", array_like=True):
-    """The model moved to ``successors`` in version ``plan_version`` of the plan: say so in
-    every pong, and send ``Free`` once no front-end holds this core."""
+    """The model moved to ``successors`` in version ``plan_version`` of the plan. To an old
+    engine core: say so in every pong, and send ``Free`` once no front-end holds this core. To
+    a front-end that asked (``Locate``): the cores it asked about are not the plan's any more."""
 
     successors: list[str]
     plan_version: int
+
+
+# --- front-end -> supervisor -----------------------------------------------------------------
+
+
+class Locate(msgspec.Struct, tag="locate", array_like=True):
+    """Where are ``model_id``'s engine cores now? (The front-end knows them at ``addresses``.)
+    Answered with ``Retire`` where the plan names others, else not at all."""
+
+    model_id: str
+    addresses: list[str]
 
 
 # --- engine core -> front-end ----------------------------------------------------------------
@@ -185,9 +200,11 @@ FromCore = RowsDone | Accepted | Failed | Pong | Free
 _encoder = msgspec.msgpack.Encoder()
 _to_core = msgspec.msgpack.Decoder(ToCore)
 _from_core = msgspec.msgpack.Decoder(FromCore)
+_to_supervisor = msgspec.msgpack.Decoder(Locate)
+_from_supervisor = msgspec.msgpack.Decoder(Retire)
 
 
-def encode(message: ToCore | FromCore) -> bytes:
+def encode(message: ToCore | FromCore | Locate) -> bytes:
     return _encoder.encode(message)
 
 
@@ -197,6 +214,14 @@ def decode_to_core(data: bytes) -> ToCore:
 
 def decode_from_core(data: bytes) -> FromCore:
     return _from_core.decode(data)
+
+
+def decode_to_supervisor(data: bytes) -> Locate:
+    return _to_supervisor.decode(data)
+
+
+def decode_from_supervisor(data: bytes) -> Retire:
+    return _from_supervisor.decode(data)
 
 
 def submit(

@@ -7,7 +7,9 @@ again, at once where it had run a while, after a growing pause where it keeps dy
 start-up. The front-ends see an engine core that died as a closed connection and fail its
 rows in flight with 503 + Retry-After; the restarted one is found again on its own. A new
 revision of an installed model (``models update``) gets engine cores of its own, which replace
-the old ones without a failed request (service/processes/swaps.py).
+the old ones without a failed request (service/processes/swaps.py); a front-end that looks
+for a model's cores asks the supervisor too where the plan has them now (``PlanDesk``,
+service/engine_core/control.py), so one started with an older plan never waits on stopped ones.
 
 SIGTERM (or Ctrl-C) drains, front-ends first: they stop admitting and finish their requests
 in flight, for which the engine cores are still there; then the engine cores drain and stop.
@@ -33,6 +35,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from service.config import ENV_PREFIX, RENAMED, Settings
 from service.cpus import cpu_budget
+from service.engine_core.control import PlanDesk
 from service.engine_core.plan import ProcessPlan, plan_processes, runs_split
 from service.processes.children import Child, frontend, frontend_plan
 from service.processes.swaps import RevisionSwaps
@@ -90,15 +93,17 @@ class Supervisor:
         """Serve until SIGTERM or SIGINT, then drain; the exit status."""
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
+        desk = PlanDesk(self.plan.supervisor)  # before any front-end may ask
         try:
             for child in self.children:  # engine cores first: they take longest to be ready
                 self._start(child)
             while not self._stopping:
                 self._restart_dead()
                 self.swaps.tick()
-                time.sleep(POLL_S)
+                desk.answer(self.swaps.plan, wait_s=POLL_S)  # at once, between the turns
             self._drain()
         finally:
+            desk.close()
             self.swaps.close()
             for child in self.children:
                 if child.process is not None and child.process.poll() is None:

@@ -11,7 +11,9 @@ engine cores, the requests holding the old ones finish there, and then it detach
 An old engine core with no front-end holding it any more (each detached, or was killed: silent)
 says ``Free``, and drains and stops, so none is sent a row after it stopped accepting; one that
 never says so (a front-end hangs holding it) stops at most ``RETIRE_WAIT_S`` beyond the drain's
-grace. Front-ends restarted from then on get the new plan on their command line.
+grace. Front-ends restarted from then on get the new plan on their command line; one started
+with the old plan that finds the old cores already stopped asks the supervisor where the model
+is (``PlanDesk``, service/engine_core/control.py), answered from this plan.
 
 A new engine core that exits before it is ready fails the swap: the old ones serve on, the log
 says so, and that revision is not tried again until it changes. An old engine core that dies
