@@ -16,7 +16,7 @@ import zmq
 
 from service.engine_core.protocol import Free, Ping, Pong, Retire, decode_from_core, encode
 from service.engine_core.retirement import FRONTEND_PREFIX
-from service.engine_core.server import tuned
+from service.engine_core.sockets import tuned
 from service.errors import EngineUnavailable
 
 SUPERVISOR = b"supervisor"

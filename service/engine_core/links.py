@@ -28,7 +28,7 @@ from service.engine_core.protocol import (
     decode_from_core,
     encode,
 )
-from service.engine_core.server import tuned
+from service.engine_core.sockets import tuned
 from service.scheduling.sentences import RowResult, ScheduledSentence
 
 logger = logging.getLogger(__name__)
