@@ -36,6 +36,13 @@ def test_the_supervisor_imports_neither_the_engine_nor_the_app():
     assert not engine_and_app & modules
 
 
+def test_the_supervisor_asks_whether_it_has_a_gpu_without_importing_onnx_runtime():
+    modules = imported_after(
+        "from service.processes.supervisor import uses_gpu\nassert uses_gpu('auto') in (True, False)"
+    )
+    assert "onnxruntime" not in modules and "numpy" not in modules
+
+
 def test_reading_the_word_lists_does_not_import_wordfreq():
     modules = imported_after(
         "from service.translation.word_lists import word_log_frequencies\n"
