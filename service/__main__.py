@@ -23,13 +23,24 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.config import Settings, get_settings
 from service.verbs import DESCRIPTION, USAGE, epilog, run_verb, serve_argv
 from service.web.server import serve, start_logging
-from service.wiring import create_app
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 logger = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The app of one process (service/wiring.py), imported only here: a supervisor (multi-
+    process mode) never builds it, and does not hold the engine's and the app's imports."""
+    from service.wiring import create_app as build
+
+    return build(settings)
 
 
 def models_at_startup(settings: Settings) -> Settings | None:

@@ -27,6 +27,7 @@ from service.engine_core.control import find_cores
 from service.engine_core.core import build_engine_core
 from service.engine_core.plan import ProcessPlan
 from service.metrics import ServiceMetrics
+from service.runtime import heap
 from service.runtime.engine import Engine, open_engine
 from service.scheduling.turns import RoundRobinTurns
 from service.storage.databases import Databases, open_databases
@@ -170,6 +171,7 @@ def dispatcher_factory(
         detector = None
         if settings.model.language_detection:
             detector = LanguageDetector(source_languages(registry.by_pair))
+            heap.trim()  # what reading the word lists freed (service/runtime/heap.py)
         planner = RoutePlanner(
             registry, detector, settings.limits, settings.model.pivot_lang, memories
         )

@@ -31,7 +31,7 @@ from service.engine_core.protocol import (
     encode,
 )
 from service.engine_core.retirement import FRONTEND_PREFIX
-from service.engine_core.server import tuned
+from service.engine_core.sockets import tuned
 from service.errors import EngineUnavailable
 
 SUPERVISOR = b"supervisor"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from service.cpus import spare_core
 from service.engine_core.protocol import EngineCoreInfo
 from service.metrics import ServiceMetrics
+from service.runtime import heap
 from service.runtime.engine import Engine
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.settings import BatchingSettings
@@ -73,6 +74,9 @@ def build_engine_core(
     batching = batching.queue_for(TEXTS_AT_ONCE * max_chars_per_text)
     if batching.admission_cost_aware and batching.batching == "continuous":
         engine.calibrate()
+        # The calibration's largest calls left their memory in the sessions' arenas.
+        engine.model.release_free_memory(engine.warmup)
+    heap.trim()  # what loading and calibrating freed (service/runtime/heap.py)
     batcher = ContinuousBatcher(
         engine, batching, metrics=metrics, turn=turn, spare_core=spare_core(cpus)
     )

@@ -33,7 +33,7 @@ from service.engine_core.protocol import (
     decode_from_supervisor,
     encode,
 )
-from service.engine_core.server import tuned
+from service.engine_core.sockets import tuned
 from service.scheduling.sentences import RowResult, ScheduledSentence
 
 logger = logging.getLogger(__name__)

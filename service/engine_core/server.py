@@ -54,6 +54,7 @@ from service.engine_core.protocol import (
     failure_of,
 )
 from service.engine_core.retirement import Retirement
+from service.engine_core.sockets import tuned
 from service.scheduling.batcher import ContinuousBatcher
 from service.scheduling.sentences import RowResult, ScheduledSentence
 
@@ -76,13 +77,6 @@ WATCH_S = 0.1
 # How long the socket, once closed, still sends the replies already queued on it (the last
 # results and failures of a drain) to front-ends that are slow to read them.
 LINGER_MS = 1000
-
-
-def tuned(socket: zmq.Socket) -> None:
-    """No high-water mark (a dropped message would be a row answered never) and no linger."""
-    socket.setsockopt(zmq.SNDHWM, 0)
-    socket.setsockopt(zmq.RCVHWM, 0)
-    socket.setsockopt(zmq.LINGER, 0)
 
 
 class EngineCoreServer:

@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -185,12 +186,24 @@ def listen(host: str, port: int) -> socket.socket:
     return listener
 
 
+# Asked of a child interpreter: the supervisor runs no model, and ONNX Runtime (with numpy)
+# would stay in its memory for its whole life (about 30 MB).
+_CUDA_PROBE = (
+    "import onnxruntime; print('CUDAExecutionProvider' in onnxruntime.get_available_providers())"
+)
+
+
 def uses_gpu(provider: str) -> bool:
     if provider == "cuda":
         return True
     if provider != "auto":
         return False
-    import onnxruntime
+    probe = subprocess.run(
+        [sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True, timeout=120
+    )
+    if probe.returncode == 0:
+        return probe.stdout.strip() == "True"
+    import onnxruntime  # the child failed: ask here, where an error says why
 
     return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
 

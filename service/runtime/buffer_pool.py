@@ -103,6 +103,12 @@ class BufferPool:
             while self.free_bytes > self.max_free_bytes:
                 self.free_bytes -= self._free.popleft().nbytes
 
+    def release(self) -> None:
+        """Drop every free buffer (the memory goes back to the allocator)."""
+        with self._lock:
+            self._free.clear()
+            self.free_bytes = 0
+
     def _unshared(self, array: np.ndarray, buffer: object) -> bool:
         """Whether ``buffer`` is a plain numpy buffer of our dtype that only ``array`` (held by
         the caller's list) refers to. Counted references: the caller's list, the local names

@@ -63,6 +63,7 @@ class HostKV:
                 "input_ids": np.ascontiguousarray(input_ids, dtype=np.int64),
                 "attention_mask": np.ascontiguousarray(attention_mask, dtype=np.int64),
             },
+            self.model.run_options,
         )
         return KVCache(tensors, input_ids.shape[1])
 
@@ -81,7 +82,7 @@ class HostKV:
         feeds.update(zip(model.cross_names, cross.tensors, strict=True))
         if model.vocab_screen_feed is not None:
             feeds[SCREEN_INPUT] = model.vocab_screen_feed
-        outputs = model.decoder.run(SEARCH_OUTPUTS + model.new_names, feeds)
+        outputs = model.decoder.run(SEARCH_OUTPUTS + model.new_names, feeds, model.run_options)
         del feeds  # it refers to the caches: a full one's buffers go back to the pool below
         head = StepOutput(outputs[0], outputs[1], outputs[2], inputs.watch_ids)
         new = outputs[3:]  # 2L x (N, H, T, Dh)

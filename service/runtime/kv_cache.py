@@ -83,6 +83,7 @@ class ModelSessions(Protocol):
     new_names: list[str]
     cross_names: list[str]
     vocab_screen_feed: np.ndarray | None
+    run_options: ort.RunOptions | None  # of the host backend's calls
 
 
 class KVBackend(Protocol):

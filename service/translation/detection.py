@@ -11,7 +11,8 @@ makes short texts far less ambiguous), their log-probabilities added:
   which words it uses. Short interface strings are mostly words: "Toggle Sort Order" has
   n-grams that py3langid finds as German as English, but each of its words is hundreds of
   times more frequent in English. The lists are cut to words of at least ``MIN_FREQUENCY``
-  (tens of thousands of words a language, a few MiB) and unknown words count as that
+  (tens of thousands of words a language, held as tables of word hashes: about 1 MiB each,
+  service/translation/word_table.py) and unknown words count as that
   frequency in every language, so they weigh nothing, unless they split into two listed
   words of the language (``word_score``: German writes "Produktinformation" as one word).
 
@@ -73,12 +74,13 @@ from service.text.placeholders import PLACEHOLDER_RE
 from service.translation.word_lists import (
     COMPOUND_LINKS,
     UNSERVED_MIN_FREQUENCY,
+    TextWords,
     common_word_log_frequencies,
     has_word_list,
     word_log_frequencies,
-    word_score,
     words_of,
 )
+from service.translation.word_table import WordTable, WordTables
 
 logger = logging.getLogger(__name__)
 
@@ -199,31 +201,39 @@ class LanguageDetector:
         self._classes = np.array(classes)
         self._unserved_classes = np.array([code not in self.languages for code in classes])
         self._scripts = frozenset().union(*(SCRIPTS.get(code, _LATIN) for code in self.languages))
-        self._words: list[Mapping[str, float]] | None = None
-        if use_words and len(self.languages) > 1:
-            if all(has_word_list(code) for code in self.languages):
-                tables = [word_log_frequencies(code) for code in self.languages]
-                self._words = [table for table in tables if table is not None]
-            else:  # one language's words counted and another's not would tip every text
-                logger.warning("no word list for every served language: n-grams alone")
-        # The unserved languages of the served scripts whose common words wordfreq lists,
-        # read beside the served ones' words (the module's docstring); one served language
-        # needs its words for that reading too.
-        self._served_words: list[Mapping[str, float]] = []
+        # The served languages' words, where each has a list: one language's words counted
+        # and another's not would tip every text. They decide among two or more served
+        # languages; the unserved languages' reading needs them for one served language too.
+        served_tables: list[WordTable] = []
         if use_words and self.languages and all(map(has_word_list, self.languages)):
             tables = [word_log_frequencies(code) for code in self.languages]
-            self._served_words = [table for table in tables if table is not None]
+            served_tables = [table for table in tables if table is not None]
+        elif use_words and len(self.languages) > 1:
+            logger.warning("no word list for every served language: n-grams alone")
+        self._words_decide = bool(served_tables) and len(self.languages) > 1
+        self._links = tuple(COMPOUND_LINKS.get(code, ("",)) for code in self.languages)
+        # The unserved languages of the served scripts whose common words wordfreq lists,
+        # read beside the served ones' words (the module's docstring).
         others = [
             code
             for code in sorted(set(classes) - set(self.languages))
-            if self._served_words and SCRIPTS.get(code, _LATIN) & self._scripts
+            if served_tables and SCRIPTS.get(code, _LATIN) & self._scripts
         ]
         other_tables = [(code, common_word_log_frequencies(code)) for code in others]
         self._others = tuple(code for code, table in other_tables if table is not None)
-        self._other_words = [table for _, table in other_tables if table is not None]
+        # One merged table: the served languages' words, then the unserved ones', so that a
+        # text's words are looked up once for every language.
+        self._words: WordTables | None = None
+        if served_tables:
+            unserved_tables = [table for _, table in other_tables if table is not None]
+            self._words = WordTables([*served_tables, *unserved_tables])
         self._with_others = np.array(
             [*self._served, *(classes.index(code) for code in self._others)], dtype=np.intp
         )
+
+    def _reading(self, words: list[str], hashed: dict[str, int]) -> TextWords | None:
+        """``words`` (distinct) to look up in the word lists; None without word lists."""
+        return None if self._words is None else TextWords(words, self._words, hashed)
 
     def _unserved(self, scores: np.ndarray) -> Detection | None:
         """The likeliest language the service does not translate from, when the text read
@@ -235,22 +245,24 @@ class LanguageDetector:
         probability = everything[self._classes == self._classes[best]].sum()
         return Detection(str(self._classes[best]), round(100.0 * float(probability), 1))
 
-    def _unserved_by_words(self, scores: np.ndarray, words: list[str]) -> Detection | None:
-        """The likeliest unserved language when the n-grams (``scores``) and ``words``, read
-        over the served languages and the unserved ones with word lists, give those at least
-        ``UNSERVED_WORDS_CONFIDENCE``; else None."""
-        if not self._others or not words:
+    def _unserved_by_words(self, scores: np.ndarray, text: TextWords | None) -> Detection | None:
+        """The likeliest unserved language when the n-grams (``scores``) and the words of
+        ``text``, read over the served languages and the unserved ones with word lists, give
+        those at least ``UNSERVED_WORDS_CONFIDENCE``; else None."""
+        if not self._others or text is None or not text.words:
             return None
         floor = math.log(UNSERVED_MIN_FREQUENCY)
         ngrams = softmax(scores[self._with_others])
         combined = []
-        for index, code in enumerate((*self.languages, *self._others)):
+        served = text.scores(self._links)
+        # an unserved language's unlisted word counts as the floor, as does a rarer listed one
+        listed = np.fmax(text.listed()[len(self.languages) :], floor).tolist()
+        for index in range(len(self.languages) + len(self._others)):
+            found: Iterable[float]
             if index < len(self.languages):
-                table, links = self._served_words[index], COMPOUND_LINKS.get(code, ("",))
-                found = (max(word_score(table, word, links), floor) for word in words)
+                found = (max(score, floor) for score in served[index])
             else:
-                table = self._other_words[index - len(self.languages)]
-                found = (max(table.get(word, floor), floor) for word in words)
+                found = listed[index - len(self.languages)]
             probability = max(float(ngrams[index]), 1e-300)
             combined.append(NGRAM_WEIGHT * math.log(probability) + sum(found))
         others = softmax(np.array(combined))[len(self.languages) :]
@@ -270,6 +282,11 @@ class LanguageDetector:
         # The unserved languages are judged on the letters of the served languages' scripts
         # (the module's docstring); the served ones on the whole text.
         readable = in_scripts(bare, self._scripts)
+        # Each word once: a repeated word is no more evidence of a language, and a word that
+        # is common in an unserved language too ("save" is Lithuanian) would count as often as
+        # it is repeated.
+        hashed: dict[str, int] = {}  # the words' hashes, shared by both readings
+        words = self._reading(list(dict.fromkeys(words_of(readable))), hashed)
         readable_scores = ngram_scores(readable) if has_letters(readable) else None
         if (
             readable_scores is not None
@@ -277,12 +294,7 @@ class LanguageDetector:
         ):
             return [unserved]
         if readable_scores is not None and (
-            # Each word once: a repeated word is no more evidence of a language, and a word
-            # that is common in an unserved language too ("save" is Lithuanian) would count
-            # as often as it is repeated.
-            unserved := self._unserved_by_words(
-                readable_scores, list(dict.fromkeys(words_of(readable)))
-            )
+            unserved := self._unserved_by_words(readable_scores, words)
         ):
             return [unserved]
         if len(self.languages) == 1:  # one class: its normalised probability is 1, unscored
@@ -291,18 +303,23 @@ class LanguageDetector:
         scores = readable_scores if readable == bare else ngram_scores(bare)
         assert scores is not None  # bare has letters, so readable == bare has too
         ngrams = softmax(scores[self._served]).tolist()
-        if self._words is None:
+        if not self._words_decide:
             ranked = sorted(
                 zip(self.languages, ngrams, strict=True), key=lambda pair: pair[1], reverse=True
             )
             return [
                 Detection(code, round(100.0 * score, 1)) for code, score in ranked[:TOP_CANDIDATES]
             ]
-        words = words_of(bare)
+        # Here every word counts as often as it occurs.
+        every_word = words_of(bare)
+        if readable != bare:
+            words = self._reading(list(dict.fromkeys(every_word)), hashed)
+        assert words is not None  # the words decide: there are tables
+        score_of = dict(zip(words.words, zip(*words.scores(self._links), strict=True), strict=True))
         combined = [
             NGRAM_WEIGHT * math.log(max(probability, 1e-300))
-            + sum(word_score(table, word, COMPOUND_LINKS.get(code, ("",))) for word in words)
-            for code, probability, table in zip(self.languages, ngrams, self._words, strict=True)
+            + sum(score_of[word][index] for word in every_word)
+            for index, probability in enumerate(ngrams)
         ]
         best = max(combined)
         weights = [math.exp(score - best) for score in combined]

@@ -154,3 +154,13 @@ def test_cache_buffers_get_no_huge_page_advice():
         "array = BufferPool(np.float32).empty((16 << 20,))"
     )
     assert pooled is False
+
+
+def test_release_drops_every_free_buffer():
+    pool = BufferPool(np.float32)
+    pool.recycle([pool.empty((4, 8)) for _ in range(3)])
+    assert pool.free_bytes > 0
+    pool.release()
+    assert pool.free_bytes == 0
+    pool.empty((4, 8))
+    assert pool.allocated == 4 and pool.reused == 0  # nothing left to reuse

@@ -286,3 +286,27 @@ def test_host_reuses_the_buffers_of_consumed_caches_without_mixing_them(exported
     host.kv.select(kept, np.array([1, 0]), 0, 6)  # a gather into new buffers
     assert not any(np.shares_memory(buffer, held_view) for buffer in pool._free)
     assert any(np.shares_memory(buffer, kept_tensors[1]) for buffer in pool._free)
+
+
+def test_releasing_free_memory_drops_the_pool_and_shrinks_the_arenas_of_its_calls(exported):
+    """After start-up's calibration the host caches' free buffers are dropped and the calls
+    given run with ONNX Runtime's arena shrinkage (service/runtime/onnx_model.py); the calls
+    after them run with the default options again, and compute the same."""
+    host = OnnxSeq2Seq(exported.onnx_dir, provider="cpu", kv_backend="host")
+    cache = random_cache(host, rows=4, length=6, seed=14)
+    host.kv.select(host.kv.from_numpy(cache), np.array([1, 0]), 0, 6)  # frees a cache
+    assert host.kv.pool.free_bytes > 0
+    ids = np.array([[5, 6, 7, 2]])
+    before = host.kv.to_numpy(host.kv.encode(ids, np.ones_like(ids)))
+    seen = []
+
+    def calls():
+        assert host.kv.pool.free_bytes == 0
+        seen.append(host.run_options.get_run_config_entry("memory.enable_memory_arena_shrinkage"))
+        return host.kv.encode(ids, np.ones_like(ids))
+
+    host.release_free_memory(calls)
+    assert seen == ["cpu:0"] and host.run_options is None
+    after = host.kv.to_numpy(host.kv.encode(ids, np.ones_like(ids)))
+    for old, new in zip(before, after, strict=True):
+        np.testing.assert_array_equal(old, new)
