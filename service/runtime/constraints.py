@@ -33,18 +33,21 @@ class CopyConstraint:
     def __init__(self, copy_tokens: dict[int, int], rows: int, eos_id: int, pad_id: int) -> None:
         if any(count < 0 for count in copy_tokens.values()):
             raise ValueError("copy_tokens counts must be >= 0")
-        self.ids = np.array(sorted(copy_tokens), dtype=np.int64)  # (C,)
-        self._slot = {int(token): slot for slot, token in enumerate(self.ids)}
-        counts = np.array([copy_tokens[int(token)] for token in self.ids], dtype=np.int64)
-        self.remaining = np.tile(counts, (rows, 1))  # (rows, C)
+        # Built for every request a step admits (plain Python over the few symbols, not
+        # numpy scalars one at a time: most of a newcomer's host cost otherwise).
+        tokens = sorted(map(int, copy_tokens))
+        self.ids = np.array(tokens, dtype=np.int64)  # (C,)
+        self._slot = {token: slot for slot, token in enumerate(tokens)}
+        counts = [copy_tokens[token] for token in tokens]
+        self.remaining = np.array([counts] * rows, dtype=np.int64).reshape(rows, len(tokens))
         self.eos_id = eos_id
         self.pad_id = pad_id
         # Asked for every step of every row, and most steps change nothing: ``bans`` and
         # ``owes`` are kept until ``advance`` changes ``remaining``; the watched ids never
         # change.
         self._bans: np.ndarray | None = None
-        self._watch_ids = np.append(self.ids, eos_id)
-        self.owes = bool(self.remaining.sum(axis=1).any())  # does any row still owe a symbol?
+        self._watch_ids = np.array([*tokens, eos_id], dtype=np.int64)
+        self.owes = rows > 0 and any(counts)  # does any row still owe a symbol?
 
     def _changed(self) -> None:
         self._bans = None
