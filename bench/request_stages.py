@@ -352,6 +352,7 @@ class EncoderCalls:
         engines = [o for o in gc.get_objects() if isinstance(o, engine.Engine)]
         prices = {
             "encode": [e.encode_cost.coefficients for e in engines],
+            "encode_cpu": [getattr(e.encode_cost, "cpu_coefficients", None) for e in engines],
             "step": [e.step_cost.coefficients for e in engines],
         }
         encoding.encode_group = self._original
