@@ -24,6 +24,11 @@ against each checkout's ``service`` (``PYTHONPATH``), so both arms are measured 
     .venv/bin/python -m bench.request_stages --code /tmp/old --code . --pairs 2
     .venv/bin/python -m bench.request_stages --offline   # the engine alone, same strings
 
+The stages window also counts the served engine's encoder calls (``EncoderCalls``: admissions,
+length classes, calls and their rows, padded against real source tokens, the fitted encoder
+and step prices at the end) and reads /metrics for rows a step, decoder calls a step and the
+engine thread's phases, so a change of the scheduler shows as the shapes it makes.
+
 The sampler costs its own CPU (charged to ``profiler``), and the stages window runs with a
 switch interval of a tenth of the sampling interval (so the sampler gets the GIL mid-burst,
 not only when the event loop waits): the capacity window runs without either. Per-thread
@@ -290,6 +295,82 @@ def _process_cpu() -> float:
     return times.user + times.system
 
 
+class EncoderCalls:
+    """Counts the served engine's encoder calls over the stages window (rows, padded and
+    real source tokens), by wrapping ``service.runtime.encoding.encode_group``: how large
+    the calls are that the scheduler's admissions make."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.rows = 0
+        self.padded_tokens = 0
+        self.tokens = 0
+        self.by_rows: dict[int, int] = defaultdict(int)
+        self.admissions = 0  # ``Engine.encode`` calls: one an admission
+        self.classes = 0  # length classes those admissions were cut into
+        self.admitted_rows: dict[int, int] = defaultdict(int)
+        self._original: Any = None
+        self._originals: dict[str, Any] = {}
+
+    def patch(self) -> None:
+        from service.runtime import encoding
+
+        original = self._original = encoding.encode_group
+
+        def counted(kv: Any, info: Any, requests: list[Any]) -> Any:
+            lengths = [len(request.src_ids) for request in requests]
+            self.calls += 1
+            self.rows += len(lengths)
+            self.padded_tokens += len(lengths) * max(lengths)
+            self.tokens += sum(lengths)
+            self.by_rows[len(lengths)] += 1
+            return original(kv, info, requests)
+
+        encoding.encode_group = counted  # type: ignore[assignment]
+        from service.runtime import engine
+
+        encode_class = self._originals["encode_class"] = encoding.encode_class
+        encode_requests = self._originals["encode_requests"] = engine.encode_requests
+
+        def counted_class(*args: Any) -> Any:
+            self.classes += 1
+            return encode_class(*args)
+
+        def counted_requests(kv: Any, info: Any, requests: list[Any], *args: Any) -> Any:
+            self.admissions += 1
+            self.admitted_rows[len(requests)] += 1
+            return encode_requests(kv, info, requests, *args)
+
+        encoding.encode_class = counted_class  # type: ignore[assignment]
+        engine.encode_requests = counted_requests  # type: ignore[assignment]
+
+    def unpatch(self) -> dict[str, Any]:
+        import gc
+
+        from service.runtime import encoding, engine
+
+        engines = [o for o in gc.get_objects() if isinstance(o, engine.Engine)]
+        prices = {
+            "encode": [e.encode_cost.coefficients for e in engines],
+            "encode_cpu": [getattr(e.encode_cost, "cpu_coefficients", None) for e in engines],
+            "step": [e.step_cost.coefficients for e in engines],
+        }
+        encoding.encode_group = self._original
+        encoding.encode_class = self._originals["encode_class"]
+        engine.encode_requests = self._originals["encode_requests"]
+        return {
+            "prices": prices,
+            "admissions": self.admissions,
+            "classes": self.classes,
+            "admitted_rows": dict(sorted(self.admitted_rows.items())),
+            "calls": self.calls,
+            "rows": self.rows,
+            "padded_tokens": self.padded_tokens,
+            "tokens": self.tokens,
+            "by_rows": dict(sorted(self.by_rows.items())),
+        }
+
+
 def serve(control: Path, interval_s: float, cpus: set[int]) -> None:
     """Run ``python -m service`` with a sampler that starts when ``control/start`` appears
     and writes ``control/profile.json`` when ``control/stop`` does."""
@@ -300,6 +381,8 @@ def serve(control: Path, interval_s: float, cpus: set[int]) -> None:
             time.sleep(0.05)
         LOOP_CODES.update(_loop_codes())
         sampler = StageSampler(interval_s, cpus)
+        calls = EncoderCalls()
+        calls.patch()
         # The sampler needs the GIL to read stacks, and a thread holding it lets go after
         # the switch interval (5 ms) or when it waits: most of a request's bursts are shorter,
         # so at 5 ms the sampler would mostly catch the event loop at its wait.
@@ -309,6 +392,7 @@ def serve(control: Path, interval_s: float, cpus: set[int]) -> None:
         while not (control / "stop").exists():
             time.sleep(0.2)
         result = sampler.stop()
+        result["encoder_calls"] = calls.unpatch()
         sys.setswitchinterval(switch_interval)
         import service
 
@@ -441,12 +525,26 @@ def batch_means(url: str) -> dict[str, float | None]:
         r"^(mt_batch_(?:admitted_)?rows_(?:sum|count))\{?[^ ]*\}? (\S+)$", text, re.M
     ):
         sums[name] += float(value)
-    return {
+    means: dict[str, float | None] = {
         kind: sums[f"mt_batch_{kind}_sum"] / sums[f"mt_batch_{kind}_count"]
         if sums[f"mt_batch_{kind}_count"]
         else None
         for kind in ("rows", "admitted_rows")
     }
+    counts = {
+        name: sum(
+            float(value) for value in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+        )
+        for name in ("mt_decode_steps_total", "mt_decoder_calls_total")
+    }
+    steps = counts["mt_decode_steps_total"]
+    means["decoder_calls_per_step"] = counts["mt_decoder_calls_total"] / steps if steps else None
+    means["steps"] = steps
+    for phase, value in re.findall(
+        r'^mt_engine_phase_seconds_total{[^}]*phase="([^"]+)"[^}]*} (\S+)$', text, re.M
+    ):
+        means[f"phase_{phase}_s"] = (means.get(f"phase_{phase}_s") or 0.0) + float(value)
+    return means
 
 
 def stage_table(runs: list[dict[str, Any]], labels: list[str]) -> str:
@@ -599,6 +697,15 @@ def main(argv: list[str] | None = None) -> int:
             run = one_run(args, code, label, seed=pair)
             c = run["capacity"]
             print(f"  batches {run['stages'].get('batches')}", flush=True)
+            calls = run["stages"].get("encoder_calls") or {}
+            if calls.get("calls"):
+                print(
+                    f"  encoder calls {calls['calls']}: {calls['rows'] / calls['calls']:.1f} rows,"
+                    f" padded/real tokens {calls['padded_tokens'] / max(calls['tokens'], 1):.2f},"
+                    f" calls a request {calls['calls'] / max(run['stages']['requests'], 1):.3f};"
+                    f" admissions {calls['admissions']}, length classes {calls['classes']}",
+                    flush=True,
+                )
             print(
                 f"  {c['rps']:.1f} req/s, {1000 * (c['cpu_s_per_request'] or 0):.2f} ms CPU/req,"
                 f" p50 {c['p50_ms']} p99 {c['p99_ms']} ms ({run['service_package']})",

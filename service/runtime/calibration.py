@@ -44,11 +44,13 @@ def calibrate(
         for count in rows:
             input_ids = np.tile(src, (count, 1))
             mask = np.ones_like(input_ids)
-            tick = time.perf_counter()
+            tick, cpu_tick = time.perf_counter(), time.thread_time()
             cross = kv.encode(input_ids, mask)
             tokens_in = count * width
             encode_cost.observe(
-                encode_features(1, tokens_in, tokens_in * width), time.perf_counter() - tick
+                encode_features(1, tokens_in, tokens_in * width),
+                time.perf_counter() - tick,
+                time.thread_time() - cpu_tick,
             )
             for past_len in past_lens:
                 past = kv.empty(count)

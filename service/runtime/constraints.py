@@ -31,20 +31,20 @@ class CopyConstraint:
     """
 
     def __init__(self, copy_tokens: dict[int, int], rows: int, eos_id: int, pad_id: int) -> None:
-        if any(count < 0 for count in copy_tokens.values()):
+        if copy_tokens and min(copy_tokens.values()) < 0:
             raise ValueError("copy_tokens counts must be >= 0")
-        self.ids = np.array(sorted(copy_tokens), dtype=np.int64)  # (C,)
-        self._slot = {int(token): slot for slot, token in enumerate(self.ids)}
-        counts = np.array([copy_tokens[int(token)] for token in self.ids], dtype=np.int64)
-        self.remaining = np.tile(counts, (rows, 1))  # (rows, C)
+        # Built for every request a step admits, over the same symbols each time: their
+        # sorted ids, slots and watched ids are shared (read-only), only the counts are own.
+        tokens, self.ids, self._slot, self._watch_ids = _layout(frozenset(copy_tokens), eos_id)
+        counts = [copy_tokens[token] for token in tokens]
+        self.remaining = np.array([counts] * rows, dtype=np.int64).reshape(rows, len(tokens))
         self.eos_id = eos_id
         self.pad_id = pad_id
         # Asked for every step of every row, and most steps change nothing: ``bans`` and
         # ``owes`` are kept until ``advance`` changes ``remaining``; the watched ids never
         # change.
         self._bans: np.ndarray | None = None
-        self._watch_ids = np.append(self.ids, eos_id)
-        self.owes = bool(self.remaining.sum(axis=1).any())  # does any row still owe a symbol?
+        self.owes = rows > 0 and any(counts)  # does any row still owe a symbol?
 
     def _changed(self) -> None:
         self._bans = None
@@ -132,6 +132,29 @@ class CopyConstraint:
         if slot is not None:
             self.remaining[row, slot] -= 1
             self._changed()
+
+
+Layout = tuple[list[int], np.ndarray, dict[int, int], np.ndarray]
+# One entry a vocabulary's symbol set (and eos): a few in a process.
+_LAYOUTS: dict[tuple[frozenset[int], int], Layout] = {}
+_MAX_LAYOUTS = 64
+
+
+def _layout(symbols: frozenset[int], eos_id: int) -> Layout:
+    """The symbols sorted, as a read-only id array, their slots, and the watched ids (the
+    symbols, then eos): what every constraint over ``symbols`` shares."""
+    key = (symbols, eos_id)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        tokens = sorted(int(token) for token in symbols)
+        ids = np.array(tokens, dtype=np.int64)  # (C,)
+        watch_ids = np.array([*tokens, eos_id], dtype=np.int64)
+        ids.flags.writeable = watch_ids.flags.writeable = False
+        layout = (tokens, ids, {token: slot for slot, token in enumerate(tokens)}, watch_ids)
+        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    return layout
 
 
 def make_constraint(

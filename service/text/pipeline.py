@@ -36,7 +36,13 @@ from collections.abc import Sequence
 from service.errors import InputTooLarge
 from service.text.glossary import Glossary, GlossaryError
 from service.text.limits import DecodingOptions, TextLimits
-from service.text.placeholders import EXACT_SYMBOL_RE, find_placeholders, protect, restore
+from service.text.placeholders import (
+    EXACT_SYMBOL_RE,
+    SYMBOL_OPEN,
+    find_placeholders,
+    protect,
+    restore,
+)
 from service.text.plans import (
     CacheLookup,
     DecodeRows,
@@ -271,6 +277,8 @@ def copy_tokens_for(src_ids: Sequence[int], symbol_ids: frozenset[int]) -> dict[
     (0 for the others: the model may not invent them). None when the vocabulary has none."""
     if not symbol_ids:
         return None
+    if symbol_ids.isdisjoint(src_ids):
+        return dict.fromkeys(symbol_ids, 0)  # the usual source: no symbol, none may be invented
     counts = Counter(token for token in src_ids if token in symbol_ids)
     return {token: counts[token] for token in symbol_ids}
 
@@ -335,5 +343,5 @@ def _finished_from_cache(
 
 def has_words(masked: str) -> bool:
     """Whether anything but placeholder symbols, punctuation and symbols is left."""
-    without_symbols = EXACT_SYMBOL_RE.sub("", masked)
+    without_symbols = EXACT_SYMBOL_RE.sub("", masked) if SYMBOL_OPEN in masked else masked
     return any(char.isalnum() for char in without_symbols)

@@ -68,6 +68,10 @@ _PLACEHOLDER_PATTERNS: tuple[str, ...] = (
     r"&(?:[A-Za-z][A-Za-z0-9]*|#\d+|#[xX][0-9A-Fa-f]+);",
 )
 PLACEHOLDER_RE = re.compile("|".join(f"(?:{pattern})" for pattern in _PLACEHOLDER_PATTERNS))
+# Every alternative above contains one of these characters (``://`` its colon): text without
+# any has no placeholder, and most UI strings are found so in one scan instead of a try of
+# every alternative at every position (three times a sentence).
+_PLACEHOLDER_CHARS = re.compile(r"[<:@{}$%&]")
 # A symbol as it comes back from the model, which may put spaces inside it.
 SYMBOL_RE = re.compile(rf"{SYMBOL_OPEN}\s*(\d+)\s*{SYMBOL_CLOSE}")
 # A symbol exactly as masking writes it.
@@ -82,6 +86,8 @@ def find_placeholders(text: str) -> list[tuple[int, int]]:
     the translatable text).
     """
     spans: list[tuple[int, int]] = []
+    if _PLACEHOLDER_CHARS.search(text) is None:
+        return spans
     for match in PLACEHOLDER_RE.finditer(text):
         start, end = match.span()
         if "://" in match.group():
@@ -137,6 +143,9 @@ def restore(masked_translation: str, originals: list[str]) -> str:
     Symbols the model invented (an index with no original) are removed rather than shown
     to the user; tolerant of spaces a detokenizer may have put inside the brackets.
     """
+
+    if SYMBOL_OPEN not in masked_translation:
+        return masked_translation  # the common case: nothing was masked, nothing invented
 
     def original_for(match: re.Match[str]) -> str:
         index = int(match.group(1))

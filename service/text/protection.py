@@ -33,6 +33,7 @@ import regex
 
 from service.text.placeholders import (
     PLACEHOLDER_SYMBOLS,
+    SYMBOL_OPEN,
     SYMBOL_RE,
     find_placeholders,
     protect,
@@ -138,6 +139,8 @@ def restore_every_run(masked_translation: str, originals: list[str], masked_sour
     """Put the originals back in place of the symbols; any symbol emitted fewer times than
     ``masked_source`` has it gets its original appended at the end (never lost)."""
     restored = restore(masked_translation, originals)
+    if SYMBOL_OPEN not in masked_source:
+        return restored  # nothing owed
     wanted = Counter(int(match.group(1)) for match in SYMBOL_RE.finditer(masked_source))
     emitted = Counter(int(match.group(1)) for match in SYMBOL_RE.finditer(masked_translation))
     missing = [
@@ -173,6 +176,8 @@ def space_out_formatting(masked: str, originals: Sequence[str]) -> tuple[str, Gl
     word (``｟0｠all`` has no word start), and the model copies such pieces as it copies
     identifiers: ``Delete <g>all</g> files?`` came back with ``all`` untranslated, and a
     bold run of a slide half in English. :func:`tighten` takes the spaces out again."""
+    if SYMBOL_OPEN not in masked:
+        return masked, ()
     glued: list[tuple[int, str]] = []
     pieces: list[str] = []
     cursor = 0

@@ -127,6 +127,11 @@ class UnspellableRuns:
         """``(start, end)`` of every run of ``text`` the model cannot spell, left to right,
         none overlapping ``keep_out`` (placeholders, which have their own protection)."""
         unknown_in_context = self.tokenizer.unknown_spans(text)
+        if not unknown_in_context and text.isascii() and all(map(self.leaves_to_model, set(text))):
+            # ASCII text, the most common: each character is a cluster of its own (a CRLF
+            # pair aside, whitespace either way) and no letter is foreign (``lone_letters``),
+            # so the characters decide without the grapheme and lone-letter scans
+            return []
         lone = self.lone_letters(text)
         if (
             not unknown_in_context

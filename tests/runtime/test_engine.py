@@ -462,7 +462,9 @@ def test_the_plan_prices_the_encoder_calls_engine_encode_makes(exported):
             self._coefficients = [0.003, 0.001, 0.0005]  # seconds a call / 64 tokens / ...
             self.calls: list[tuple[float, ...]] = []
 
-        def observe(self, features: tuple[float, ...], seconds: float) -> None:
+        def observe(
+            self, features: tuple[float, ...], seconds: float, cpu_seconds: float | None = None
+        ) -> None:
             self.calls.append(features)
 
     engine = Engine.from_dir(exported.onnx_dir, provider="cpu", intra_op_threads=1)
@@ -484,7 +486,7 @@ def _fixed_encode_cost(coefficients: list[float], observed: list[tuple[float, ..
 
     model = CallCostModel(features=3)
     model._coefficients = coefficients
-    model.observe = lambda features, seconds: observed.append(features)  # type: ignore[method-assign]
+    model.observe = lambda features, seconds, cpu_seconds=None: observed.append(features)  # type: ignore[method-assign]
     return model
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.runtime.step_cost import StepCostModel, StepShape
+from service.runtime.step_cost import (
+    CallCostModel,
+    EncodePrices,
+    StepCostModel,
+    StepShape,
+    calls_features,
+)
 
 
 def cost(shape: StepShape, c0=1e-3, c1=2e-4, c2=1e-5, c3=2e-5, c4=1e-6) -> float:
@@ -106,3 +112,33 @@ def test_live_steps_move_the_fit_toward_what_steps_really_cost():
         model.observe(live, 2 * cost(live))
     assert before == pytest.approx(cost(live), rel=1e-6)
     assert model.predict(live) > 1.5 * cost(live)
+
+
+def _encoder_calls(model: CallCostModel, with_cpu: bool) -> None:
+    """Encoder calls of 1-12 rows of 4-16 tokens, timed wall (0.5 ms a call, 0.6 ms a
+    token: long calls stretched by other threads) and CPU (2 ms a call, 0.15 ms a token)."""
+    for rows in (1, 2, 3, 5, 8, 12):
+        for width in (4, 8, 16):
+            features = calls_features([[width] * rows])
+            tokens = rows * width
+            wall = 0.0005 + 0.0006 * tokens
+            cpu = 0.002 + 0.00015 * tokens
+            model.observe(features, wall, cpu if with_cpu else None)
+
+
+def test_the_encoder_cut_is_priced_by_the_cpu_its_calls_cost_where_observed() -> None:
+    model = CallCostModel(features=3)
+    _encoder_calls(model, with_cpu=True)
+    prices = EncodePrices.of(model)
+    assert prices is not None
+    assert prices.per_call == pytest.approx(0.002, rel=0.02)
+    assert prices.per_token == pytest.approx(0.00015, rel=0.02)
+    assert model.coefficients[0] == pytest.approx(0.0005, rel=0.02)  # predictions stay wall
+
+
+def test_without_cpu_samples_the_encoder_cut_is_priced_by_wall_time() -> None:
+    model = CallCostModel(features=3)
+    _encoder_calls(model, with_cpu=False)
+    prices = EncodePrices.of(model)
+    assert prices is not None
+    assert prices.per_call == pytest.approx(0.0005, rel=0.02)
