@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from export.per_row_int8 import attention_in_float64, quantize_per_row
+from export.per_row_int8 import attention_rows_apart, quantize_per_row
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_EN_DE = ROOT / "build" / "onnx" / "default"
@@ -41,16 +41,18 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
 
 
 def reference(x: np.ndarray, weight: np.ndarray, weight_max: int = 63) -> np.ndarray:
-    """Per-row int8 in float64, written from the definition: each row of x scaled by its own
-    max |x| / 127 and rounded, each column of W by its own max |W| / weight_max."""
-    x, weight = x.astype(np.float64), weight.astype(np.float64)
-    row_scale = np.abs(x).max(axis=-1, keepdims=True) / 127
-    row_scale[row_scale == 0] = 1
+    """Per-row int8 written from the definition: each row of x scaled by its own max |x| to
+    [-127, 127] and rounded (float32, as the graph divides), each column of W by its own
+    max |W| / weight_max; the integer product and the scales in float64."""
+    row_max = np.abs(x).max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        unit = x / row_max
+    x_q = np.nan_to_num(np.rint(unit / np.float32(1 / 127))).astype(np.float64)
+    weight = weight.astype(np.float64)
     column_scale = np.abs(weight).max(axis=0) / weight_max
-    x_q = np.round(x / row_scale)
     w_q = np.round(weight / column_scale)
     assert np.abs(x_q).max() <= 127 and np.abs(w_q).max() <= weight_max
-    return (x_q @ w_q) * column_scale * row_scale
+    return (x_q @ w_q) * column_scale * (row_max / 127)
 
 
 def test_per_row_matmul_matches_a_numpy_reference_of_per_row_quantization():
@@ -62,6 +64,7 @@ def test_per_row_matmul_matches_a_numpy_reference_of_per_row_quantization():
     ops = [node.op_type for node in model.graph.node]
     assert ops.count("QuantizeLinear") == 1  # one quantized input for both readers
     assert ops.count("MatMulIntegerToFloat") == 2 and "MatMul" not in ops
+    assert "Mul" not in ops  # the row scale is the op's own a_scale
     x = rng.normal(size=(3, 5, K)).astype(np.float32)
     x[1] *= 300  # rows of very different ranges
     x[2, 1, 7] = 40  # an outlier inside one row
@@ -122,13 +125,19 @@ def attention(heads: int = 4, head_dim: int = 72) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 
 
+def softmax(scores: np.ndarray) -> np.ndarray:
+    exp = np.exp(scores.astype(np.float64) - scores.max(axis=-1, keepdims=True))
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
 def test_attention_over_padded_keys_gives_the_bits_of_attention_over_the_keys_alone():
     # A sentence's keys alone and padded (masked scores, other rows' values) as a longer source
-    # beside it pads them: MLAS's float32 sums group terms by position, and the float32 graph
-    # differed in the last bit in 57 of these 200 draws (AVX2), which per-row quantization can
-    # turn into a different integer downstream.
+    # beside it pads them, in a decoder step's shape (one query per head): MLAS's one-row
+    # float32 kernel pairs the key positions, and the plain graph differed in the last bit in
+    # 57 of these 200 draws (AVX2), which per-row quantization can turn into a different
+    # integer downstream.
     model = attention()
-    assert attention_in_float64(model) == 2
+    assert attention_rows_apart(model) == 1
     run = session(model)
     rng = np.random.default_rng(2)
     for _ in range(200):
@@ -146,7 +155,8 @@ def test_attention_over_padded_keys_gives_the_bits_of_attention_over_the_keys_al
             },
         )[0]
         np.testing.assert_array_equal(padded, alone)
-        assert alone.dtype == np.float32
+        assert alone.dtype == np.float32 and alone.shape == (1, 4, 1, 72)
+        np.testing.assert_allclose(alone, softmax(scores) @ values, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.skipif(not (SHIPPED_EN_DE / "decoder.onnx").is_file(), reason="no shipped export")
