@@ -21,7 +21,10 @@ initializer, as CTranslate2's int8 GEMM computes it:
 
 Every float operation after the integer sum is elementwise, so a row's output depends on that
 row alone. Inputs read by several MatMuls (an encoder layer's Q, K and V; the encoder output
-that feeds every cross-attention key and value) are quantized once. A row of zeros has m = 0:
+that feeds every cross-attention key and value) are quantized once. A ``Relu``'s output (the
+feed-forward layer's hidden units) is never negative: it needs no ``Abs`` and is quantized to
+``round(255 * x / m)`` with zero point 0, twice the resolution in the same uint8 (its products
+stay within the int16 bound below). A row of zeros has m = 0:
 its x_q are whatever 0 / 0 converts to, and its output is 0 all the same (``* m``), so no guard
 node is needed.
 
@@ -43,6 +46,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 ACTIVATION_MAX = 127
+RELU_MAX = 255  # a Relu's output uses all of uint8 from zero point 0 (module doc)
 WEIGHT_MAX = 63  # 7-bit weights: no int16 saturation in AVX2's u8*s8 pair sums (module doc)
 ZERO_POINT = 128
 CONTRIB_DOMAIN = "com.microsoft"
@@ -97,19 +101,27 @@ def quantize_per_row(model: onnx.ModelProto, weight_max: int = WEIGHT_MAX) -> in
     if not targets:
         return 0
 
-    step = np.float32(1.0) / np.float32(ACTIVATION_MAX)
     shared = {
-        "step": numpy_helper.from_array(np.array(step, np.float32), names("per_row/step")),
-        "zp": numpy_helper.from_array(np.array(ZERO_POINT, np.uint8), names("per_row/zero_point")),
+        "signed_step": numpy_helper.from_array(
+            np.array(1.0 / ACTIVATION_MAX, np.float32), names("per_row/signed_step")
+        ),
+        "signed_zp": numpy_helper.from_array(
+            np.array(ZERO_POINT, np.uint8), names("per_row/signed_zero_point")
+        ),
+        "relu_step": numpy_helper.from_array(
+            np.array(1.0 / RELU_MAX, np.float32), names("per_row/relu_step")
+        ),
+        "relu_zp": numpy_helper.from_array(np.array(0, np.uint8), names("per_row/relu_zero_point")),
         "axes": numpy_helper.from_array(np.array([-1], np.int64), names("per_row/last_axis")),
     }
     graph.initializer.extend(shared.values())
     const = {key: tensor.name for key, tensor in shared.items()}
+    producers = {output: node.op_type for node in graph.node for output in node.output}
 
     # The quantized form of each activation, made once, just before its first reader.
-    quantized: dict[str, tuple[str, str]] = {}  # input name -> (x_q, m)
+    quantized: dict[str, tuple[str, str, str]] = {}  # input name -> (x_q, m, kind)
     new_nodes: list[onnx.NodeProto] = []
-    weights: dict[str, tuple[str, str]] = {}  # weight name -> (W_q, s_w / 127)
+    weights: dict[tuple[str, str], tuple[str, str]] = {}  # (weight, kind) -> (W_q, s_w / levels)
     rewrite = {id(node) for node in targets}
     for node in graph.node:
         if id(node) not in rewrite:
@@ -118,44 +130,53 @@ def quantize_per_row(model: onnx.ModelProto, weight_max: int = WEIGHT_MAX) -> in
         x, w = node.input[0], node.input[1]
         base = node.name or node.output[0]
         if x not in quantized:
+            # A Relu's output is never negative: no Abs, and all 256 levels from zero point 0.
+            kind = "relu" if producers.get(x) == "Relu" else "signed"
             stem = f"per_row/{x}"
-            absolute, row_max = names(f"{stem}/abs"), names(f"{stem}/max")
-            unit, q = names(f"{stem}/unit"), names(f"{stem}/q")
-            new_nodes.append(helper.make_node("Abs", [x], [absolute], name=names(f"{stem}/Abs")))
+            row_max, unit, q = names(f"{stem}/max"), names(f"{stem}/unit"), names(f"{stem}/q")
+            magnitude = x
+            if kind == "signed":
+                magnitude = names(f"{stem}/abs")
+                new_nodes.append(
+                    helper.make_node("Abs", [x], [magnitude], name=names(f"{stem}/Abs"))
+                )
             if opset >= 18:
                 reduce = helper.make_node(
-                    "ReduceMax", [absolute, const["axes"]], [row_max], keepdims=1
+                    "ReduceMax", [magnitude, const["axes"]], [row_max], keepdims=1
                 )
             else:
-                reduce = helper.make_node("ReduceMax", [absolute], [row_max], axes=[-1], keepdims=1)
+                reduce = helper.make_node(
+                    "ReduceMax", [magnitude], [row_max], axes=[-1], keepdims=1
+                )
             reduce.name = names(f"{stem}/ReduceMax")
             new_nodes += [
                 reduce,
                 helper.make_node("Div", [x, row_max], [unit], name=names(f"{stem}/Div")),
                 helper.make_node(
                     "QuantizeLinear",
-                    [unit, const["step"], const["zp"]],
+                    [unit, const[f"{kind}_step"], const[f"{kind}_zp"]],
                     [q],
                     name=names(f"{stem}/QuantizeLinear"),
                 ),
             ]
-            quantized[x] = (q, row_max)
-        if w not in weights:
+            quantized[x] = (q, row_max, kind)
+        q, row_max, kind = quantized[x]
+        if (w, kind) not in weights:
             w_q, w_scale = quantize_weight(numpy_helper.to_array(initializers[w]), weight_max)
+            levels = np.float32(RELU_MAX if kind == "relu" else ACTIVATION_MAX)
             q_name, s_name = names(f"{w}.int8"), names(f"{w}.scale")
             graph.initializer.extend(
                 [
                     numpy_helper.from_array(w_q, q_name),
-                    numpy_helper.from_array((w_scale / np.float32(ACTIVATION_MAX)), s_name),
+                    numpy_helper.from_array(w_scale / levels, s_name),
                 ]
             )
-            weights[w] = (q_name, s_name)
-        q, row_max = quantized[x]
-        q_name, s_name = weights[w]
+            weights[w, kind] = (q_name, s_name)
+        q_name, s_name = weights[w, kind]
         new_nodes.append(
             helper.make_node(
                 "MatMulIntegerToFloat",
-                [q, q_name, row_max, s_name, const["zp"]],
+                [q, q_name, row_max, s_name, const[f"{kind}_zp"]],
                 [node.output[0]],
                 name=names(f"{base}/MatMulIntegerToFloat"),
                 domain=CONTRIB_DOMAIN,
@@ -250,6 +271,89 @@ def attention_rows_apart(model: onnx.ModelProto) -> int:
     del graph.node[:]
     graph.node.extend(new_nodes)
     return len(targets)
+
+
+def fuse_bias_residual_norm(model: onnx.ModelProto) -> int:
+    """Replace ``LayerNormalization(residual + (y + bias))`` by ONNX Runtime's
+    ``SkipLayerNormalization(y, residual, gamma, beta, bias)``, which also returns the sum for
+    the next residual connection; returns how many were fused.
+
+    Why: after the per-row rewrite each projection's output takes the bias as a separate pass
+    (``MatMulIntegerToFloat`` would add it before the row scale), then the residual ``Add``,
+    then the next sublayer's ``LayerNormalization``: three nodes and three passes over the
+    rows, which ONNX Runtime's own fusion leaves apart because the pre-norm sum has a second
+    reader. The fused node adds in another order (rounding differs in the last bit from the
+    float graph's), row by row, so a row's output still depends on that row alone."""
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    producers = {output: node for node in graph.node for output in node.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    graph_outputs = {output.name for output in graph.output}
+    place = {id(node): index for index, node in enumerate(graph.node)}
+
+    def bias_add(name: str) -> tuple[onnx.NodeProto, str, str] | None:
+        """(the Add, its non-constant input, the bias) when ``name`` is ``y + bias``."""
+        node = producers.get(name)
+        if node is None or node.op_type != "Add" or name in graph_outputs:
+            return None
+        if len(readers.get(name, [])) != 1:
+            return None
+        for value, bias in (node.input, node.input[::-1]):
+            tensor = initializers.get(bias)
+            if tensor is not None and len(tensor.dims) == 1 and value not in initializers:
+                return node, value, bias
+        return None
+
+    fused: dict[int, onnx.NodeProto] = {}  # id(LayerNormalization) -> its replacement
+    dropped: set[int] = set()
+    for norm in graph.node:
+        if norm.op_type != "LayerNormalization" or len(norm.input) < 3 or len(norm.output) > 1:
+            continue
+        attributes = {a.name: helper.get_attribute_value(a) for a in norm.attribute}
+        if attributes.get("axis", -1) != -1:
+            continue
+        total = producers.get(norm.input[0])
+        if total is None or total.op_type != "Add" or id(total) in dropped:
+            continue
+        for side in (0, 1):
+            found = bias_add(total.input[side])
+            residual = total.input[1 - side]
+            if found is None or residual in initializers or id(found[0]) in dropped:
+                continue
+            add, value, bias = found
+            gamma, beta = norm.input[1], norm.input[2]
+            if gamma not in initializers or initializers[gamma].dims != initializers[bias].dims:
+                continue
+            if any(place[id(reader)] < place[id(norm)] for reader in readers[total.output[0]]):
+                continue  # the sum is read before the norm: it must be made where it was
+            outputs = [norm.output[0], "", ""]
+            if readers.get(total.output[0], []) != [norm] or total.output[0] in graph_outputs:
+                outputs.append(total.output[0])
+            fused[id(norm)] = helper.make_node(
+                "SkipLayerNormalization",
+                [value, residual, gamma, beta, bias],
+                outputs,
+                name=f"{norm.name or norm.output[0]}/SkipLayerNormalization",
+                domain=CONTRIB_DOMAIN,
+                epsilon=float(attributes.get("epsilon", 1e-5)),
+            )
+            dropped |= {id(add), id(total)}
+            break
+    if not fused:
+        return 0
+    kept = []
+    for node in graph.node:
+        if id(node) in dropped:
+            continue
+        kept.append(fused.get(id(node), node))
+    del graph.node[:]
+    graph.node.extend(kept)
+    if not any(opset.domain == CONTRIB_DOMAIN for opset in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
+    return len(fused)
 
 
 def _read_names(graph: onnx.GraphProto) -> set[str]:

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from export.per_row_int8 import attention_rows_apart, quantize_per_row
+from export.per_row_int8 import attention_rows_apart, fuse_bias_residual_norm, quantize_per_row
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_EN_DE = ROOT / "build" / "onnx" / "default"
@@ -40,19 +40,21 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-def reference(x: np.ndarray, weight: np.ndarray, weight_max: int = 63) -> np.ndarray:
+def reference(
+    x: np.ndarray, weight: np.ndarray, weight_max: int = 63, levels: int = 127
+) -> np.ndarray:
     """Per-row int8 written from the definition: each row of x scaled by its own max |x| to
     [-127, 127] and rounded (float32, as the graph divides), each column of W by its own
     max |W| / weight_max; the integer product and the scales in float64."""
     row_max = np.abs(x).max(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore"):
         unit = x / row_max
-    x_q = np.nan_to_num(np.rint(unit / np.float32(1 / 127))).astype(np.float64)
+    x_q = np.nan_to_num(np.rint(unit / np.float32(1 / levels))).astype(np.float64)
     weight = weight.astype(np.float64)
     column_scale = np.abs(weight).max(axis=0) / weight_max
     w_q = np.round(weight / column_scale)
-    assert np.abs(x_q).max() <= 127 and np.abs(w_q).max() <= weight_max
-    return (x_q @ w_q) * column_scale * (row_max / 127)
+    assert np.abs(x_q).max() <= levels and np.abs(w_q).max() <= weight_max
+    return (x_q @ w_q) * column_scale * (row_max / levels)
 
 
 def test_per_row_matmul_matches_a_numpy_reference_of_per_row_quantization():
@@ -78,6 +80,24 @@ def test_per_row_matmul_matches_a_numpy_reference_of_per_row_quantization():
     # int8's numbers, not fp32's: off the float product by more than float rounding.
     plain = x @ weights[0]
     assert np.abs(outputs[0] - plain).max() > 1e-3 * np.abs(plain).max()
+
+
+def test_a_relus_output_is_quantized_to_all_256_levels_without_abs():
+    rng = np.random.default_rng(3)
+    weight = rng.normal(size=(K, N)).astype(np.float32)
+    model = matmuls([weight])
+    relu = helper.make_node("Relu", ["x"], ["hidden"])
+    model.graph.node[0].input[0] = "hidden"
+    model.graph.node.insert(0, relu)
+    quantize_per_row(model)
+    assert "Abs" not in [node.op_type for node in model.graph.node]
+    x = rng.normal(size=(2, 3, K)).astype(np.float32)
+    x[1, 2] = -np.abs(x[1, 2])  # a row the Relu turns into zeros
+    output = session(model).run(None, {"x": x})[0]
+    expected = reference(np.maximum(x, 0), weight, levels=255)
+    scale = np.abs(expected).max(axis=-1, keepdims=True) + 1e-30
+    np.testing.assert_array_less(np.abs(output - expected) / scale, 1e-5)
+    assert not np.any(output[1, 2])
 
 
 def test_a_rows_output_does_not_depend_on_the_rows_beside_it():
@@ -157,6 +177,49 @@ def test_attention_over_padded_keys_gives_the_bits_of_attention_over_the_keys_al
         np.testing.assert_array_equal(padded, alone)
         assert alone.dtype == np.float32 and alone.shape == (1, 4, 1, 72)
         np.testing.assert_allclose(alone, softmax(scores) @ values, rtol=1e-4, atol=1e-6)
+
+
+def pre_norm_block() -> onnx.ModelProto:
+    """A sublayer's output y plus its bias, added to the residual stream r, then the next
+    sublayer's norm; the sum is also the next residual (read twice, as in a pre-norm layer)."""
+    rng = np.random.default_rng(4)
+    nodes = [
+        helper.make_node("Add", ["y", "bias"], ["biased"]),
+        helper.make_node("Add", ["r", "biased"], ["total"]),
+        helper.make_node("LayerNormalization", ["total", "gamma", "beta"], ["normed"], axis=-1),
+        helper.make_node("Add", ["total", "normed"], ["next"]),
+    ]
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes,
+        "pre_norm",
+        [value(name, TensorProto.FLOAT, ["batch", "time", K]) for name in ("y", "r")],
+        [value(name, TensorProto.FLOAT, ["batch", "time", K]) for name in ("normed", "next")],
+        [
+            numpy_helper.from_array(rng.normal(size=K).astype(np.float32), name)
+            for name in ("bias", "gamma", "beta")
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def test_bias_residual_and_norm_fuse_into_one_node_that_computes_the_same_per_row():
+    plain, model = pre_norm_block(), pre_norm_block()
+    assert fuse_bias_residual_norm(model) == 1
+    assert [node.op_type for node in model.graph.node] == ["SkipLayerNormalization", "Add"]
+    rng = np.random.default_rng(5)
+    inputs = {
+        "y": 3 * rng.normal(size=(3, 4, K)).astype(np.float32),
+        "r": (20 * rng.normal(size=(3, 4, K)) + 5).astype(np.float32),
+    }
+    expected = session(plain).run(None, inputs)
+    fused = session(model)
+    outputs = fused.run(None, inputs)
+    for output, reference_output in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(output, reference_output, rtol=1e-5, atol=1e-4)
+    alone = fused.run(None, {name: array[1:2, :2] for name, array in inputs.items()})
+    for output, batched in zip(alone, outputs, strict=True):
+        np.testing.assert_array_equal(output, batched[1:2, :2])
 
 
 @pytest.mark.skipif(not (SHIPPED_EN_DE / "decoder.onnx").is_file(), reason="no shipped export")
