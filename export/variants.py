@@ -41,7 +41,7 @@ from export.onnx_export import (
     save_onnx,
     write_kv_helpers,
 )
-from export.per_row_int8 import attention_rows_apart, fuse_bias_residual_norm, quantize_per_row
+from export.per_row_int8 import attention_rows_apart, quantize_per_row
 from export.search_head import HEAD_PREFIX
 from export.vocab_screen import strip_vocab_screen
 from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES
@@ -121,7 +121,6 @@ def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_
         if mode == PER_ROW_MODE:
             quantize_per_row(model)
             attention_rows_apart(model)
-            fuse_bias_residual_norm(model)
             save_onnx(model, target / name)
         else:
             _quantize_dynamic(model, target, name, mode)

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from export.per_row_int8 import attention_rows_apart, fuse_bias_residual_norm, quantize_per_row
+from export.per_row_int8 import attention_rows_apart, quantize_per_row
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_EN_DE = ROOT / "build" / "onnx" / "default"
@@ -177,49 +177,6 @@ def test_attention_over_padded_keys_gives_the_bits_of_attention_over_the_keys_al
         np.testing.assert_array_equal(padded, alone)
         assert alone.dtype == np.float32 and alone.shape == (1, 4, 1, 72)
         np.testing.assert_allclose(alone, softmax(scores) @ values, rtol=1e-4, atol=1e-6)
-
-
-def pre_norm_block() -> onnx.ModelProto:
-    """A sublayer's output y plus its bias, added to the residual stream r, then the next
-    sublayer's norm; the sum is also the next residual (read twice, as in a pre-norm layer)."""
-    rng = np.random.default_rng(4)
-    nodes = [
-        helper.make_node("Add", ["y", "bias"], ["biased"]),
-        helper.make_node("Add", ["r", "biased"], ["total"]),
-        helper.make_node("LayerNormalization", ["total", "gamma", "beta"], ["normed"], axis=-1),
-        helper.make_node("Add", ["total", "normed"], ["next"]),
-    ]
-    value = helper.make_tensor_value_info
-    graph = helper.make_graph(
-        nodes,
-        "pre_norm",
-        [value(name, TensorProto.FLOAT, ["batch", "time", K]) for name in ("y", "r")],
-        [value(name, TensorProto.FLOAT, ["batch", "time", K]) for name in ("normed", "next")],
-        [
-            numpy_helper.from_array(rng.normal(size=K).astype(np.float32), name)
-            for name in ("bias", "gamma", "beta")
-        ],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-
-
-def test_bias_residual_and_norm_fuse_into_one_node_that_computes_the_same_per_row():
-    plain, model = pre_norm_block(), pre_norm_block()
-    assert fuse_bias_residual_norm(model) == 1
-    assert [node.op_type for node in model.graph.node] == ["SkipLayerNormalization", "Add"]
-    rng = np.random.default_rng(5)
-    inputs = {
-        "y": 3 * rng.normal(size=(3, 4, K)).astype(np.float32),
-        "r": (20 * rng.normal(size=(3, 4, K)) + 5).astype(np.float32),
-    }
-    expected = session(plain).run(None, inputs)
-    fused = session(model)
-    outputs = fused.run(None, inputs)
-    for output, reference_output in zip(outputs, expected, strict=True):
-        np.testing.assert_allclose(output, reference_output, rtol=1e-5, atol=1e-4)
-    alone = fused.run(None, {name: array[1:2, :2] for name, array in inputs.items()})
-    for output, batched in zip(alone, outputs, strict=True):
-        np.testing.assert_array_equal(output, batched[1:2, :2])
 
 
 @pytest.mark.skipif(not (SHIPPED_EN_DE / "decoder.onnx").is_file(), reason="no shipped export")
