@@ -3,9 +3,8 @@
 - int8 (CPU), including the tied output projection (``fold_transposed_weights``): by default
   ``per_row`` (export/per_row_int8.py: activations quantized row by row, so that a translation
   does not depend on its batch; attention products kept off MLAS's one-row kernel). The ORT
-  dynamic quantization modes below
-  scale a whole batch's activations with one factor and are kept to measure against it.
-  Plain signed QInt8 weights risk int16 saturation in the u8*s8
+  dynamic quantization modes below scale a whole batch's activations with one factor and are
+  kept to measure against it. Plain signed QInt8 weights risk int16 saturation in the u8*s8
   kernel on CPUs without VNNI (docs/toolchain.md). Measured on random weights at Marian-base size
   (teacher-forced top-1 agreement with fp32 over 1,792 positions; engine tokens/s, 1 thread):
   ``reduce_range`` 0.979, 2.4-2.9x fp32 speed (default); ``quint8`` 0.989 but no faster than
