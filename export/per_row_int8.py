@@ -4,26 +4,29 @@ on its batch.
 ONNX Runtime's dynamic quantization (``DynamicQuantizeLinear`` + ``MatMulInteger``, fused into
 ``DynamicQuantizeMatMul``) takes one scale and zero point for the whole input matrix, that is for
 every row of the batch: a sentence's activations round differently beside a sentence with larger
-ones, and its greedy output can change with what shares its batch. Neither contrib op does per
-row what is needed: ``DynamicQuantizeMatMul`` computes one scale, and ``MatMulIntegerToFloat``
-accepts an ``a_scale`` per row (ONNX Runtime 1.32 runs it) but, by its source, multiplies by it
-after adding the bias. This module rewrites every ``MatMul`` of the fp32 graph whose second
-input is a 2-D float initializer, as CTranslate2's int8 GEMM computes it:
+ones, and its greedy output can change with what shares its batch. No ONNX Runtime op quantizes
+row by row, but ``MatMulIntegerToFloat`` scales its output row by row when its ``a_scale`` has
+one value per row (ONNX Runtime 1.32: after the product and its per-column scale, in the same
+node). This module rewrites every ``MatMul`` of the fp32 graph whose second input is a 2-D float
+initializer, as CTranslate2's int8 GEMM computes it:
 
 - weights (K, N), once at export: symmetric int8 per output column,
   ``s_w[n] = max_k |W[k, n]| / WEIGHT_MAX``, ``W_q = round(W / s_w)``;
-- activations x (..., K), per call: ``s_x = max_k |x[..., k]| / 127`` for each row (the last
-  axis), ``x_q = round(x / s_x)`` in [-127, 127], stored as uint8 with the constant zero point
-  128 (``QuantizeLinear`` with scale 1 of ``x / s_x``, rounding half to even);
-- the int8 product sums exactly in int32, then ``* s_w`` (1, N) and ``* s_x`` (M, 1); the
-  exported graph's bias ``Add`` follows unchanged. The first three steps are ONNX Runtime's
-  ``MatMulIntegerToFloat`` (``a_scale`` 1, ``b_scale`` s_w per column, zero point 128): the
-  same as ``MatMulInteger``, ``Cast`` and ``Mul`` in one pass over the output instead of three
-  (a decoder step went from 1.64x to 1.49x the per-matrix variant's time, docs/engine.md).
+- activations x (..., K), per call: ``m = max_k |x[..., k]|`` for each row (the last axis) and
+  ``x_q = round(127 * x / m)`` in [-127, 127], stored as uint8 with the constant zero point 128
+  (``Div`` by m, then ``QuantizeLinear`` with the constant scale 1/127, rounding half to even);
+- ``MatMulIntegerToFloat`` sums the int8 products exactly in int32 and multiplies by
+  ``s_w / 127`` (1, N) and by ``m`` (M, 1); the exported graph's bias ``Add`` follows
+  unchanged (the op would add a bias before the row scale, not after).
 
 Every float operation after the integer sum is elementwise, so a row's output depends on that
 row alone. Inputs read by several MatMuls (an encoder layer's Q, K and V; the encoder output
-that feeds every cross-attention key and value) are quantized once.
+that feeds every cross-attention key and value) are quantized once. A ``Relu``'s output (the
+feed-forward layer's hidden units) is never negative: it needs no ``Abs`` and is quantized to
+``round(255 * x / m)`` with zero point 0, twice the resolution in the same uint8 (its products
+stay within the int16 bound below). A row of zeros has m = 0:
+its x_q are whatever 0 / 0 converts to, and its output is 0 all the same (``* m``), so no guard
+node is needed.
 
 Why uint8 with zero point 128 and 7-bit weights: MLAS's fast AVX2 kernels multiply uint8 by
 int8 with ``vpmaddubsw``, which adds each pair of products into a saturating int16. With x_q +
@@ -32,6 +35,8 @@ int8 with ``vpmaddubsw``, which adds each pair of products into a saturating int
 VNNI and AMX kernels do not saturate, but an export travels between CPUs, so the weights are
 7-bit everywhere (ONNX Runtime's ``reduce_range`` makes the same choice). The cost is one bit of
 weight precision, kept per column rather than per matrix.
+
+Attention stays float32 but never reaches MLAS's one-row kernel (``attention_rows_apart``).
 """
 
 from __future__ import annotations
@@ -41,11 +46,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 ACTIVATION_MAX = 127
+RELU_MAX = 255  # a Relu's output uses all of uint8 from zero point 0 (module doc)
 WEIGHT_MAX = 63  # 7-bit weights: no int16 saturation in AVX2's u8*s8 pair sums (module doc)
 ZERO_POINT = 128
 CONTRIB_DOMAIN = "com.microsoft"
-# Rows of zeros get this scale instead of 0 (0 / 0 would be NaN); their q is 0 either way.
-TINY = np.float32(1e-30)
 
 
 def quantize_weight(
@@ -98,19 +102,26 @@ def quantize_per_row(model: onnx.ModelProto, weight_max: int = WEIGHT_MAX) -> in
         return 0
 
     shared = {
-        "one": numpy_helper.from_array(np.array(1.0, np.float32), names("per_row/one")),
-        "zp": numpy_helper.from_array(np.array(ZERO_POINT, np.uint8), names("per_row/zero_point")),
-        "amax": numpy_helper.from_array(np.array(ACTIVATION_MAX, np.float32), names("per_row/127")),
-        "tiny": numpy_helper.from_array(np.array(TINY, np.float32), names("per_row/tiny")),
+        "signed_step": numpy_helper.from_array(
+            np.array(1.0 / ACTIVATION_MAX, np.float32), names("per_row/signed_step")
+        ),
+        "signed_zp": numpy_helper.from_array(
+            np.array(ZERO_POINT, np.uint8), names("per_row/signed_zero_point")
+        ),
+        "relu_step": numpy_helper.from_array(
+            np.array(1.0 / RELU_MAX, np.float32), names("per_row/relu_step")
+        ),
+        "relu_zp": numpy_helper.from_array(np.array(0, np.uint8), names("per_row/relu_zero_point")),
         "axes": numpy_helper.from_array(np.array([-1], np.int64), names("per_row/last_axis")),
     }
     graph.initializer.extend(shared.values())
     const = {key: tensor.name for key, tensor in shared.items()}
+    producers = {output: node.op_type for node in graph.node for output in node.output}
 
     # The quantized form of each activation, made once, just before its first reader.
-    quantized: dict[str, tuple[str, str]] = {}  # input name -> (x_q, s_x)
+    quantized: dict[str, tuple[str, str, str]] = {}  # input name -> (x_q, m, kind)
     new_nodes: list[onnx.NodeProto] = []
-    weights: dict[str, tuple[str, str]] = {}  # weight name -> (W_q, s_w)
+    weights: dict[tuple[str, str], tuple[str, str]] = {}  # (weight, kind) -> (W_q, s_w / levels)
     rewrite = {id(node) for node in targets}
     for node in graph.node:
         if id(node) not in rewrite:
@@ -119,60 +130,58 @@ def quantize_per_row(model: onnx.ModelProto, weight_max: int = WEIGHT_MAX) -> in
         x, w = node.input[0], node.input[1]
         base = node.name or node.output[0]
         if x not in quantized:
+            # A Relu's output is never negative: no Abs, and all 256 levels from zero point 0.
+            kind = "relu" if producers.get(x) == "Relu" else "signed"
             stem = f"per_row/{x}"
-            absolute, row_max, safe = (
-                names(f"{stem}/abs"),
-                names(f"{stem}/max"),
-                names(f"{stem}/safe"),
-            )
-            scale, scaled, q = names(f"{stem}/scale"), names(f"{stem}/scaled"), names(f"{stem}/q")
-            new_nodes.append(helper.make_node("Abs", [x], [absolute], name=names(f"{stem}/Abs")))
+            row_max, unit, q = names(f"{stem}/max"), names(f"{stem}/unit"), names(f"{stem}/q")
+            magnitude = x
+            if kind == "signed":
+                magnitude = names(f"{stem}/abs")
+                new_nodes.append(
+                    helper.make_node("Abs", [x], [magnitude], name=names(f"{stem}/Abs"))
+                )
             if opset >= 18:
                 reduce = helper.make_node(
-                    "ReduceMax", [absolute, const["axes"]], [row_max], keepdims=1
+                    "ReduceMax", [magnitude, const["axes"]], [row_max], keepdims=1
                 )
             else:
-                reduce = helper.make_node("ReduceMax", [absolute], [row_max], axes=[-1], keepdims=1)
+                reduce = helper.make_node(
+                    "ReduceMax", [magnitude], [row_max], axes=[-1], keepdims=1
+                )
             reduce.name = names(f"{stem}/ReduceMax")
             new_nodes += [
                 reduce,
-                helper.make_node(
-                    "Max", [row_max, const["tiny"]], [safe], name=names(f"{stem}/Max")
-                ),
-                helper.make_node(
-                    "Div", [safe, const["amax"]], [scale], name=names(f"{stem}/DivScale")
-                ),
-                helper.make_node("Div", [x, scale], [scaled], name=names(f"{stem}/Div")),
+                helper.make_node("Div", [x, row_max], [unit], name=names(f"{stem}/Div")),
                 helper.make_node(
                     "QuantizeLinear",
-                    [scaled, const["one"], const["zp"]],
+                    [unit, const[f"{kind}_step"], const[f"{kind}_zp"]],
                     [q],
                     name=names(f"{stem}/QuantizeLinear"),
                 ),
             ]
-            quantized[x] = (q, scale)
-        if w not in weights:
+            quantized[x] = (q, row_max, kind)
+        q, row_max, kind = quantized[x]
+        if (w, kind) not in weights:
             w_q, w_scale = quantize_weight(numpy_helper.to_array(initializers[w]), weight_max)
+            levels = np.float32(RELU_MAX if kind == "relu" else ACTIVATION_MAX)
             q_name, s_name = names(f"{w}.int8"), names(f"{w}.scale")
             graph.initializer.extend(
-                [numpy_helper.from_array(w_q, q_name), numpy_helper.from_array(w_scale, s_name)]
+                [
+                    numpy_helper.from_array(w_q, q_name),
+                    numpy_helper.from_array(w_scale / levels, s_name),
+                ]
             )
-            weights[w] = (q_name, s_name)
-        q, scale = quantized[x]
-        q_name, s_name = weights[w]
-        by_column = names(f"{base}/by_column")
-        new_nodes += [
+            weights[w, kind] = (q_name, s_name)
+        q_name, s_name = weights[w, kind]
+        new_nodes.append(
             helper.make_node(
                 "MatMulIntegerToFloat",
-                [q, q_name, const["one"], s_name, const["zp"]],
-                [by_column],
+                [q, q_name, row_max, s_name, const[f"{kind}_zp"]],
+                [node.output[0]],
                 name=names(f"{base}/MatMulIntegerToFloat"),
                 domain=CONTRIB_DOMAIN,
-            ),
-            helper.make_node(
-                "Mul", [by_column, scale], [node.output[0]], name=names(f"{base}/MulX")
-            ),
-        ]
+            )
+        )
     del graph.node[:]
     graph.node.extend(new_nodes)
     if not any(opset.domain == CONTRIB_DOMAIN for opset in model.opset_import):
@@ -189,19 +198,21 @@ def quantize_per_row(model: onnx.ModelProto, weight_max: int = WEIGHT_MAX) -> in
 PASS_THROUGH = {"Slice", "Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze"}
 
 
-def attention_in_float64(model: onnx.ModelProto) -> int:
-    """Compute every ``Softmax`` and every ``MatMul`` of its probabilities by values in float64,
-    rounding the results to float32; returns how many nodes were changed.
+def attention_rows_apart(model: onnx.ModelProto) -> int:
+    """Give every ``MatMul`` of attention probabilities by values one more query row (zeros)
+    and drop that row from its output; returns how many were changed.
 
-    Why: a padded batch gives these ops more key positions than the sentence alone has (a
-    longer source beside it, a cache with more slots). The padded probabilities are exact
-    zeros, but MLAS groups the terms of a sum by their position, so the float32 sums over 11
-    and over 13 positions can differ in the last bit. fp32 outputs never show it; per-row
-    quantization turns such a bit into a different integer where ``x / s_x`` lies at a
-    rounding boundary, and on the shipped de→en model 1 of 600 held-out strings came out
-    differently alone. In float64 the same order effects stay ~2^-29 below float32's
-    rounding step, so the rounded results agree. The MatMuls whose weights are constants sum
-    over model dimensions, the same in every batch, and are quantized instead."""
+    Why: a padded batch gives attention more key positions than the sentence alone has (a
+    longer source beside it, a cache with more slots); the padded probabilities are exact zeros.
+    MLAS sums a product's key positions one after another, so zeros after a sentence's keys
+    leave its float32 sums as they are, except in the kernel it keeps for a single row (a
+    decoder step's one query, per head): that one pairs the key positions, and the pairs shift
+    with an odd key count, so 11 keys and 11 keys followed by a zero summed differently in
+    the last bit (a quarter of random draws; AVX2). fp32 outputs never show such a bit; per-row
+    quantization turns it into a different integer where ``x / s_x`` lies at a rounding
+    boundary, and on the shipped de→en model 1 of 600 held-out strings came out differently
+    alone. With two rows MLAS takes its general kernel, whose sums run in key order. Softmax
+    needs nothing: masked keys add exact zeros to its sums in their own places."""
     graph = model.graph
     names = _Names(model)
     initializers = {t.name for t in graph.initializer}
@@ -213,44 +224,53 @@ def attention_in_float64(model: onnx.ModelProto) -> int:
             node = producers.get(node.input[0])
         return node is not None and node.op_type == "Softmax"
 
+    targets = [
+        node
+        for node in graph.node
+        if node.op_type == "MatMul"
+        and node.input[1] not in initializers
+        and from_softmax(node.input[0])
+    ]
+    if not targets:
+        return 0
+    shared = {
+        "pads": numpy_helper.from_array(np.array([0, 1], np.int64), names("rows_apart/pads")),
+        "axis": numpy_helper.from_array(np.array([-2], np.int64), names("rows_apart/axis")),
+        "start": numpy_helper.from_array(np.array([0], np.int64), names("rows_apart/start")),
+        "end": numpy_helper.from_array(np.array([-1], np.int64), names("rows_apart/end")),
+    }
+    graph.initializer.extend(shared.values())
+    const = {key: tensor.name for key, tensor in shared.items()}
+    rewrite = {id(node) for node in targets}
     new_nodes: list[onnx.NodeProto] = []
-    changed = 0
-
-    def to(value: str, dtype: int, base: str) -> str:
-        cast = names(f"{base}/{'f64' if dtype == TensorProto.DOUBLE else 'f32'}")
-        new_nodes.append(
-            helper.make_node("Cast", [value], [cast], to=dtype, name=names(f"{base}/Cast"))
-        )
-        return cast
-
     for node in graph.node:
-        widen = node.op_type == "Softmax" or (
-            node.op_type == "MatMul"
-            and node.input[1] not in initializers
-            and from_softmax(node.input[0])
-        )
-        if not widen:
+        if id(node) not in rewrite:
             new_nodes.append(node)
             continue
-        base = f"float64/{node.name or node.output[0]}"
-        inputs = [
-            to(value, TensorProto.DOUBLE, f"{base}/in{i}") for i, value in enumerate(node.input)
-        ]
-        wide = names(f"{base}/out")
-        output = node.output[0]
-        del node.input[:]
-        node.input.extend(inputs)
+        base = f"rows_apart/{node.name or node.output[0]}"
+        padded, wide, output = names(f"{base}/rows"), names(f"{base}/out"), node.output[0]
+        new_nodes.append(
+            helper.make_node(
+                "Pad",
+                [node.input[0], const["pads"], "", const["axis"]],
+                [padded],
+                name=names(f"{base}/Pad"),
+            )
+        )
+        node.input[0] = padded
         node.output[0] = wide
         new_nodes.append(node)
         new_nodes.append(
             helper.make_node(
-                "Cast", [wide], [output], to=TensorProto.FLOAT, name=names(f"{base}/CastBack")
+                "Slice",
+                [wide, const["start"], const["end"], const["axis"]],
+                [output],
+                name=names(f"{base}/Slice"),
             )
         )
-        changed += 1
     del graph.node[:]
     graph.node.extend(new_nodes)
-    return changed
+    return len(targets)
 
 
 def _read_names(graph: onnx.GraphProto) -> set[str]:

@@ -2,9 +2,9 @@
 
 - int8 (CPU), including the tied output projection (``fold_transposed_weights``): by default
   ``per_row`` (export/per_row_int8.py: activations quantized row by row, so that a translation
-  does not depend on its batch; attention in float64). The ORT dynamic quantization modes below
-  scale a whole batch's activations with one factor and are kept to measure against it.
-  Plain signed QInt8 weights risk int16 saturation in the u8*s8
+  does not depend on its batch; attention products kept off MLAS's one-row kernel). The ORT
+  dynamic quantization modes below scale a whole batch's activations with one factor and are
+  kept to measure against it. Plain signed QInt8 weights risk int16 saturation in the u8*s8
   kernel on CPUs without VNNI (docs/toolchain.md). Measured on random weights at Marian-base size
   (teacher-forced top-1 agreement with fp32 over 1,792 positions; engine tokens/s, 1 thread):
   ``reduce_range`` 0.979, 2.4-2.9x fp32 speed (default); ``quint8`` 0.989 but no faster than
@@ -40,7 +40,7 @@ from export.onnx_export import (
     save_onnx,
     write_kv_helpers,
 )
-from export.per_row_int8 import attention_in_float64, quantize_per_row
+from export.per_row_int8 import attention_rows_apart, quantize_per_row
 from export.search_head import HEAD_PREFIX
 from export.vocab_screen import strip_vocab_screen
 from service.runtime.contract import DECODER_FILE, ENCODER_FILE, KV_HELPER_FILES
@@ -119,7 +119,7 @@ def make_int8(fp32_dir: str | Path, output_dir: str | Path, mode: str = DEFAULT_
         fold_transposed_weights(model)
         if mode == PER_ROW_MODE:
             quantize_per_row(model)
-            attention_in_float64(model)
+            attention_rows_apart(model)
             save_onnx(model, target / name)
         else:
             _quantize_dynamic(model, target, name, mode)

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from export.per_row_int8 import attention_in_float64, quantize_per_row
+from export.per_row_int8 import attention_rows_apart, quantize_per_row
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_EN_DE = ROOT / "build" / "onnx" / "default"
@@ -40,17 +40,21 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-def reference(x: np.ndarray, weight: np.ndarray, weight_max: int = 63) -> np.ndarray:
-    """Per-row int8 in float64, written from the definition: each row of x scaled by its own
-    max |x| / 127 and rounded, each column of W by its own max |W| / weight_max."""
-    x, weight = x.astype(np.float64), weight.astype(np.float64)
-    row_scale = np.abs(x).max(axis=-1, keepdims=True) / 127
-    row_scale[row_scale == 0] = 1
+def reference(
+    x: np.ndarray, weight: np.ndarray, weight_max: int = 63, levels: int = 127
+) -> np.ndarray:
+    """Per-row int8 written from the definition: each row of x scaled by its own max |x| to
+    [-127, 127] and rounded (float32, as the graph divides), each column of W by its own
+    max |W| / weight_max; the integer product and the scales in float64."""
+    row_max = np.abs(x).max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        unit = x / row_max
+    x_q = np.nan_to_num(np.rint(unit / np.float32(1 / levels))).astype(np.float64)
+    weight = weight.astype(np.float64)
     column_scale = np.abs(weight).max(axis=0) / weight_max
-    x_q = np.round(x / row_scale)
     w_q = np.round(weight / column_scale)
-    assert np.abs(x_q).max() <= 127 and np.abs(w_q).max() <= weight_max
-    return (x_q @ w_q) * column_scale * row_scale
+    assert np.abs(x_q).max() <= levels and np.abs(w_q).max() <= weight_max
+    return (x_q @ w_q) * column_scale * (row_max / levels)
 
 
 def test_per_row_matmul_matches_a_numpy_reference_of_per_row_quantization():
@@ -62,6 +66,7 @@ def test_per_row_matmul_matches_a_numpy_reference_of_per_row_quantization():
     ops = [node.op_type for node in model.graph.node]
     assert ops.count("QuantizeLinear") == 1  # one quantized input for both readers
     assert ops.count("MatMulIntegerToFloat") == 2 and "MatMul" not in ops
+    assert "Mul" not in ops  # the row scale is the op's own a_scale
     x = rng.normal(size=(3, 5, K)).astype(np.float32)
     x[1] *= 300  # rows of very different ranges
     x[2, 1, 7] = 40  # an outlier inside one row
@@ -75,6 +80,24 @@ def test_per_row_matmul_matches_a_numpy_reference_of_per_row_quantization():
     # int8's numbers, not fp32's: off the float product by more than float rounding.
     plain = x @ weights[0]
     assert np.abs(outputs[0] - plain).max() > 1e-3 * np.abs(plain).max()
+
+
+def test_a_relus_output_is_quantized_to_all_256_levels_without_abs():
+    rng = np.random.default_rng(3)
+    weight = rng.normal(size=(K, N)).astype(np.float32)
+    model = matmuls([weight])
+    relu = helper.make_node("Relu", ["x"], ["hidden"])
+    model.graph.node[0].input[0] = "hidden"
+    model.graph.node.insert(0, relu)
+    quantize_per_row(model)
+    assert "Abs" not in [node.op_type for node in model.graph.node]
+    x = rng.normal(size=(2, 3, K)).astype(np.float32)
+    x[1, 2] = -np.abs(x[1, 2])  # a row the Relu turns into zeros
+    output = session(model).run(None, {"x": x})[0]
+    expected = reference(np.maximum(x, 0), weight, levels=255)
+    scale = np.abs(expected).max(axis=-1, keepdims=True) + 1e-30
+    np.testing.assert_array_less(np.abs(output - expected) / scale, 1e-5)
+    assert not np.any(output[1, 2])
 
 
 def test_a_rows_output_does_not_depend_on_the_rows_beside_it():
@@ -122,13 +145,19 @@ def attention(heads: int = 4, head_dim: int = 72) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 
 
+def softmax(scores: np.ndarray) -> np.ndarray:
+    exp = np.exp(scores.astype(np.float64) - scores.max(axis=-1, keepdims=True))
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
 def test_attention_over_padded_keys_gives_the_bits_of_attention_over_the_keys_alone():
     # A sentence's keys alone and padded (masked scores, other rows' values) as a longer source
-    # beside it pads them: MLAS's float32 sums group terms by position, and the float32 graph
-    # differed in the last bit in 57 of these 200 draws (AVX2), which per-row quantization can
-    # turn into a different integer downstream.
+    # beside it pads them, in a decoder step's shape (one query per head): MLAS's one-row
+    # float32 kernel pairs the key positions, and the plain graph differed in the last bit in
+    # 57 of these 200 draws (AVX2), which per-row quantization can turn into a different
+    # integer downstream.
     model = attention()
-    assert attention_in_float64(model) == 2
+    assert attention_rows_apart(model) == 1
     run = session(model)
     rng = np.random.default_rng(2)
     for _ in range(200):
@@ -146,7 +175,8 @@ def test_attention_over_padded_keys_gives_the_bits_of_attention_over_the_keys_al
             },
         )[0]
         np.testing.assert_array_equal(padded, alone)
-        assert alone.dtype == np.float32
+        assert alone.dtype == np.float32 and alone.shape == (1, 4, 1, 72)
+        np.testing.assert_allclose(alone, softmax(scores) @ values, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.skipif(not (SHIPPED_EN_DE / "decoder.onnx").is_file(), reason="no shipped export")
