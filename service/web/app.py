@@ -9,11 +9,11 @@ limit, request metrics), ``lifecycle`` (background load, graceful shutdown), ``d
 routes share), ``inflight`` (the in-flight bound that refuses before any work), ``access``
 and ``rate_limits`` (API keys, per-client limits) and ``request_id``.
 
-Middleware, outermost first: the client behind trusted proxies (``forwarded``), request id,
-request metrics, CORS (when configured), the
-in-flight gate (which checks a header's key and reads the body before taking a slot), the
-body size limit; so every response, a refusal included, has an
-``X-Request-ID`` and is counted.
+Middleware, outermost first: the client behind trusted proxies (``forwarded``, when
+configured), request id, request metrics, CORS (when configured), the in-flight gate (which
+checks a header's key and reads the body before taking a slot), the body size limit, and
+``direct``, which runs the two translation routes most requests use without the router; so
+every response, a refusal included, has an ``X-Request-ID`` and is counted.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from service.web.access import AccessPolicy
+from service.web.direct import DirectRoutes
 from service.web.errors import install_error_handlers
 from service.web.file_store import TranslatedFiles
 from service.web.forwarded import ForwardedClient, TrustedProxies
@@ -100,6 +101,9 @@ def build_app(service: ServiceState) -> FastAPI:
     install_error_handlers(
         app, metrics, settings.access.retry_after_s, settings.limits.request_timeout_s
     )
+    # Innermost: the two translation routes most requests use, run without the router and
+    # FastAPI's per-request handling (the same answers; service/web/direct.py).
+    app.add_middleware(DirectRoutes, fastapi_app=app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.access.max_body_bytes)
     # Before anything reads the body: under overload a refusal must cost next to nothing.
     app.add_middleware(
@@ -127,7 +131,7 @@ def build_app(service: ServiceState) -> FastAPI:
         app.add_middleware(RequestLog)  # inside RequestId: the record has the id
     app.add_middleware(RequestId)  # every response carries the id
     # Outermost: everything inside (limits, logs, uvicorn's access line) sees the client.
-    app.add_middleware(
-        ForwardedClient, proxies=TrustedProxies.parse(settings.access.trusted_proxies)
-    )
+    # Without trusted proxies the peer is the client: no layer to pass through.
+    if (proxies := TrustedProxies.parse(settings.access.trusted_proxies)).networks:
+        app.add_middleware(ForwardedClient, proxies=proxies)
     return app
