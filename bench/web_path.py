@@ -11,7 +11,11 @@ the CPU clock of the loop's thread (``time.thread_time``) by the requests answer
 engine's threads, and every wait, are not counted, so the figure holds on a busy machine:
 what it leaves out is uvicorn's part (HTTP parsing, the access line; bench/request_stages.py
 measures the whole process). ``--profile`` writes cProfile's statistics of the loop thread.
-Alternate two checkouts to compare them.
+
+``--code`` names checkouts to compare (``--code /work/main --code .``): each run is a fresh
+process with that checkout's ``service`` (``PYTHONPATH``), the checkouts alternating
+``--pairs`` times; the summary gives each pair's ratio (the first checkout's CPU a request
+over the others'), so a machine that is busy in one stretch skews no comparison much.
 """
 
 from __future__ import annotations
@@ -176,6 +180,42 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Alternate the ``--code`` checkouts, one process a run (A B, B A, ...); each run's
+    result, and each pair's ratio of loop CPU a request, the first checkout's over each
+    other's (above 1: the other spends less)."""
+    import subprocess
+
+    child = [
+        *("--model", args.model, "--route", args.route, "--requests", str(args.requests)),
+        *("--concurrency", str(args.concurrency), "--seed", str(args.seed)),
+    ]
+    runs: dict[str, list[dict[str, Any]]] = {code: [] for code in args.code}
+    for pair in range(args.pairs):
+        for code in args.code if pair % 2 == 0 else reversed(args.code):
+            done = subprocess.run(
+                [sys.executable, __file__, *child],
+                env={**os.environ, "PYTHONPATH": str(Path(code).resolve())},
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            print(json.dumps({"code": code, "pair": pair, **result}), file=sys.stderr, flush=True)
+            runs[code].append(result)
+    ms = {code: [r["loop_cpu_ms_per_request"] for r in found] for code, found in runs.items()}
+    first = args.code[0]
+    return {
+        "route": args.route,
+        "ms_per_request": ms,
+        "ratios_first_over": {
+            code: [round(a / b, 3) for a, b in zip(ms[first], ms[code], strict=True)]
+            for code in args.code[1:]
+        },
+        "runs": runs,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="build/onnx/default")
@@ -184,7 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", default=None, help="write cProfile stats here")
+    parser.add_argument("--code", action="append", default=[], help="checkouts to alternate")
+    parser.add_argument("--pairs", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.code:
+        print(json.dumps(compare(args)))
+        return 0
     os.environ.setdefault("MT_MODEL_DIR", str(Path(args.model).resolve()))
     os.environ.setdefault("MT_PROCESS_MODE", "single")
     try:
