@@ -105,10 +105,34 @@ async def lifespan(app: Any) -> tuple[asyncio.Task[None], asyncio.Queue[Any]]:
     return task, inbox
 
 
+def canned_results(route: str) -> None:
+    """From now on every request of ``route`` gets the next answer of the dispatcher, the
+    last one the route had: no text work and no engine, so the loop's CPU is the web
+    layer's own (``--web-only``). The route modules call ``collect`` by that name."""
+    import importlib
+
+    module = importlib.import_module(
+        "service.web.routes.v1" if route == "/v1/translate" else "service.web.routes.libretranslate"
+    )
+    collect = module.collect
+    kept: list[Any] = []
+
+    async def canned(started: Any) -> Any:
+        if kept:
+            started.close()  # the dispatcher's coroutine, never started
+            return kept[0]
+        kept.append(await collect(started))
+        return kept[0]
+
+    module.collect = canned
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from service.wiring import create_app
 
     app = create_app()
+    # As serve() does for a served process (service/web/heap.py); older checkouts ignore it.
+    app.state.service.freeze_heap = True
     task, inbox = await lifespan(app)
     deadline = time.monotonic() + 300
     while (await call(app, "/ready", b""))[0] != 200:
@@ -131,6 +155,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return statuses
 
     await drive(warm)
+    if args.web_only:
+        canned_results(args.route)
     pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
     begun: list[float] = []
 
@@ -160,6 +186,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "service_package": str(Path(service.__file__).parent),
         "route": args.route,
+        "web_only": args.web_only,
         "requests": len(statuses),
         "ok": ok,
         "concurrency": args.concurrency,
@@ -189,6 +216,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     child = [
         *("--model", args.model, "--route", args.route, "--requests", str(args.requests)),
         *("--concurrency", str(args.concurrency), "--seed", str(args.seed)),
+        *(["--web-only"] if args.web_only else []),
     ]
     runs: dict[str, list[dict[str, Any]]] = {code: [] for code in args.code}
     for pair in range(args.pairs):
@@ -224,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", default=None, help="write cProfile stats here")
+    parser.add_argument(
+        "--web-only",
+        action="store_true",
+        help="after the warm-up, every request gets one canned result: the web layer alone",
+    )
     parser.add_argument("--code", action="append", default=[], help="checkouts to alternate")
     parser.add_argument("--pairs", type=int, default=3)
     args = parser.parse_args(argv)
