@@ -81,8 +81,23 @@ async def json_body(request: Request) -> Any:
         raise ApiError(400, "malformed_json", f"malformed JSON body: {error}") from error
     except RecursionError as error:
         raise ApiError(400, "malformed_json", "malformed JSON body: nested too deeply") from error
-    _check_unicode(data)
+    if _may_hold_surrogates(raw):
+        _check_unicode(data)
     return data
+
+
+def _may_hold_surrogates(raw: bytes) -> bool:
+    """Whether ``json.loads(raw)`` can hold an unpaired surrogate. It decodes UTF-8 with
+    ``surrogatepass`` (an encoded surrogate comes through) and other encodings it detects
+    as they are, and a ``\\u`` escape can name one: a UTF-8 body that decodes strictly and
+    has no escape holds none, and its values need no walk."""
+    if b"\\u" in raw or json.detect_encoding(raw) != "utf-8":
+        return True
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def _check_unicode(data: Any) -> None:
