@@ -217,3 +217,13 @@ def test_plain_translation_requests_never_reach_the_router(pair):
         layer.app = router
     assert (ok.status_code, libre.status_code, refused.status_code) == (200, 200, 400)
     assert (invalid.status_code, form.status_code) == (422, 200)
+
+
+def test_fastapis_telemetry_asks_nothing_per_request_unless_opentelemetry_is_set_up():
+    from service.web.app import TELEMETRY_OFF, telemetry_config
+
+    assert telemetry_config({"PATH": "/usr/bin", "MT_PORT": "8000"}) == TELEMETRY_OFF
+    assert telemetry_config({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}) is None
+    assert telemetry_config({"FASTAPI_OTEL_AUTO_CONFIGURE": "true"}) is None
+    app = FastAPI(telemetry=telemetry_config({}))
+    assert app._native_telemetry.enabled() is False
