@@ -191,7 +191,7 @@ def _post_routes(app: FastAPI) -> dict[str, APIRoute]:
         else:
             candidates = [(getattr(route, "path", ""), route)]
         for path, original in candidates:
-            if isinstance(original, APIRoute) and "POST" in original.methods:
+            if isinstance(original, APIRoute) and "POST" in (original.methods or ()):
                 found.setdefault(path, original)
     return found
 

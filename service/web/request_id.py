@@ -128,7 +128,7 @@ class AccessLineFormatter(logging.Formatter):
         )
 
 
-class LoopFlushedHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class LoopFlushedHandler(logging.StreamHandler):
     """A stream handler that writes each line at once but flushes its stream once per
     event-loop iteration on the loop's thread (at once on any other): the access line is
     written on the event loop for every response, the responses of a decoder step end in
