@@ -11,6 +11,9 @@ the CPU clock of the loop's thread (``time.thread_time``) by the requests answer
 engine's threads, and every wait, are not counted, so the figure holds on a busy machine:
 what it leaves out is uvicorn's part (HTTP parsing, the access line; bench/request_stages.py
 measures the whole process). ``--profile`` writes cProfile's statistics of the loop thread.
+``--web-only`` answers every request after the warm-up with one canned dispatcher result:
+no text work and no engine, the web layer's own CPU (middleware, route, validation,
+serialisation), steadier on a busy machine.
 
 ``--code`` names checkouts to compare (``--code /work/main --code .``): each run is a fresh
 process with that checkout's ``service`` (``PYTHONPATH``), the checkouts alternating
