@@ -11,7 +11,14 @@ the CPU clock of the loop's thread (``time.thread_time``) by the requests answer
 engine's threads, and every wait, are not counted, so the figure holds on a busy machine:
 what it leaves out is uvicorn's part (HTTP parsing, the access line; bench/request_stages.py
 measures the whole process). ``--profile`` writes cProfile's statistics of the loop thread.
-Alternate two checkouts to compare them.
+``--web-only`` answers every request after the warm-up with one canned dispatcher result:
+no text work and no engine, the web layer's own CPU (middleware, route, validation,
+serialisation), steadier on a busy machine.
+
+``--code`` names checkouts to compare (``--code /work/main --code .``): each run is a fresh
+process with that checkout's ``service`` (``PYTHONPATH``), the checkouts alternating
+``--pairs`` times; the summary gives each pair's ratio (the first checkout's CPU a request
+over the others'), so a machine that is busy in one stretch skews no comparison much.
 """
 
 from __future__ import annotations
@@ -101,10 +108,34 @@ async def lifespan(app: Any) -> tuple[asyncio.Task[None], asyncio.Queue[Any]]:
     return task, inbox
 
 
+def canned_results(route: str) -> None:
+    """From now on every request of ``route`` gets the next answer of the dispatcher, the
+    last one the route had: no text work and no engine, so the loop's CPU is the web
+    layer's own (``--web-only``). The route modules call ``collect`` by that name."""
+    import importlib
+
+    module = importlib.import_module(
+        "service.web.routes.v1" if route == "/v1/translate" else "service.web.routes.libretranslate"
+    )
+    collect = module.collect
+    kept: list[Any] = []
+
+    async def canned(started: Any) -> Any:
+        if kept:
+            started.close()  # the dispatcher's coroutine, never started
+            return kept[0]
+        kept.append(await collect(started))
+        return kept[0]
+
+    module.collect = canned
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from service.wiring import create_app
 
     app = create_app()
+    # As serve() does for a served process (service/web/heap.py); older checkouts ignore it.
+    app.state.service.freeze_heap = True
     task, inbox = await lifespan(app)
     deadline = time.monotonic() + 300
     while (await call(app, "/ready", b""))[0] != 200:
@@ -127,6 +158,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return statuses
 
     await drive(warm)
+    if args.web_only:
+        canned_results(args.route)
     pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
     begun: list[float] = []
 
@@ -156,6 +189,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "service_package": str(Path(service.__file__).parent),
         "route": args.route,
+        "web_only": args.web_only,
         "requests": len(statuses),
         "ok": ok,
         "concurrency": args.concurrency,
@@ -176,6 +210,43 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Alternate the ``--code`` checkouts, one process a run (A B, B A, ...); each run's
+    result, and each pair's ratio of loop CPU a request, the first checkout's over each
+    other's (above 1: the other spends less)."""
+    import subprocess
+
+    child = [
+        *("--model", args.model, "--route", args.route, "--requests", str(args.requests)),
+        *("--concurrency", str(args.concurrency), "--seed", str(args.seed)),
+        *(["--web-only"] if args.web_only else []),
+    ]
+    runs: dict[str, list[dict[str, Any]]] = {code: [] for code in args.code}
+    for pair in range(args.pairs):
+        for code in args.code if pair % 2 == 0 else reversed(args.code):
+            done = subprocess.run(
+                [sys.executable, __file__, *child],
+                env={**os.environ, "PYTHONPATH": str(Path(code).resolve())},
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            print(json.dumps({"code": code, "pair": pair, **result}), file=sys.stderr, flush=True)
+            runs[code].append(result)
+    ms = {code: [r["loop_cpu_ms_per_request"] for r in found] for code, found in runs.items()}
+    first = args.code[0]
+    return {
+        "route": args.route,
+        "ms_per_request": ms,
+        "ratios_first_over": {
+            code: [round(a / b, 3) for a, b in zip(ms[first], ms[code], strict=True)]
+            for code in args.code[1:]
+        },
+        "runs": runs,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="build/onnx/default")
@@ -184,7 +255,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", default=None, help="write cProfile stats here")
+    parser.add_argument(
+        "--web-only",
+        action="store_true",
+        help="after the warm-up, every request gets one canned result: the web layer alone",
+    )
+    parser.add_argument("--code", action="append", default=[], help="checkouts to alternate")
+    parser.add_argument("--pairs", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.code:
+        print(json.dumps(compare(args)))
+        return 0
     os.environ.setdefault("MT_MODEL_DIR", str(Path(args.model).resolve()))
     os.environ.setdefault("MT_PROCESS_MODE", "single")
     try:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -101,15 +102,29 @@ class PairMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self._series: dict[tuple[str, str, str], tuple[Any, Any, Any, Any]] = {}
 
     def record(
         self, model: str, source: str, target: str, sentences: int, characters: int, seconds: float
     ) -> None:
-        labels = {"model": model, "source": source, "target": target}
-        self.translations.labels(**labels).inc()
-        self.sentences.labels(**labels).inc(sentences)
-        self.characters.labels(**labels).inc(characters)
-        self.latency.labels(**labels).observe(seconds)
+        # Each (model, pair)'s four series, looked up once: ``labels()`` takes a lock and
+        # checks its arguments on every call, four times a request on the event loop. The
+        # series are never removed, and models and pairs are few.
+        key = (model, source, target)
+        series = self._series.get(key)
+        if series is None:
+            labels = {"model": model, "source": source, "target": target}
+            series = self._series[key] = (
+                self.translations.labels(**labels),
+                self.sentences.labels(**labels),
+                self.characters.labels(**labels),
+                self.latency.labels(**labels),
+            )
+        translations, sentences_series, characters_series, latency = series
+        translations.inc()
+        sentences_series.inc(sentences)
+        characters_series.inc(characters)
+        latency.observe(seconds)
 
 
 class ServiceMetrics(EngineSeries):

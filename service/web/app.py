@@ -9,21 +9,26 @@ limit, request metrics), ``lifecycle`` (background load, graceful shutdown), ``d
 routes share), ``inflight`` (the in-flight bound that refuses before any work), ``access``
 and ``rate_limits`` (API keys, per-client limits) and ``request_id``.
 
-Middleware, outermost first: the client behind trusted proxies (``forwarded``), request id,
-request metrics, CORS (when configured), the
-in-flight gate (which checks a header's key and reads the body before taking a slot), the
-body size limit; so every response, a refusal included, has an
-``X-Request-ID`` and is counted.
+Middleware, outermost first: the client behind trusted proxies (``forwarded``, when
+configured), request id, request metrics, CORS (when configured), the in-flight gate (which
+checks a header's key and reads the body before taking a slot), the body size limit, and
+``direct``, which runs the two translation routes most requests use without the router; so
+every response, a refusal included, has an ``X-Request-ID`` and is counted.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
+from fastapi.telemetry import TelemetryConfig
 from fastapi_offline import FastAPIOffline
 
 from service.web.access import AccessPolicy
+from service.web.direct import DirectRoutes
 from service.web.errors import install_error_handlers
 from service.web.file_store import TranslatedFiles
 from service.web.forwarded import ForwardedClient, TrustedProxies
@@ -74,6 +79,21 @@ ROUTERS = (
 )
 
 
+# FastAPI asks OpenTelemetry on every request whether a tracer, meter or logger provider has
+# been set up (10-18 us of the event loop's time a request). The service reports through
+# /metrics and its logs; FastAPI's own telemetry keeps asking only where the environment
+# sets OpenTelemetry up.
+TELEMETRY_OFF: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
+
+
+def telemetry_config(environ: Mapping[str, str] = os.environ) -> TelemetryConfig | None:
+    """FastAPI's default (None) where an ``OTEL_*`` variable or ``FASTAPI_OTEL_*`` is set;
+    otherwise its per-request checks off."""
+    if any(name.startswith(("OTEL_", "FASTAPI_OTEL_")) for name in environ):
+        return None
+    return TELEMETRY_OFF
+
+
 def build_app(service: ServiceState) -> FastAPI:
     """The FastAPI app around an assembled service (service/wiring.py builds it)."""
     settings, metrics = service.settings, service.metrics
@@ -86,6 +106,7 @@ def build_app(service: ServiceState) -> FastAPI:
         lifespan=lifespan_of(service),
         static_url="/static-docs",
         openapi_tags=[{"name": name, "description": text} for name, text in TAGS.items()],
+        telemetry=telemetry_config(),
     )
     app.state.service = service
     app.state.access = AccessPolicy(settings)
@@ -100,6 +121,9 @@ def build_app(service: ServiceState) -> FastAPI:
     install_error_handlers(
         app, metrics, settings.access.retry_after_s, settings.limits.request_timeout_s
     )
+    # Innermost: the two translation routes most requests use, run without the router and
+    # FastAPI's per-request handling (the same answers; service/web/direct.py).
+    app.add_middleware(DirectRoutes, fastapi_app=app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.access.max_body_bytes)
     # Before anything reads the body: under overload a refusal must cost next to nothing.
     app.add_middleware(
@@ -127,7 +151,7 @@ def build_app(service: ServiceState) -> FastAPI:
         app.add_middleware(RequestLog)  # inside RequestId: the record has the id
     app.add_middleware(RequestId)  # every response carries the id
     # Outermost: everything inside (limits, logs, uvicorn's access line) sees the client.
-    app.add_middleware(
-        ForwardedClient, proxies=TrustedProxies.parse(settings.access.trusted_proxies)
-    )
+    # Without trusted proxies the peer is the client: no layer to pass through.
+    if (proxies := TrustedProxies.parse(settings.access.trusted_proxies)).networks:
+        app.add_middleware(ForwardedClient, proxies=proxies)
     return app

@@ -81,8 +81,23 @@ async def json_body(request: Request) -> Any:
         raise ApiError(400, "malformed_json", f"malformed JSON body: {error}") from error
     except RecursionError as error:
         raise ApiError(400, "malformed_json", "malformed JSON body: nested too deeply") from error
-    _check_unicode(data)
+    if _may_hold_surrogates(raw):
+        _check_unicode(data)
     return data
+
+
+def _may_hold_surrogates(raw: bytes) -> bool:
+    """Whether ``json.loads(raw)`` can hold an unpaired surrogate. It decodes UTF-8 with
+    ``surrogatepass`` (an encoded surrogate comes through) and other encodings it detects
+    as they are, and a ``\\u`` escape can name one: a UTF-8 body that decodes strictly and
+    has no escape holds none, and its values need no walk."""
+    if b"\\u" in raw or json.detect_encoding(raw) != "utf-8":
+        return True
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def _check_unicode(data: Any) -> None:
@@ -123,11 +138,14 @@ async def run_for_client(request: Request, service: ServiceState, work: Awaitabl
     blocks until the client goes away (uvicorn, either HTTP implementation, then says
     ``http.disconnect``; so do the test clients once the response is complete), so one
     watcher per request waits on it beside the work, and whichever ends first ends the
-    other. ``service`` is the routes' usual argument; what a route's wait needs is in
-    ``request``."""
-    task = asyncio.ensure_future(work)
+    other. The work runs in the request's own task (a task of its own would cost its
+    creation and a hand-over on every request): the watcher cancels that task, and the
+    cancellation it caused is taken back once it is answered as 499. ``service`` is the
+    routes' usual argument; what a route's wait needs is in ``request``."""
     if not _body_read(request):
-        return await _polled(request, task)
+        return await _polled(request, asyncio.ensure_future(work))
+    current = asyncio.current_task()
+    assert current is not None
     hung_up = False
 
     async def watch() -> None:
@@ -139,19 +157,19 @@ async def run_for_client(request: Request, service: ServiceState, work: Awaitabl
         while (await receive())["type"] != "http.disconnect":
             pass
         hung_up = True
-        task.cancel()
+        current.cancel()
 
     watcher = asyncio.ensure_future(watch())
     try:
-        return await task
+        return await work
     except asyncio.CancelledError:
         if hung_up:
             raise ApiError(499, "client_disconnected", "the client closed the connection") from None
         raise
     finally:
         watcher.cancel()
-        if not task.done():
-            task.cancel()
+        if hung_up:  # the watcher's cancellation is answered (or was swallowed by the work)
+            current.uncancel()
 
 
 def _body_read(request: Request) -> bool:

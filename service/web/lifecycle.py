@@ -32,6 +32,7 @@ from service.translation.document_jobs import DocumentRunner
 from service.translation.languages import LanguagePair
 from service.translation.registry import ModelRegistry
 from service.web.errors import ApiError, ErrorInfo, describe_error
+from service.web.heap import keep_frozen
 from service.web.quota import CharacterQuota
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,10 @@ class ServiceState:
         # Set by the first begin_shutdown: the grace counts from SIGTERM, not from when the
         # server gets round to the lifespan shutdown.
         self.shutdown_deadline: float | None = None
+        # Whether the heap is frozen out of full collections once ready (service/web/heap.py):
+        # the server sets it (a process of its own); an app in a test leaves it off.
+        self.freeze_heap = False
+        self._frozen: asyncio.Task[None] | None = None
 
     async def load(self) -> None:
         """Load the detector and the start-up models, then say ready."""
@@ -114,6 +119,13 @@ class ServiceState:
             self.phase = "ready"
             logger.info("ready: %d models, %d loaded", len(registry.slots), registry.loaded_count())
             registry.revisions.watch()  # new revisions of installed models (models update)
+            if self.freeze_heap:
+                self._frozen = asyncio.create_task(keep_frozen(self._loaded_models))
+
+    def _loaded_models(self) -> tuple[int, ...]:
+        """Which model objects are loaded (a swap for a new revision is another object)."""
+        assert self.registry is not None
+        return tuple(id(slot.model) for slot in self.registry.slots.values())
 
     def _document_translator(self, job: DocumentJob) -> TranslateTexts:
         """A document job's texts through the dispatcher, by the job's pair, with the
@@ -144,6 +156,8 @@ class ServiceState:
 
     async def shutdown(self) -> None:
         self.begin_shutdown()
+        if self._frozen is not None:
+            self._frozen.cancel()  # unfreezes the heap
         await self.document_runner.stop()  # jobs in progress are taken up again at the next start
         self.databases.close()
         self.glossaries.database.close()

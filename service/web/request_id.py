@@ -9,6 +9,7 @@ log records (``%(request_id)s``, ``-`` outside a request).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import http
 import itertools
@@ -16,6 +17,7 @@ import logging
 import os
 import re
 import time
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -126,14 +128,58 @@ class AccessLineFormatter(logging.Formatter):
         )
 
 
+class LoopFlushedHandler(logging.StreamHandler):
+    """A stream handler that writes each line at once but flushes its stream once per
+    event-loop iteration on the loop's thread (at once on any other): the access line is
+    written on the event loop for every response, the responses of a decoder step end in
+    one iteration, and each flush of a redirected stream is a write system call."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._flush_pending = False
+
+    def flush(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            super().flush()
+            return
+        if not self._flush_pending:
+            self._flush_pending = True
+            loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_pending = False
+        super().flush()
+
+
+def _loop_flushed(handler: logging.Handler) -> logging.Handler:
+    """``handler`` (a plain stream handler, as uvicorn configures its access log) as a
+    :class:`LoopFlushedHandler` with the same stream, level, filters and formatter; any
+    other handler as it is."""
+    if type(handler) is not logging.StreamHandler:
+        return handler
+    flushed = LoopFlushedHandler(handler.stream)
+    flushed.setLevel(handler.level)
+    flushed.setFormatter(handler.formatter)
+    for log_filter in handler.filters:
+        flushed.addFilter(log_filter)
+    handler.close()  # leaves logging's list of handlers to flush at exit (the stream stays open)
+    return flushed
+
+
 def install_request_id_logging() -> None:
     """Every handler of the root and uvicorn loggers gets the filter (once: this runs again
     after uvicorn has set up its loggers); uvicorn's access log line gets the id in its format
-    (it is written while the request's context is current)."""
+    (it is written while the request's context is current), and its handler flushes once an
+    event-loop iteration."""
     log_filter = RequestIdLogFilter()
     for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access"):
-        for handler in logging.getLogger(name).handlers:
+        logger = logging.getLogger(name)
+        for handler in logger.handlers:
             if not any(isinstance(f, RequestIdLogFilter) for f in handler.filters):
                 handler.addFilter(log_filter)
             if name == "uvicorn.access":
                 handler.setFormatter(AccessLineFormatter())
+        if name == "uvicorn.access":
+            logger.handlers = [_loop_flushed(handler) for handler in logger.handlers]

@@ -80,5 +80,7 @@ def serve(app: FastAPI, settings: Settings, sockets: list[socket.socket] | None 
     install_request_id_logging()
     if settings.process.log_format == "json":
         use_json_format()
+    # A process of its own: its long-lived heap leaves the collector once ready.
+    app.state.service.freeze_heap = True
     server = GracefulServer(config, on_exit=app.state.service.begin_shutdown)
     server.run(sockets=sockets)

@@ -111,8 +111,9 @@ def serve(model_dir, peer: tuple[str, int], **overrides) -> TestClient:
     raise AssertionError("never ready")
 
 
-def test_a_spoofed_header_from_an_untrusted_peer_changes_nothing(model_dir):
-    client = serve(model_dir, OUTSIDER)
+@pytest.mark.parametrize("proxies", ["10.0.0.0/8", ""])  # "": no layer reads the headers
+def test_a_spoofed_header_from_an_untrusted_peer_changes_nothing(model_dir, proxies):
+    client = serve(model_dir, OUTSIDER, trusted_proxies=proxies)
     try:
         first = client.post(
             "/v1/translate", json={"text": "Save"}, headers={"X-Forwarded-For": "198.51.100.1"}
