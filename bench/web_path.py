@@ -134,7 +134,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from service.wiring import create_app
 
     app = create_app()
-    # As serve() does for a served process (service/web/heap.py); older checkouts ignore it.
+    # As serve() does for a served process (service/web/frozen_heap.py); older checkouts ignore it.
     app.state.service.freeze_heap = True
     task, inbox = await lifespan(app)
     deadline = time.monotonic() + 300

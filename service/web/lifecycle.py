@@ -32,7 +32,7 @@ from service.translation.document_jobs import DocumentRunner
 from service.translation.languages import LanguagePair
 from service.translation.registry import ModelRegistry
 from service.web.errors import ApiError, ErrorInfo, describe_error
-from service.web.heap import keep_frozen
+from service.web.frozen_heap import keep_frozen
 from service.web.quota import CharacterQuota
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class ServiceState:
         # Set by the first begin_shutdown: the grace counts from SIGTERM, not from when the
         # server gets round to the lifespan shutdown.
         self.shutdown_deadline: float | None = None
-        # Whether the heap is frozen out of full collections once ready (service/web/heap.py):
+        # Whether the heap is frozen out of full collections once ready (service/web/frozen_heap.py):
         # the server sets it (a process of its own); an app in a test leaves it off.
         self.freeze_heap = False
         self._frozen: asyncio.Task[None] | None = None

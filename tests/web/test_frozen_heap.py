@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.web import server
-from service.web.heap import keep_frozen
+from service.web.frozen_heap import keep_frozen
 from service.wiring import create_app
 from tests.ready import wait_ready
 from tests.service_fixtures import tiny_model
