@@ -174,15 +174,12 @@ class Group:
         tensors.positions = (tensors.positions if own is None else tensors.positions[own]) + 1
         if step.kept_rows is not None or own is not None:  # requests finished or expanded
             self._set_requests(step.remaining)
-            kept = np.flatnonzero(step.kept_rows) if step.kept_rows is not None else None
-            if kept is not None:
-                tensors.next_tokens, tensors.positions = (
-                    tensors.next_tokens[kept],
-                    tensors.positions[kept],
-                )
-            own_kept = kept if own is None else own if kept is None else own[kept]
-            parents = step.parent_rows if kept is None else step.parent_rows[kept]
-            self.rearrange(parents, own_kept, rows_left=True)
+            rows = len(step.next_tokens)
+            kept = np.arange(rows) if step.kept_rows is None else np.flatnonzero(step.kept_rows)
+            tensors.next_tokens = tensors.next_tokens[kept]
+            tensors.positions = tensors.positions[kept]
+            own_kept = kept if own is None else own[kept]
+            self.rearrange(step.parent_rows[kept], own_kept, rows_left=True)
         elif step.reordered:
             self.rearrange(step.parent_rows, step.parent_rows, rows_left=False)
         return step.finished
