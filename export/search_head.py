@@ -233,7 +233,8 @@ def blocked_rank_nodes(
     ties included, in two stages.
 
     ONNX Runtime's CPU TopK compares value by value (a pass over N x V at a fraction of memory
-    speed); a max over blocks of ``block`` ids (MaxPool, vectorised) is one fast pass. Then:
+    speed); a max over blocks of ``block`` ids (ReduceMax where blocks divide V, else MaxPool:
+    vectorised) is one fast pass. Then:
 
     1. rank the G = ceil(V / block) block maxima and keep the best min(wide_k, G) blocks;
     2. rank their ids (in id order: the blocks sorted by index) and keep the best wide_k.
@@ -250,24 +251,39 @@ def blocked_rank_nodes(
         suffix, helper.make_tensor(name(suffix), TensorProto.INT64, dims, values)
     )
     node = helper.make_node
+    if vocab_size % block == 0:
+        # Whole blocks: the maxima are a ReduceMax over (N, G, block), about 1.6x faster than
+        # MaxPool's pass over the same values in ONNX Runtime 1.32 (256 x 8,000 log-probs).
+        block_maxima = [
+            ints("blocks_shape", [-1, vocab_size // block, block], [3]),
+            ints("last_axis", [-1], [1]),
+            node("Reshape", [log_probs, name("blocks_shape")], [name("as_blocks")]),
+            node(
+                "ReduceMax", [name("as_blocks"), name("last_axis")], [name("block_max")], keepdims=0
+            ),
+        ]  # (N, G)
+    else:
+        block_maxima = [
+            ints("block_axis", [1], [1]),
+            node("Unsqueeze", [log_probs, name("block_axis")], [name("as_signal")]),  # (N, 1, V)
+            node(
+                "MaxPool",
+                [name("as_signal")],
+                [name("block_max_signal")],
+                kernel_shape=[block],
+                strides=[block],
+                ceil_mode=1,
+            ),  # (N, 1, G): the last block may be short
+            node("Squeeze", [name("block_max_signal"), name("block_axis")], [name("block_max")]),
+        ]
     return [
-        ints("block_axis", [1], [1]),
         ints("id_axis", [2], [1]),
         ints("block_size", [block], []),
         ints("last_id", [vocab_size - 1], []),
         ints("vocab_size", [vocab_size], []),
         ints("offsets", list(range(block)), [1, 1, block]),
         ints("flat_candidates", [0, -1], [2]),
-        node("Unsqueeze", [log_probs, name("block_axis")], [name("as_signal")]),  # (N, 1, V)
-        node(
-            "MaxPool",
-            [name("as_signal")],
-            [name("block_max_signal")],
-            kernel_shape=[block],
-            strides=[block],
-            ceil_mode=1,
-        ),  # (N, 1, G): the last block may be short
-        node("Squeeze", [name("block_max_signal"), name("block_axis")], [name("block_max")]),
+        *block_maxima,
         node("Shape", [name("block_max")], [name("block_count")], start=1),  # [G]
         node("Min", [wide_k, name("block_count")], [name("kept_blocks")]),
         node(

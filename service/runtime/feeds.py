@@ -68,8 +68,10 @@ def _with_searches(
     offset = 0
     for active, bans, ids in zip(requests, extra_bans, watched, strict=True):
         end = offset + active.num_rows
-        if bans is not None:
-            banned[offset:end, len(static_bans) : len(static_bans) + bans.shape[1]] = bans
+        if bans is not None:  # a beam search's first step: its beams' identical first row
+            banned[offset:end, len(static_bans) : len(static_bans) + bans.shape[1]] = bans[
+                : end - offset
+            ]
         if ids is not None:
             watch[offset:end, : len(ids)] = ids
             watch[offset:end, len(ids) : len(ids) + len(static_bans)] = static_bans

@@ -1,7 +1,8 @@
 """A running group: requests that share one dense batch, and so one decoder call per step.
 
-Rows: every request occupies ``search.num_rows`` contiguous rows (1 greedy, K beams), in the
-order the requests joined. The group's tensors (``GroupTensors``) are the self-attention cache
+Rows: every request occupies ``search.num_rows`` contiguous rows (1 greedy, K beams; one
+before a beam search's first step, which the K beams then continue), in the order the
+requests joined. The group's tensors (``GroupTensors``) are the self-attention cache
 (N, H, P, Dh), the cross K/V (N, H, S, Dh), wherever the model's KV backend keeps them, and two
 small host masks, with each row's next input token and position. Per-request state lives in one
 small object per request (``ActiveRequest``, service/runtime/stepping.py).
@@ -168,12 +169,17 @@ class Group:
         rows of finished requests leave."""
         step = advance_searches(self.requests, head)
         tensors = self.tensors
-        tensors.next_tokens, tensors.positions = step.next_tokens, tensors.positions + 1
-        if step.kept_rows is not None:  # requests finished
+        own = step.own_rows
+        tensors.next_tokens = step.next_tokens
+        tensors.positions = (tensors.positions if own is None else tensors.positions[own]) + 1
+        if step.kept_rows is not None or own is not None:  # requests finished or expanded
             self._set_requests(step.remaining)
-            kept = step.kept_rows
-            tensors.next_tokens, tensors.positions = step.next_tokens[kept], tensors.positions[kept]
-            self.rearrange(step.parent_rows[kept], np.flatnonzero(kept), rows_left=True)
+            rows = len(step.next_tokens)
+            kept = np.arange(rows) if step.kept_rows is None else np.flatnonzero(step.kept_rows)
+            tensors.next_tokens = tensors.next_tokens[kept]
+            tensors.positions = tensors.positions[kept]
+            own_kept = kept if own is None else own[kept]
+            self.rearrange(step.parent_rows[kept], own_kept, rows_left=True)
         elif step.reordered:
             self.rearrange(step.parent_rows, step.parent_rows, rows_left=False)
         return step.finished
@@ -192,9 +198,11 @@ class Group:
         self.rearrange(rows, rows, rows_left=True)
 
     def rearrange(self, cache_rows: np.ndarray, own_rows: np.ndarray, rows_left: bool) -> None:
-        """Gather the self-attention cache rows ``cache_rows`` (beam reorder, retire) and trim
-        columns; ``own_rows``: the remaining rows themselves, unpermuted (for the cross
-        cache, which beams share). No copy at all when nothing moved."""
+        """Gather the self-attention cache rows ``cache_rows`` (beam reorder, retire, a beam
+        search's first row repeated for its K beams) and trim columns; ``own_rows``: a row of
+        each row's own request, unpermuted (for the cross cache, which beams share).
+        ``rows_left``: the rows are not the step's rows in order (some left or repeat). No
+        copy at all when nothing moved."""
         tensors = self.tensors
         if not self.requests:
             return

@@ -7,7 +7,8 @@ bookkeeping touches ``rows x k`` numbers.
 
 Both classes share one interface, driven by the engine once per decoder step:
 
-- ``num_rows``: rows the request occupies in the batch (1 for greedy, K for beam search);
+- ``num_rows``: rows the request occupies in the batch at the next step (1 for greedy, K for
+  beam search after its first step, which runs one row);
 - ``top_k``: how many candidates per row the search needs (1 greedy, 2K beam);
 - ``bans()`` / ``watch_ids()``: the rows' extra banned ids (rows, b) and watched ids (w,) for
   the next step, or None (the engine always bans pad and, by default, unk, and watches its
@@ -47,7 +48,6 @@ from service.runtime.types import DecodeRequest
 class _Search:
     """What greedy and beam search share: limits, the constraint's hooks."""
 
-    num_rows: int
     top_k: int
 
     def __init__(
@@ -65,6 +65,11 @@ class _Search:
         self.forced_prefix = tuple(forced_prefix)
         self.steps = 0
         self.done = False
+
+    @property
+    def num_rows(self) -> int:
+        """Rows the request occupies in the batch at the next step."""
+        return 1
 
     def bans(self) -> np.ndarray | None:
         return self.constraint.bans() if self.constraint is not None else None
@@ -88,7 +93,6 @@ class _Search:
 
 
 class GreedySearch(_Search):
-    num_rows = 1
     top_k = 1
 
     def __init__(
@@ -148,7 +152,7 @@ class BeamSearch(_Search):
     ) -> None:
         constraint = make_constraint(copy_tokens, beam_size, eos_id, pad_id)
         super().__init__(max_new_tokens, eos_id, pad_id, constraint, forced_prefix)
-        self.num_rows = beam_size
+        self.beam_size = beam_size
         self.top_k = 2 * beam_size
         self.length_penalty = length_penalty
         self.running_tokens: list[list[int]] = [[] for _ in range(beam_size)]
@@ -158,9 +162,19 @@ class BeamSearch(_Search):
         # (normalised score, tokens with the forced prefix), best first
         self.finished: list[tuple[float, list[int]]] = []
 
+    @property
+    def num_rows(self) -> int:
+        """K, and one before the first step: every beam starts from the same token with the
+        same (empty) cache and only the first is alive, so one row computes what K would (as
+        CTranslate2 does); the first step's K beams all continue that row."""
+        return self.beam_size if self.steps else 1
+
     def advance(self, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
-        """head of K rows -> next tokens (K,), parent beams (K,): ``advance_beams`` of one."""
-        tokens, parents = advance_beams([self], head, np.arange(self.num_rows)[None])
+        """head of K rows (or the one row of a first step) -> next tokens (K,), parent beams
+        (K,): ``advance_beams`` of one."""
+        beams = self.beam_size
+        rows = np.arange(beams) if len(head.top_ids) == beams else np.zeros(beams, np.int64)
+        tokens, parents = advance_beams([self], head, rows[None])
         return tokens[0], parents[0]
 
     def special_step(self) -> bool:
@@ -188,7 +202,7 @@ def advance_beams(
     The choice of candidates is one numpy call over an (R, K x 2K) array; Python only
     touches what each request must keep (its tokens, its finished hypotheses, its stop test).
     """
-    count, beams = len(searches), searches[0].num_rows
+    count, beams = len(searches), searches[0].beam_size
     width = 2 * beams
     rows = np.asarray(beam_rows, dtype=np.int64).reshape(-1)
     scores = head.top_log_probs[rows, :width]  # (R*K, 2K) fancy indexing: copies
@@ -282,7 +296,7 @@ def _finish(
             touched.append(search)
     for search in touched:
         search.finished.sort(key=lambda item: item[0], reverse=True)
-        del search.finished[search.num_rows :]
+        del search.finished[search.beam_size :]
 
 
 def make_search(request: DecodeRequest, info: ModelInfo) -> GreedySearch | BeamSearch:

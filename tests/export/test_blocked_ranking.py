@@ -46,7 +46,17 @@ def reference(log_probs: np.ndarray, k: int, banned: np.ndarray) -> tuple[np.nda
 
 @pytest.mark.parametrize(
     ("vocab_size", "block", "k"),
-    [(1000, 64, 8), (1003, 64, 1), (1003, 16, 10), (50, 16, 8), (70, 64, 5), (4099, 64, 16)],
+    [
+        (1000, 64, 8),
+        (1003, 64, 1),
+        (1003, 16, 10),
+        (50, 16, 8),
+        (70, 64, 5),
+        (4099, 64, 16),
+        (1024, 64, 8),
+        (960, 16, 10),
+        (64, 64, 3),
+    ],
 )
 def test_blocked_ranking_equals_reference(vocab_size: int, block: int, k: int) -> None:
     rng = np.random.default_rng(vocab_size + block + k)
@@ -70,3 +80,14 @@ def test_blocked_ranking_equals_reference(vocab_size: int, block: int, k: int) -
     np.testing.assert_array_equal(blocked[1], want_ids)
     np.testing.assert_array_equal(blocked[0], want_values)
     np.testing.assert_array_equal(blocked[1], single[1])
+
+
+@pytest.mark.parametrize(("vocab_size", "pooled"), [(8000, False), (1003, True)])
+def test_whole_blocks_take_their_maxima_with_one_reduce_max(vocab_size: int, pooled: bool) -> None:
+    # A vocabulary the blocks divide (the shipped models' 8,000 ids) is reshaped into them and
+    # reduced: ONNX Runtime's ReduceMax is faster than MaxPool over the same values. A short
+    # last block needs MaxPool's ceil mode.
+    nodes = ban_and_rank_nodes("rank/", "log_probs", None, "p", "i", 64, vocab_size)
+    ops = {node.op_type for node in nodes}
+    assert ("MaxPool" in ops) is pooled and ("ReduceMax" in ops)
+    assert sum(node.op_type == "ReduceMax" for node in nodes) == (1 if pooled else 2)

@@ -22,7 +22,7 @@ EOS, PAD, V = 0, 9, 12
 
 
 def per_request_advance(self: BeamSearch, head: StepOutput) -> tuple[np.ndarray, np.ndarray]:
-    num_beams = self.num_rows
+    num_beams = self.beam_size  # num_rows: its rows in the batch (one before the first step)
     row_scores, row_ids = self._candidates(head)
     flat_scores = (row_scores + self.running_scores[:, None]).reshape(-1).astype(np.float32)
     flat_beam = np.repeat(np.arange(num_beams), row_ids.shape[1])

@@ -145,6 +145,30 @@ def test_requests_joining_at_different_steps_get_the_same_tokens_as_alone(engine
     assert engine.active_requests == 0
 
 
+def test_a_beam_search_steps_one_row_first_then_its_beams(engine, exported):
+    """All K beams start from the same token and an empty cache, only the first alive: the
+    first step runs one row per sentence (as CTranslate2 does), later steps K, beside greedy
+    rows and a beam search already under way; tokens stay the reference search's."""
+    _, _, sources = padded_sources(exported.model, [6, 9, 4, 8], seed=31)
+    beams = [4, 1, 3, 2]
+    ids = ["a", "b", "c", "late"]
+    first = zip(ids[:3], sources[:3], beams[:3], strict=True)
+    engine.add([DecodeRequest(i, s, k, MAX_NEW) for i, s, k in first])
+    assert engine.active_rows == 3
+    finished = {done.request_id: done for done in engine.step()}
+    rows = lambda: sum(k for i, k in zip(ids, beams, strict=True) if i not in finished)  # noqa: E731
+    assert {"a", "c"}.isdisjoint(finished)  # one step cannot end K hypotheses
+    assert engine.active_rows == rows() - beams[3]  # "late" not added yet
+    engine.add([DecodeRequest("late", sources[3], beams[3], MAX_NEW)])
+    assert engine.active_rows == rows() - beams[3] + 1
+    finished.update((done.request_id, done) for done in engine.step())
+    assert engine.active_rows == rows()
+    finished.update(run_until_empty(engine, {}))
+    for request_id, source, beam in zip(ids, sources, beams, strict=True):
+        expected = reference(exported.model, [source], beam_size=beam, max_new_tokens=MAX_NEW)[0]
+        assert finished[request_id].tokens == expected, request_id
+
+
 def test_reused_cache_buffers_never_mix_requests(exported):
     """The host backend builds caches in buffers of consumed ones (service/runtime/buffer_pool.py):
     with staggered joins, beam reorders, retirements and finished groups handing buffers back,
@@ -172,7 +196,7 @@ def test_several_adds_before_a_step_merge_empty_caches(engine, exported):
     beams = [1, 2, 3]
     for i, (source, beam) in enumerate(zip(sources, beams, strict=True)):
         engine.add([DecodeRequest(i, source, beam, MAX_NEW)])
-    assert (engine.active_requests, engine.active_rows) == (3, 6)
+    assert (engine.active_requests, engine.active_rows) == (3, 3)  # beams: one row at first
     finished = run_until_empty(engine, {0: []})
     for i, (source, beam) in enumerate(zip(sources, beams, strict=True)):
         assert finished[i].tokens == reference(exported.model, [source], beam, MAX_NEW)[0]
@@ -185,7 +209,7 @@ def test_dropped_requests_leave_and_the_others_are_unaffected(engine, exported):
         for i, (source, beam) in enumerate(zip(sources, [2, 1, 4], strict=True))
     ]
     engine.add(requests)
-    assert (engine.active_requests, engine.active_rows) == (3, 7)
+    assert (engine.active_requests, engine.active_rows) == (3, 3)  # beams: one row at first
     finished = {done.request_id: done for done in engine.step()}
     engine.drop([1, "unknown"])
     assert engine.active_requests == 3 - len(finished) - (1 not in finished)
@@ -218,7 +242,8 @@ def test_columns_no_row_needs_are_trimmed(one_group, exported):
     engine.step()
     engine.add([DecodeRequest("short", short_source, 2, MAX_NEW)])
     batch = engine.group_tensors[-1]
-    assert batch.encoder_mask.shape == (3, 12) and batch.self_mask.shape == (3, 2)
+    # beam 2: one row until its first step
+    assert batch.encoder_mask.shape == (2, 12) and batch.self_mask.shape == (2, 2)
     finished = []
     while not any(done.request_id == "long" for done in finished):
         finished += engine.step()
@@ -445,7 +470,9 @@ def test_admission_plan_foresees_the_groups_that_add_makes(exported, fitted):
             for request_id, index, beams in unit
         ]
     )
-    assert foreseen.rows == engine.active_rows == 1 + 1 + 2 + 1 + 1 + 2 + 1
+    # The plan counts a beam search's K rows; until its first step it holds one.
+    assert foreseen.rows == 1 + 1 + 2 + 1 + 1 + 2 + 1
+    assert engine.active_rows == 1 + 1 + 1 + 1 + 1 + 1 + 1
 
 
 def test_the_plan_prices_the_encoder_calls_engine_encode_makes(exported):
