@@ -3,9 +3,12 @@ engine tests (import the fixtures into a test module to use them)."""
 
 from __future__ import annotations
 
+import shutil
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -19,18 +22,43 @@ class Exported:
     model: Transformer  # the PyTorch reference the export came from
     model_dir: Path  # the Marian checkpoint dir
     onnx_dir: Path  # the fp32 export (default opset)
+    # file name -> (torch's graph as ``export_graph`` wrote it, before the exporter's passes;
+    # the options it was called with)
+    graphs: dict[str, tuple[Path, dict[str, Any]]] = field(default_factory=dict)
+
+    def replay_graph(self, module: Any, args: tuple, path: Path, **options: Any) -> None:
+        """``export_graph`` for another export of ``model`` with the same options: torch's
+        graph traced for this fixture instead of tracing it again (most of an export's time).
+        What the exporter does with the graph after that runs as ever."""
+        graph, traced_with = self.graphs[path.name]
+        assert getattr(module, "model", None) is self.model, "not the fixture's model"
+        same = ("opset_version", "external_data", "input_names", "output_names")
+        assert {key: options.get(key) for key in same} == {
+            key: traced_with.get(key) for key in same
+        }, "other export options than the fixture's"
+        shutil.copyfile(graph, path)
 
 
 @pytest.fixture(scope="session")
 def exported(marian_dir, tmp_path_factory) -> Exported:
-    from export.onnx_export import export_model
+    from export import onnx_export
 
     model = load_pretrained(marian_dir)
-    onnx_dir = tmp_path_factory.mktemp("onnx") / "fp32"
-    with warnings.catch_warnings():
+    root = tmp_path_factory.mktemp("onnx")
+    onnx_dir = root / "fp32"
+    result = Exported(model, Path(marian_dir), onnx_dir)
+    export_graph = onnx_export.export_graph
+
+    def keeping_graph(module: Any, args: tuple, path: Path, **options: Any) -> None:
+        export_graph(module, args, path, **options)
+        result.graphs[path.name] = (shutil.copyfile(path, root / f"traced-{path.name}"), options)
+
+    with warnings.catch_warnings(), mock.patch.object(onnx_export, "export_graph", keeping_graph):
         warnings.simplefilter("ignore")
-        export_model(model, onnx_dir, tokenizer_dir=marian_dir, model_name="tiny-marian")
-    return Exported(model, Path(marian_dir), onnx_dir)
+        onnx_export.export_model(
+            model, onnx_dir, tokenizer_dir=marian_dir, model_name="tiny-marian"
+        )
+    return result
 
 
 def random_step_feeds(config, rows: int, past: int, src: int, rng) -> dict[str, np.ndarray]:

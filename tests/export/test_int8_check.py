@@ -10,7 +10,10 @@ import pytest
 from export import int8_check
 from export.int8_check import add_cpu_int8, heldout_pairs
 from service.runtime.variants import served_variant
-from tests.onnx_fixtures import exported  # noqa: F401  (fixture)
+
+# The session-scoped `exported` fixture, as a plugin: imported into the module, it would be a
+# fixture of this module alone and the tiny model exported again.
+pytest_plugins = ["tests.onnx_fixtures"]
 
 
 def test_heldout_pairs_follow_the_direction():
@@ -31,7 +34,7 @@ def with_pair(source, tmp_path, pair):
 
 @pytest.mark.parametrize("int8_quality", ["same", "worse", "batch-dependent"])
 def test_export_records_the_int8_check_and_serving_follows_it(
-    exported,  # noqa: F811
+    exported,
     tmp_path,
     monkeypatch,
     int8_quality,
@@ -64,7 +67,7 @@ def test_export_records_the_int8_check_and_serving_follows_it(
     assert served_variant(fp32, on_cpu=True, cpu_int8=True) == expected
 
 
-def test_a_pair_without_references_gets_no_variant(exported, tmp_path):  # noqa: F811
+def test_a_pair_without_references_gets_no_variant(exported, tmp_path):
     fp32 = with_pair(exported.onnx_dir, tmp_path, ("en", "fr"))
     check = add_cpu_int8(fp32)
     assert check["pairs"] == 0 and check["holds"] is False

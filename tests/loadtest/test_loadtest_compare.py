@@ -53,7 +53,7 @@ def test_interleaved_compare_sends_every_arrival_to_both_services_with_the_same_
 
     stub = f"{sys.executable} -m loadtest.stub_server --port {{port}} --base-ms 1"
     argv = ["--spawn-server", "unused", "--server-command", stub, "--rate", "20"]
-    argv += ["--duration", "2", "--interleave", "2", "--warmup", "1", "--no-plot"]
+    argv += ["--duration", "1", "--interleave", "2", "--warmup", "0.5", "--no-plot"]
     assert compare_main(argv + ["--results-dir", str(tmp_path), "--name", "mixed"]) == 0
 
     warmed = re.findall(r"(\w+): warmed up, (\d+)/(\d+) ok", capsys.readouterr().out)
@@ -61,9 +61,9 @@ def test_interleaved_compare_sends_every_arrival_to_both_services_with_the_same_
     assert all(int(ok) == int(sent) > 0 for _, ok, sent in warmed)
     document = json.loads((tmp_path / "mixed.json").read_text())
     assert document["config"]["interleave"] == 2
-    assert document["config"]["warmup_s"] == 1
+    assert document["config"]["warmup_s"] == 0.5
     runs = document["runs"]
-    schedule = poisson_schedule(20, duration_s=2, seed=0)
+    schedule = poisson_schedule(20, duration_s=1, seed=0)
     for policy in ("continuous", "static"):
         records = runs[policy]["records"]
         assert [r["index"] for r in records] == list(range(len(schedule)))
@@ -116,14 +116,14 @@ def test_a_control_arm_is_a_second_static_batcher_loaded_in_rotation(tmp_path, c
 
     stub = f"{sys.executable} -m loadtest.stub_server --port {{port}} --base-ms 1"
     argv = ["--spawn-server", "unused", "--server-command", stub, "--rate", "20", "--control"]
-    argv += ["--duration", "1.5", "--interleave", "3", "--warmup", "0.5", "--no-plot"]
+    argv += ["--duration", "1", "--interleave", "3", "--warmup", "0.25", "--no-plot"]
     assert compare_main(argv + ["--results-dir", str(tmp_path), "--name", "aa"]) == 0
     out = capsys.readouterr().out
     warmed = re.findall(r"(\w+): warmed up", out)
     assert sorted(warmed) == ["continuous", "control", "static"]
     document = json.loads((tmp_path / "aa.json").read_text())
     assert document["config"]["control"] == "static"
-    schedule = poisson_schedule(20, duration_s=1.5, seed=0)
+    schedule = poisson_schedule(20, duration_s=1, seed=0)
     for arm in arms:
         assert [r["index"] for r in document["runs"][arm]["records"]] == list(range(len(schedule)))
     p99 = document["comparison"]["p99_ms"]

@@ -11,7 +11,10 @@ import pytest
 from service.runtime.engine import open_engine
 from service.runtime.variants import served_variant
 from service.translation.model_settings import ModelSettings
-from tests.onnx_fixtures import exported  # noqa: F401  (fixture)
+
+# The session-scoped `exported` fixture, as a plugin: imported into the module, it would be a
+# fixture of this module alone and the tiny model exported again.
+pytest_plugins = ["tests.onnx_fixtures"]
 
 
 def export_with_check(
@@ -69,7 +72,7 @@ def test_no_check_or_no_variant_keeps_fp32(tmp_path):
     assert served_variant(plain, on_cpu=True, cpu_int8=True) == plain
 
 
-def test_open_engine_opens_the_variant_the_settings_and_check_choose(exported, tmp_path):  # noqa: F811
+def test_open_engine_opens_the_variant_the_settings_and_check_choose(exported, tmp_path):
     from export.variants import make_int8
 
     fp32 = tmp_path / "fp32"

@@ -153,18 +153,24 @@ class GatedEngine(FakeEngine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.permits = threading.Semaphore(0)
+        # A count under a condition rather than a semaphore: ``allow(10**6)`` (let the engine
+        # run freely) is one addition, not a million releases.
+        self._gate = threading.Condition()
+        self._permits = 0  # guarded by _gate
         self.waiting = threading.Event()  # set while a step waits for its permit
 
     def step(self) -> list[FinishedRequest]:
         self.waiting.set()
-        self.permits.acquire()
+        with self._gate:
+            self._gate.wait_for(lambda: self._permits > 0)
+            self._permits -= 1
         self.waiting.clear()
         return super().step()
 
     def allow(self, steps: int = 1) -> None:
-        for _ in range(steps):
-            self.permits.release()
+        with self._gate:
+            self._permits += steps
+            self._gate.notify()
 
 
 class SlowEngine(FakeEngine):

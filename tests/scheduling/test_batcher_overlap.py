@@ -49,10 +49,11 @@ async def test_a_failed_encoding_on_the_encoder_thread_fails_its_admission_alone
 async def test_a_request_cancelled_while_encoding_leaves_once_it_has_joined(make_batcher):
     engine = OverlapEngine()
     batcher = make_batcher(engine)
-    engine.release_encoder.clear()  # the next encoder call waits
     running, newcomer = await a_running_row_and_a_newcomer(
         batcher, engine, sentence(30, first=1), sentence(20, first=40)
     )
+    # the newcomer's encoder call waits (the running row's, in line, is done by now)
+    engine.release_encoder.clear()
     engine.allow(2)  # the admission goes to the encoder thread; the running row steps on
     await wait_until(lambda: len(engine.encoded_on) == 2, "newcomer encoding")
     await wait_until(lambda: engine.steps >= 2, "running row stepped while encoding")
@@ -131,10 +132,10 @@ async def test_an_encoder_call_past_the_lag_bound_stops_the_steps_until_it_is_do
     batcher = make_batcher(engine, clock=clock)
     lag_waits = "mt_encoder_lag_waits_total"
     registry = batcher.metrics.registry
-    engine.release_encoder.clear()
     running, newcomer = await a_running_row_and_a_newcomer(
         batcher, engine, sentence(40, first=1), sentence(5, first=100)
     )
+    engine.release_encoder.clear()  # the newcomer's encoder call waits
     engine.allow(1)  # step 1; then the newcomer goes to the encoder thread, and step 2 waits
     await wait_until(lambda: engine.encoded_on == ["engine-loop", "encoder_0"], "newcomer encoding")
     engine.allow(1)

@@ -37,7 +37,10 @@ from service.text.segmenter import (
 from service.text.unspellable import _CURRENCY_AMOUNT
 
 LENGTH = 100_000
+# A scan faster than this passes at once; a slower one must grow with the text's length at
+# most GROWTH_LIMIT times from a tenth of it (linear: about 10x; quadratic: about 100x).
 LIMIT_S = 0.050
+GROWTH_LIMIT = 30
 _PACKAGES = (service.text, service.translation, service.web)
 Pattern = re.Pattern | regex.Pattern
 
@@ -96,29 +99,46 @@ _SUFFIXED = [("a", "@"), (". ", "a"), ("1", "€"), (" ", "\n"), (".", "a"), (" 
 
 
 def _scan_seconds(pattern: Pattern, text: str) -> float:
-    """Time to find every match: ``subn`` walks the text as ``finditer`` does, in C."""
+    """CPU time to find every match: ``subn`` walks the text as ``finditer`` does, in C, on
+    this thread. The thread's CPU time, not the wall clock: on a shared machine a long scan is
+    preempted where a short one often is not, which would inflate the growth."""
     subject: str | bytes = text.encode() if isinstance(pattern.pattern, bytes) else text
     empty: str | bytes = b"" if isinstance(subject, bytes) else ""
-    started = time.perf_counter()
+    started = time.thread_time()
     pattern.subn(empty, subject)
-    return time.perf_counter() - started
+    return time.thread_time() - started
 
 
-def _limit_s(text: str) -> float:
-    """50 ms, or eight times what the cheapest pattern that matches at every character takes
-    on this text (about 7 ms on an idle machine) where the machine is slower than that, as a
-    loaded CI runner is: a pattern that rescans runs takes seconds here, far past either."""
-    return max(LIMIT_S, 8 * _scan_seconds(re.compile("(?s)."), text))
+def _growth(pattern: Pattern, shorter: str, longer: str, runs: int = 5) -> tuple[float, float]:
+    """The best of ``runs`` times of ``pattern`` on each text, taken in turns so that a burst
+    of load on a shared machine falls on both alike."""
+    shorter_s = longer_s = float("inf")
+    for _ in range(runs):
+        shorter_s = min(shorter_s, _scan_seconds(pattern, shorter))
+        longer_s = min(longer_s, _scan_seconds(pattern, longer))
+    return shorter_s, longer_s
 
 
-def _over_limit(pattern: Pattern, text: str) -> float | None:
-    """The time ``pattern`` takes on ``text`` where it is over the limit, else None."""
-    elapsed = _scan_seconds(pattern, text)
-    if elapsed > LIMIT_S:  # timing noise: the best of three decides
-        elapsed = min(elapsed, *(_scan_seconds(pattern, text) for _ in range(2)))
-        if elapsed > _limit_s(text):
-            return elapsed
-    return None
+def _superlinear(pattern: Pattern, text: str, suffix: str, length: int) -> str | None:
+    """Why ``pattern`` is superlinear on the first ``length`` characters of ``text`` (then
+    ``suffix``), else None. A scan under ``LIMIT_S`` passes at once; a slower one is judged
+    by its growth from a tenth of the text, not by its time: CI machines range from a loaded
+    runner to a fast desktop, while the growth is the pattern's own (about 10x for a linear
+    pattern, about 100x for one that rescans the run from each of its characters)."""
+
+    def cut(size: int) -> str:
+        return text[: size - len(suffix)] + suffix
+
+    longer = cut(length)
+    if _scan_seconds(pattern, longer) <= LIMIT_S:
+        return None
+    shorter_s, longer_s = _growth(pattern, cut(length // 10), longer)
+    if longer_s <= LIMIT_S or longer_s <= GROWTH_LIMIT * shorter_s:
+        return None
+    return (
+        f"{longer_s * 1000:.0f} ms on {length:,} characters, "
+        f"{longer_s / max(shorter_s, 1e-9):.0f}x its time on {length // 10:,}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(PATTERNS))
@@ -130,11 +150,18 @@ def test_pattern_takes_linear_time_on_adversarial_input(name: str) -> None:
         # Shorter prefixes first: a quadratic pattern fails there in well under a second
         # instead of running for minutes on the full length.
         for length in (1_000, 10_000, LENGTH):
-            elapsed = _over_limit(pattern, text[: length - len(suffix)] + suffix)
-            assert elapsed is None, (
-                f"{name} is superlinear: {elapsed * 1000:.0f} ms on {length:,} characters "
-                f"starting {text[:12]!r}"
-            )
+            why = _superlinear(pattern, text, suffix, length)
+            assert why is None, f"{name} is superlinear: {why}, starting {text[:12]!r}"
+
+
+def test_the_timing_check_tells_a_rescanning_pattern_from_a_slow_linear_one() -> None:
+    """The check itself: ``a*@`` rescans a run of a's from each of them (quadratic); a
+    pattern of many alternatives tries each at every character (slow, but linear)."""
+    run = _repeat("a")
+    assert _superlinear(re.compile("a*@"), run, "", 10_000) is not None
+    slow_linear = re.compile("|".join(f"a{index}b" for index in range(100)) + "|a")
+    shorter_s, longer_s = _growth(slow_linear, run[: LENGTH // 10], run)
+    assert longer_s <= GROWTH_LIMIT * shorter_s, (shorter_s, longer_s)
 
 
 def test_service_text_compiles_its_patterns_where_the_timing_test_sees_them() -> None:

@@ -2,8 +2,8 @@
 a real socket with the tiny real model.
 
 No browser is downloaded: Playwright launches ``/usr/bin/chromium`` (``.ci/run`` installs it
-with apt), headless, sandbox and GPU off, no background networking, in a fresh profile. The
-test skips with a reason when the binary or Playwright is missing. Screenshots go to
+with apt), headless, sandbox and GPU off, no background networking, in a fresh context per test.
+The test skips with a reason when the binary or Playwright is missing. Screenshots go to
 ``build/browser/`` (light and dark).
 """
 
@@ -76,27 +76,34 @@ def base_url(tmp_path_factory):
         yield url
 
 
-@contextlib.contextmanager
-def browser_page(profile: Path, locale: str = "en-US") -> Iterator[Any]:
-    """A page in a fresh Chromium profile whose browser language is ``locale``."""
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """One Chromium for the module: each test opens a context of its own in it (a start of the
+    browser per test would cost more than most of the tests)."""
     with playwright_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(profile),  # a fresh user-data-dir
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_FLAGS,
-            viewport={"width": 1200, "height": 720},
-            locale=locale,
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS
         )
         try:
-            yield context.new_page()
+            yield browser
         finally:
-            context.close()
+            browser.close()
+
+
+@contextlib.contextmanager
+def browser_page(browser: Any, locale: str = "en-US") -> Iterator[Any]:
+    """A page in a fresh browser context (as a fresh profile: no storage, cookies or cache of
+    another test) whose browser language is ``locale``."""
+    context = browser.new_context(viewport={"width": 1200, "height": 720}, locale=locale)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 @pytest.fixture
-def page(tmp_path):
-    with browser_page(tmp_path / "profile") as opened:
+def page(chromium):
+    with browser_page(chromium) as opened:
         yield opened
 
 
@@ -338,13 +345,13 @@ def test_cancel_stops_a_document_job_and_the_page_says_so(base_url, page, tmp_pa
         httpx.delete(f"{base_url}v1/documents/{blocker.json()['id']}", timeout=30)
 
 
-def test_the_default_target_is_the_browsers_language_never_the_detected_source(base_url, tmp_path):
-    with browser_page(tmp_path / "fr", locale="fr-FR") as page:
+def test_the_default_target_is_the_browsers_language_never_the_detected_source(base_url, chromium):
+    with browser_page(chromium, locale="fr-FR") as page:
         page.goto(base_url)
         page.wait_for_selector("body[data-ready=true]")
         assert page.input_value("#source-lang") == "auto"
         assert page.input_value("#target-lang") == "fr"  # the browser's language
-    with browser_page(tmp_path / "en", locale="en-US") as page:
+    with browser_page(chromium, locale="en-US") as page:
         page.goto(base_url)
         page.wait_for_selector("body[data-ready=true]")
         assert page.input_value("#target-lang") == "en"  # served (de→en): the default
