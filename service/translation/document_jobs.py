@@ -146,8 +146,19 @@ class DocumentRunner:
                     self._running.pop(job.job_id, None)
 
     async def _claim(self) -> DocumentJob | None:
+        claiming = asyncio.ensure_future(
+            asyncio.to_thread(self.claims.claim, self.holder, self.lease_s)
+        )
         try:
-            return await asyncio.to_thread(self.claims.claim, self.holder, self.lease_s)
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            # A cancelled wait does not stop the claim's thread: a job it takes after stop()
+            # has listed the running ones goes back to the queue here, not left 'translating'
+            # under this holder until its lease runs out.
+            with contextlib.suppress(Exception):
+                if (job := await claiming) is not None:
+                    self.claims.release(job.job_id, self.holder)
+            raise
         except StoreUnavailable as error:
             logger.warning("document jobs: %s", error.message)
         except Exception:  # a worker must outlive a bad moment of the database

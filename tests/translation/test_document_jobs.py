@@ -11,6 +11,7 @@ import asyncio
 import io
 import subprocess
 import sys
+import threading
 import time
 
 import docx
@@ -228,6 +229,40 @@ def test_stopped_jobs_are_taken_up_again_by_the_next_runner(tmp_path):
     store = sqlite_store(tmp_path / "data")  # a new process
     asyncio.run(second_run())
     assert store.result(store.get(job.job_id)).decode() == TEXT.upper()
+
+
+def test_a_job_claimed_while_the_runner_stops_goes_back_to_the_queue(tmp_path):
+    # stop() cancels a worker whose claim is still in its thread: the thread claims the job
+    # after stop() has listed the running ones, and the job must not stay 'translating'.
+    store, job = store_with_job(tmp_path)
+    in_claim, claim_may_go = threading.Event(), threading.Event()
+
+    def never_done(_job):
+        async def translate(texts: list[str]) -> list[str]:
+            await asyncio.sleep(3600)
+            return texts
+
+        return translate
+
+    async def stop_during_the_claim() -> None:
+        runner = DocumentRunner(store, never_done, concurrency=1)
+        claim = runner.claims.claim
+
+        def held_claim(holder: str, lease_s: float):
+            in_claim.set()
+            claim_may_go.wait(10)
+            return claim(holder, lease_s)
+
+        runner.claims.claim = held_claim  # type: ignore[method-assign]
+        runner.start()
+        await asyncio.to_thread(in_claim.wait, 10)
+        stopping = asyncio.create_task(runner.stop())
+        await asyncio.sleep(0.05)  # the worker is cancelled while its claim waits
+        claim_may_go.set()
+        await stopping
+
+    asyncio.run(stop_during_the_claim())
+    assert store.get(job.job_id).status == "queued"
 
 
 def test_two_runners_on_one_store_run_each_job_exactly_once(tmp_path, monkeypatch):
