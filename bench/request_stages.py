@@ -381,8 +381,11 @@ def serve(control: Path, interval_s: float, cpus: set[int]) -> None:
             time.sleep(0.05)
         LOOP_CODES.update(_loop_codes())
         sampler = StageSampler(interval_s, cpus)
-        calls = EncoderCalls()
-        calls.patch()
+        calls: EncoderCalls | None = EncoderCalls()
+        try:
+            calls.patch()
+        except (ImportError, AttributeError):  # a checkout from before these functions
+            calls = None
         # The sampler needs the GIL to read stacks, and a thread holding it lets go after
         # the switch interval (5 ms) or when it waits: most of a request's bursts are shorter,
         # so at 5 ms the sampler would mostly catch the event loop at its wait.
@@ -392,7 +395,7 @@ def serve(control: Path, interval_s: float, cpus: set[int]) -> None:
         while not (control / "stop").exists():
             time.sleep(0.2)
         result = sampler.stop()
-        result["encoder_calls"] = calls.unpatch()
+        result["encoder_calls"] = calls.unpatch() if calls is not None else None
         sys.setswitchinterval(switch_interval)
         import service
 
