@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import zmq
@@ -37,6 +37,7 @@ from service.engine_core.sockets import tuned
 from service.scheduling.sentences import RowResult, ScheduledSentence
 
 logger = logging.getLogger(__name__)
+_Message = TypeVar("_Message")
 
 # How long a last message may take to leave as its socket closes (a local socket: at once).
 FAREWELL_LINGER_MS = 500
@@ -228,24 +229,12 @@ class ReplicaLinks:
         self._tasks.append(asyncio.create_task(self._watch(replica, monitor)))
 
     async def _read(self, replica: Replica, socket: zmq.asyncio.Socket) -> None:
-        while True:
-            payload = await socket.recv()
-            try:
-                message = decode_from_core(payload)
-            except msgspec.DecodeError:
-                logger.warning("an undecodable message from an engine core was ignored")
-                continue
+        async for message in _messages(socket, decode_from_core, "an engine core"):
             replica.heard_at = self._clock()
             self._events.received(replica, message)
 
     async def _read_desk(self, socket: zmq.asyncio.Socket) -> None:
-        while True:
-            payload = await socket.recv()
-            try:
-                order = decode_from_supervisor(payload)
-            except msgspec.DecodeError:
-                logger.warning("an undecodable message from the supervisor was ignored")
-                continue
+        async for order in _messages(socket, decode_from_supervisor, "the supervisor"):
             self._events.relocated(order)
 
     async def _watch(self, replica: Replica, monitor: zmq.asyncio.Socket) -> None:
@@ -270,3 +259,18 @@ class ReplicaLinks:
             for replica in self.replicas:
                 self.post(replica, Ping(now))
             await asyncio.sleep(self._ping_s)
+
+
+async def _messages(
+    socket: zmq.asyncio.Socket, decode: Callable[[bytes], _Message], sender: str
+) -> AsyncIterator[_Message]:
+    """Each message ``socket`` receives, decoded; one that does not decode is logged and
+    skipped (a peer of another version must not stop the reader)."""
+    while True:
+        payload = await socket.recv()
+        try:
+            message = decode(payload)
+        except msgspec.DecodeError:
+            logger.warning("an undecodable message from %s was ignored", sender)
+            continue
+        yield message

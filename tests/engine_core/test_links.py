@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import msgspec
 import pytest
 
 from service.config import Settings
@@ -70,3 +71,25 @@ async def test_a_front_end_whose_event_loop_was_held_does_not_take_its_engine_co
         engine.open()
         client.close()
         core.stop()
+
+
+@pytest.mark.anyio
+async def test_an_undecodable_message_is_skipped_and_the_next_one_read(caplog):
+    # A peer of another version must not stop a reader: the message after it still arrives.
+    from service.engine_core.links import _messages
+
+    class Socket:
+        def __init__(self, payloads: list[bytes]) -> None:
+            self.payloads = payloads
+
+        async def recv(self) -> bytes:
+            return self.payloads.pop(0)
+
+    def decode(payload: bytes) -> str:
+        if payload == b"garbled":
+            raise msgspec.DecodeError("not a message")
+        return payload.decode()
+
+    messages = _messages(Socket([b"garbled", b"pong"]), decode, "an engine core")  # type: ignore[arg-type]
+    assert await anext(messages) == "pong"
+    assert "undecodable message from an engine core" in caplog.text
