@@ -45,7 +45,6 @@ from service.engine_core.protocol import (
     EngineCoreInfo,
     Failed,
     FromCore,
-    Locate,
     Pong,
     Retire,
     RowsDone,
@@ -98,11 +97,11 @@ class EngineCoreClient:
         self._silence_s = silence_s
         self._clock = clock
         self._on_moved = on_moved
-        self._ask_s = ask_s
-        self._asked_at: float | None = None
         identity = FRONTEND_PREFIX + f"{os.getpid()}-{uuid.uuid4().hex[:8]}".encode()
         supervisor = supervisor if on_moved is not None else ""  # nobody to tell the answer
-        self._links = ReplicaLinks(self.replicas, identity, self, ping_s, clock, supervisor)
+        self._links = ReplicaLinks(self.replicas, identity, self, ping_s, clock)
+        if supervisor:
+            self._links.ask_when_none_live(supervisor, info.model_id, ask_s)
         self._request_ids = itertools.count()
         self._sentence_ids = itertools.count()
         self._requests: dict[int, PendingRequest] = {}
@@ -205,7 +204,8 @@ class EngineCoreClient:
     ) -> list[ScheduledSentence]:
         if not self._accepting:
             raise NotAccepting("shutting_down")
-        replica = self._choose(len(rows))
+        if (replica := least_loaded(self.replicas, len(rows), self.max_queue)) is None:
+            raise EngineUnavailable(unavailable(self.info.model_id))
         loop = asyncio.get_running_loop()
         request_id = next(self._request_ids)
         sentences = scheduled(rows, self._sentence_ids, request_id, background)
@@ -213,19 +213,11 @@ class EngineCoreClient:
         request = PendingRequest(request_id, replica, sentences, accepted)
         if not self._links.post(replica, submit(request_id, rows, background, timeout_s, ack)):
             self._lost(replica, "its socket refused a message")
-            raise EngineUnavailable(self._unavailable())
+            raise EngineUnavailable(unavailable(self.info.model_id))
         self._requests[request_id] = request
         replica.requests[request_id] = request
         replica.outstanding_rows += request.rows_left
         return sentences
-
-    def _choose(self, sentences: int) -> Replica:
-        if (replica := least_loaded(self.replicas, sentences, self.max_queue)) is None:
-            raise EngineUnavailable(self._unavailable())
-        return replica
-
-    def _unavailable(self) -> str:
-        return f"no engine core of model {self.info.model_id} is up; retry shortly"
 
     # --- receiving ---------------------------------------------------------------------------
 
@@ -249,12 +241,6 @@ class EngineCoreClient:
         for replica in self.replicas:
             if replica.live and now - replica.heard_at > self._silence_s:
                 self._lost(replica, f"it was silent for {now - replica.heard_at:.2f} s")
-        if any(replica.live for replica in self.replicas):
-            self._asked_at = None
-        elif self._asked_at is None or now - self._asked_at >= self._ask_s:
-            self._asked_at = now
-            addresses = [replica.address for replica in self.replicas]
-            self._links.ask(Locate(self.info.model_id, addresses))
 
     def relocated(self, order: Retire) -> None:
         """The supervisor's answer: the plan has the model on other cores now."""
@@ -293,7 +279,7 @@ class EngineCoreClient:
             what = f"engine core {replica.index} of {self.info.model_id} is unavailable ({why})"
             logger.error("%s; %d requests in flight fail with 503", what, len(in_flight))
         for request in in_flight:
-            self._fail(request, EngineUnavailable(self._unavailable()))
+            self._fail(request, EngineUnavailable(unavailable(self.info.model_id)))
             self._links.post(replica, Abort(request.request_id))  # where it is only hung
         show_queue_depth(self.metrics, self.queue_depth)
 
@@ -322,6 +308,10 @@ def scheduled(
         )
         for row in rows
     ]
+
+
+def unavailable(model_id: str) -> str:
+    return f"no engine core of model {model_id} is up; retry shortly"
 
 
 def show_queue_depth(metrics: ServiceMetrics, depth: int) -> None:

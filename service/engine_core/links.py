@@ -38,6 +38,9 @@ from service.scheduling.sentences import RowResult, ScheduledSentence
 
 logger = logging.getLogger(__name__)
 _Message = TypeVar("_Message")
+# Loop turns (1 ms each) the monitor waits, at a closed connection, for the reader to take the
+# messages already in the socket; a reader that needs longer is not reading.
+ARRIVED_TURNS = 100
 
 # How long a last message may take to leave as its socket closes (a local socket: at once).
 FAREWELL_LINGER_MS = 500
@@ -139,14 +142,16 @@ class ReplicaLinks:
         events: LinkEvents,
         ping_s: float,
         clock: Callable[[], float] = time.monotonic,
-        supervisor: str = "",
     ) -> None:
         self.replicas = replicas
         self._identity = identity
         self._events = events
         self._ping_s = ping_s
         self._clock = clock
-        self._supervisor = supervisor
+        self._supervisor = ""
+        self._question: Locate | None = None
+        self._ask_s = 0.0
+        self._asked_at: float | None = None
         self._desk: zmq.asyncio.Socket | None = None
         self._context: zmq.asyncio.Context | None = None
         self._monitors: list[zmq.asyncio.Socket] = []
@@ -176,11 +181,19 @@ class ReplicaLinks:
         assert isinstance(sent, asyncio.Future)
         return sent.done() and sent.exception() is None
 
-    def ask(self, question: Locate) -> None:
-        """Ask the supervisor without waiting (nothing where there is none, or not connected:
-        the client asks again)."""
-        if self._desk is not None:
-            sent = self._desk.send(encode(question), zmq.DONTWAIT)
+    def ask_when_none_live(self, supervisor: str, model_id: str, ask_s: float) -> None:
+        """While none of the replicas is live, ask ``supervisor`` every ``ask_s`` where the
+        model is (``Locate``; before ``start``): cores that stopped before they heard this
+        front-end cannot tell it they moved, the plan can (its answer: ``relocated``)."""
+        self._supervisor, self._ask_s = supervisor, ask_s
+        self._question = Locate(model_id, [replica.address for replica in self.replicas])
+
+    def _ask_if_none_live(self, now: float) -> None:
+        if self._desk is None or self._question is None or any(r.live for r in self.replicas):
+            self._asked_at = None
+        elif self._asked_at is None or now - self._asked_at >= self._ask_s:
+            self._asked_at = now
+            sent = self._desk.send(encode(self._question), zmq.DONTWAIT)
             assert isinstance(sent, asyncio.Future)
             if sent.done():  # read: a refusal (not connected yet) is not logged as unread
                 sent.exception()
@@ -241,7 +254,18 @@ class ReplicaLinks:
         while True:
             event = parse_monitor_message(await monitor.recv_multipart())
             if event["event"] == zmq.EVENT_DISCONNECTED:
+                await self._read_what_arrived(replica)
                 self._events.disconnected(replica)
+
+    async def _read_what_arrived(self, replica: Replica) -> None:
+        """Let the reader take what the core sent before its connection closed: a draining
+        core answers its last rows and then exits, and the answers and the monitor's event
+        come on two sockets in no order; read first, they are answers, not rows lost."""
+        for _ in range(ARRIVED_TURNS):
+            socket = replica.socket
+            if socket is None or socket.closed or not int(socket.get(zmq.EVENTS)) & zmq.POLLIN:
+                return
+            await asyncio.sleep(0.001)
 
     async def _heartbeat(self) -> None:
         last = self._clock()
@@ -256,6 +280,7 @@ class ReplicaLinks:
                     replica.heard_at = min(replica.heard_at + held, now)
             last = now
             self._events.heartbeat(now)
+            self._ask_if_none_live(now)
             for replica in self.replicas:
                 self.post(replica, Ping(now))
             await asyncio.sleep(self._ping_s)
