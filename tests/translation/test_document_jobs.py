@@ -197,21 +197,24 @@ def test_a_worker_cancelled_as_its_job_finishes_stops(tmp_path):
     asyncio.run(main())
 
 
+def never_done(_job):
+    """A job's translator that never finishes (its runner is stopped while it translates)."""
+
+    async def translate(texts: list[str]) -> list[str]:
+        await asyncio.sleep(3600)
+        return texts
+
+    return translate
+
+
 def test_stopped_jobs_are_taken_up_again_by_the_next_runner(tmp_path):
     store, job = store_with_job(tmp_path)
-
-    def blocking(_job):
-        async def translate(texts: list[str]) -> list[str]:
-            await asyncio.sleep(3600)
-            return texts
-
-        return translate
 
     def shouting(_job):
         return shout
 
     async def first_run() -> None:
-        runner = DocumentRunner(store, blocking, concurrency=1)
+        runner = DocumentRunner(store, never_done, concurrency=1)
         runner.start()
         while store.get(job.job_id).status != "translating":
             await asyncio.sleep(0.01)
@@ -236,13 +239,6 @@ def test_a_job_claimed_while_the_runner_stops_goes_back_to_the_queue(tmp_path):
     # after stop() has listed the running ones, and the job must not stay 'translating'.
     store, job = store_with_job(tmp_path)
     in_claim, claim_may_go = threading.Event(), threading.Event()
-
-    def never_done(_job):
-        async def translate(texts: list[str]) -> list[str]:
-            await asyncio.sleep(3600)
-            return texts
-
-        return translate
 
     async def stop_during_the_claim() -> None:
         runner = DocumentRunner(store, never_done, concurrency=1)
