@@ -160,11 +160,31 @@ STAGE_ORDER = (
 
 
 def _rule_of(code: CodeType) -> tuple[int, str] | None:
-    path = code.co_filename.replace("\\", "/")
+    return _rule_of_name(code.co_filename.replace("\\", "/"), code.co_name)
+
+
+def _rule_of_name(path: str, name: str) -> tuple[int, str] | None:
     for priority, stage, fragment, names in STAGE_RULES:
-        if fragment in path and (names is None or code.co_name in names):
+        if fragment in path and (names is None or name in names):
             return priority, stage
     return None
+
+
+LOOP_FUNCTIONS = {"Runner.run", "BaseEventLoop.run_forever", "BaseEventLoop.run_until_complete"}
+
+
+def stage_of_frames(frames: list[tuple[str, str]]) -> str:
+    """The stage of a py-spy stack, (function, short path) outermost first, by the same rules
+    as ``StageSampler._walk`` (py-spy names functions ``Class.method`` and cuts paths at
+    site-packages)."""
+    if frames and frames[-1][0] in LOOP_FUNCTIONS:
+        return LOOP_C
+    best: tuple[int, str] | None = None
+    for function, path in reversed(frames):  # innermost first: it wins ties
+        rule = _rule_of_name(f"/{path}", function.rsplit(".", 1)[-1])
+        if rule is not None and (best is None or rule[0] > best[0]):
+            best = rule
+    return best[1] if best else OTHER
 
 
 class StageSampler:
@@ -445,6 +465,7 @@ def one_run(args: Any, code: Path, label: str, seed: int) -> dict[str, Any]:
     import shutil
     import tempfile
 
+    from bench.gil_sampler import GilSampler
     from loadtest.client import run_async, spawned_process
     from loadtest.closed_loop import measure_closed_loop
     from loadtest.cpu_accounting import process_cpu_seconds
@@ -486,12 +507,19 @@ def one_run(args: Any, code: Path, label: str, seed: int) -> dict[str, Any]:
             window = time.perf_counter() - started
             cpu_s = (process_cpu_seconds(process.pid) or 0.0) - cpu_before
             (control / "start").touch()
+            loop_sampler = (
+                GilSampler(process.pid, args.duration, args.sampler_cpus).start()
+                if args.loop_sampler == "py-spy"
+                else None
+            )
             staged = closed(args.duration, seed + 1)
             (control / "stop").touch()
             deadline = time.monotonic() + 30
             while not (control / "profile.json").exists() and time.monotonic() < deadline:
                 time.sleep(0.1)
             profile = json.loads((control / "profile.json").read_text())
+            if loop_sampler is not None:
+                split_event_loop_again(profile, loop_sampler.wait())
             profile["batches"] = batch_means(url)
     except Exception:
         if log_path.exists():
@@ -513,6 +541,31 @@ def one_run(args: Any, code: Path, label: str, seed: int) -> dict[str, Any]:
             "cores_busy": cpu_s / window,
         },
         "stages": {"requests": staged["ok"], "rps": staged["throughput_rps"], **profile},
+    }
+
+
+def split_event_loop_again(
+    profile: dict[str, Any], stacks: list[tuple[str, list[tuple[str, str]], int]]
+) -> None:
+    """The event loop thread's CPU (the in-process total) split by py-spy's ``--gil`` shares
+    (bench/gil_sampler.py says why); the in-process split stays as ``by_stage_in_process``."""
+    from bench.gil_sampler import stage_shares
+
+    shares = stage_shares(stacks, "MainThread", stage_of_frames)
+    if not shares:
+        return
+    loop_cpu = profile["by_thread"].get("event loop", 0.0)
+    by_stage = defaultdict(float, profile["by_stage"])
+    for stage, spent in profile["by_thread_stage"].get("event loop", {}).items():
+        by_stage[stage] -= spent
+    for stage, share in shares.items():
+        by_stage[stage] += share * loop_cpu
+    profile["by_stage_in_process"] = profile["by_stage"]
+    profile["by_stage"] = {stage: spent for stage, spent in by_stage.items() if spent > 1e-9}
+    profile["by_thread_stage"]["event loop"] = {s: v * loop_cpu for s, v in shares.items()}
+    profile["event_loop_split"] = {
+        "sampler": "py-spy --gil",
+        "samples": sum(count for thread, _, count in stacks if thread == "MainThread"),
     }
 
 
@@ -663,6 +716,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = [sys.argv[0], *argv[4:]]
         serve(Path(argv[1]), float(argv[2]), {int(cpu) for cpu in argv[3].split(",")})
         return 0
+    from bench.gil_sampler import py_spy
+
     parser = argparse.ArgumentParser(prog="python -m bench.request_stages", description=__doc__)
     parser.add_argument("--code", action="append", type=Path, help="checkout(s) to compare")
     parser.add_argument("--model", default="build/onnx/default")
@@ -673,6 +728,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-ms", type=float, default=2.0)
     parser.add_argument(
         "--sampler-cpus", default="1", help="where the sampler thread runs (not the server's)"
+    )
+    parser.add_argument(
+        "--loop-sampler",
+        choices=("py-spy", "in-process"),
+        default="py-spy" if py_spy() else "in-process",
+        help="what splits the event loop thread's CPU (bench/gil_sampler.py: why py-spy)",
     )
     parser.add_argument("--server-cpus", default="0")
     parser.add_argument("--client-cpus", default="1")
