@@ -2,7 +2,7 @@
 
 Rows: every request occupies ``search.num_rows`` contiguous rows (1 greedy, K beams; one
 before a beam search's first step, which the K beams then continue), in the order the
-requests joined. The group's tensors (``GroupTensors``) are the self-attention cache
+requests joined but for rows that left (below). The group's tensors (``GroupTensors``) are the self-attention cache
 (N, H, P, Dh), the cross K/V (N, H, S, Dh), wherever the model's KV backend keeps them, and two
 small host masks, with each row's next input token and position. Per-request state lives in one
 small object per request (``ActiveRequest``, service/runtime/stepping.py).
@@ -16,9 +16,10 @@ Rows join a running group late: their self-attention cache slots to the left of 
 token are invalid (zeros, masked out by ``self_attention_mask``); their source is zero-padded
 on the right to the group's S (masked by ``encoder_attention_mask``). Each row feeds its own
 position (the number of tokens it has generated), so a translation does not depend on its
-batch. After every step finished requests leave at once, and columns no remaining row needs are
-trimmed (left cache slots that are invalid for every row, source padding beyond the longest
-remaining source).
+batch. After every step finished requests leave at once (in a group of one-row requests the
+last rows move into the rows that left, so a finished request costs one row's copy), and columns
+no remaining row needs are trimmed (left cache slots that are invalid for every row, source
+padding beyond the longest remaining source).
 """
 
 from __future__ import annotations
@@ -173,9 +174,12 @@ class Group:
         tensors.next_tokens = step.next_tokens
         tensors.positions = (tensors.positions if own is None else tensors.positions[own]) + 1
         if step.kept_rows is not None or own is not None:  # requests finished or expanded
-            self._set_requests(step.remaining)
             rows = len(step.next_tokens)
             kept = np.arange(rows) if step.kept_rows is None else np.flatnonzero(step.kept_rows)
+            remaining = step.remaining
+            if own is None and len(kept) < rows and all(a.num_rows == 1 for a in remaining):
+                kept, remaining = _holes_filled_from_the_end(kept, remaining)
+            self._set_requests(remaining)
             tensors.next_tokens = tensors.next_tokens[kept]
             tensors.positions = tensors.positions[kept]
             own_kept = kept if own is None else own[kept]
@@ -223,6 +227,24 @@ class Group:
             end = max(active.src_len for active in self.requests)
             tensors.cross_cache = self.kv.select(tensors.cross_cache, own_rows, 0, end)
             tensors.encoder_mask = tensors.encoder_mask[own_rows, :end]
+
+
+def _holes_filled_from_the_end(
+    kept: np.ndarray, remaining: list[ActiveRequest]
+) -> tuple[np.ndarray, list[ActiveRequest]]:
+    """One-row requests left in rows ``kept`` (ascending) of the step: the rows they occupy
+    next, each row that left filled by a row from the end, and the requests in that order.
+
+    Moving every row after a gap down copies half the batch's caches on average whenever a
+    request finishes (nearly every step under load); filling the gaps from the end copies
+    one row per request that left. Rows are a request's own (its position, its masks), so
+    their order in the batch changes no translation."""
+    count = len(kept)
+    stays = kept < count  # these keep their row
+    order = np.arange(count)
+    order[np.setdiff1d(order, kept[stays], assume_unique=True)] = kept[~stays]
+    index_of_row = np.searchsorted(kept, order)  # row of the step -> its remaining request
+    return order, [remaining[index] for index in index_of_row.tolist()]
 
 
 def _pad_columns(mask: np.ndarray, width: int, left: bool = False) -> np.ndarray:

@@ -18,6 +18,7 @@ from models.config import TransformerConfig
 from models.search import beam_search, greedy_search
 from models.transformer import Transformer
 from service.runtime.engine import Engine
+from service.runtime.groups import _holes_filled_from_the_end
 from service.runtime.types import DecodeRequest
 from tests.onnx_helpers import padded_sources, reference
 
@@ -544,3 +545,29 @@ def test_a_class_encoded_in_several_calls_gives_the_reference_tokens(engine, exp
         engine.encode_cost = saved
     expected = reference(exported.model, sources, beam_size=beam_size, max_new_tokens=MAX_NEW)
     assert [finished[f"r{i}"].tokens for i in range(len(sources))] == expected
+
+
+def test_rows_of_finished_greedy_requests_are_filled_from_the_end():
+    """Rows 2 and 5 of 8 left: the last kept rows (6 and 7) move into them, everyone else
+    keeps its row, and the requests follow their rows."""
+    kept = np.array([0, 1, 3, 4, 6, 7])
+    rows, requests = _holes_filled_from_the_end(kept, list("abcdef"))
+    assert rows.tolist() == [0, 1, 6, 3, 4, 7]
+    assert requests == list("abecdf")
+    rows, requests = _holes_filled_from_the_end(np.array([4, 5]), ["x", "y"])
+    assert (rows.tolist(), requests) == ([4, 5], ["x", "y"])
+
+
+def test_greedy_requests_finishing_mid_batch_keep_their_own_caches(one_group, exported):
+    """Requests that stop early (small limits) leave rows in the middle of the batch, which the
+    last rows fill: every other request still gets its own tokens."""
+    engine = one_group
+    _, _, sources = padded_sources(exported.model, [7, 9, 5, 8, 6, 10, 4, 11], seed=19)
+    limits = [MAX_NEW, 2, MAX_NEW, 3, MAX_NEW, 2, MAX_NEW, MAX_NEW]
+    schedule = {
+        0: [DecodeRequest(i, sources[i], 1, limits[i]) for i in range(6)],
+        1: [DecodeRequest(i, sources[i], 1, limits[i]) for i in (6, 7)],
+    }
+    finished = run_until_empty(engine, schedule)
+    for i, (source, limit) in enumerate(zip(sources, limits, strict=True)):
+        assert finished[i].tokens == reference(exported.model, [source], 1, limit)[0], i
