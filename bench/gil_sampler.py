@@ -5,8 +5,8 @@ interpreter lock to read stacks, so it reads them when a thread lets the lock go
 lets it go in the C calls that release it (``os.stat``, SentencePiece's ``Encode``, a log line's
 ``write``) as well as at the switch interval. On one core under load the lock passes to the
 engine thread at each such call, so those calls collect the CPU of the whole interval before
-them: SentencePiece's ``Encode`` (9 µs a sentence, timed alone) was charged about 0.3 ms a
-request. py-spy reads the stacks from another process without the lock, and ``--gil`` keeps only
+them (SentencePiece's ``Encode`` was charged some thirty times what it costs timed alone:
+docs/benchmarks-log.md). py-spy reads the stacks from another process without the lock, and ``--gil`` keeps only
 the samples of the thread that holds it: the event loop's Python, where a request's web, JSON
 and text stages run. Its lock-free C calls (a ``stat``, an ``Encode``) are left out, a few
 microseconds a request; the engine thread's ONNX Runtime calls run without the lock, so its
