@@ -40,6 +40,7 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
+from bench.ct2_convert import decoding_options  # noqa: E402
 from bench.real_peers import (  # noqa: E402
     MAX_NEW_TOKENS,
     batches,
@@ -79,12 +80,8 @@ def ct2_counts(translator: Any, vocab: list[str], sources: list[list[int]], beam
     """Steps and rows of one batch through CTranslate2's beam search (see the module's doc)."""
     results = translator.translate_batch(
         [[vocab[i] for i in row] for row in sources],
-        beam_size=beam,
+        **decoding_options(beam, MAX_NEW_TOKENS),
         num_hypotheses=beam,
-        max_batch_size=0,
-        max_decoding_length=MAX_NEW_TOKENS,
-        disable_unk=True,
-        suppress_sequences=[["<pad>"]],
         return_end_token=True,
         return_scores=True,
     )

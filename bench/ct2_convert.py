@@ -124,6 +124,18 @@ def model_spec(model_dir: Path):  # -> ctranslate2.specs.TransformerSpec
     return spec
 
 
+def decoding_options(beam: int, max_decoding_length: int) -> dict:
+    """``Translator.translate_batch`` options every bench decodes with: the service's rules
+    (never ``<unk>``, never ``<pad>``) and the whole batch in one call."""
+    return {
+        "beam_size": beam,
+        "max_batch_size": 0,
+        "max_decoding_length": max_decoding_length,
+        "disable_unk": True,
+        "suppress_sequences": [["<pad>"]],
+    }
+
+
 def numpy_cat(arrays: list):
     import numpy as np
 

@@ -54,6 +54,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.ct2_convert import decoding_options  # noqa: E402
+
 PAIRS = BENCH_DIR / "heldout" / "ui_pairs_en_de.json"
 MAX_NEW_TOKENS = 128
 LONG_CHARS = 100
@@ -163,11 +165,7 @@ class CT2:
         tokens = [[self.vocab[i] for i in row] for row in sources]  # </s> already appended
         results = self.translator.translate_batch(
             tokens,
-            beam_size=beam,
-            max_batch_size=0,
-            max_decoding_length=MAX_NEW_TOKENS,
-            disable_unk=True,
-            suppress_sequences=[["<pad>"]],
+            **decoding_options(beam, MAX_NEW_TOKENS),
             return_end_token=False,
             return_scores=False,
         )
