@@ -15,7 +15,11 @@ interface strings (bench/heldout, one text a request). Each run has two windows:
    ``STAGE_RULES``). A thread that waits (epoll, a condition) uses no CPU and is charged
    nothing, so the shares are of CPU time, not of wall-clock time: on a machine shared
    with other work they still say where this process's CPU goes. The table divides each
-   stage's CPU seconds by the requests answered in the window.
+   stage's CPU seconds by the requests answered in the window. That sampler can read a stack
+   only where the thread lets the interpreter lock go, which biases it towards the calls that
+   release it: the event loop's thread is split again by ``py-spy --gil`` from outside
+   (``--loop-sampler``, bench/gil_sampler.py), and the engine thread is also timed around its
+   calls (bench/engine_timers.py: ONNX Runtime against its own Python, by function).
 
 ``--code`` names checkouts to compare (``git worktree add /tmp/old COMMIT``); runs alternate
 between them ``--pairs`` times, each with a fresh server, and the sampler runs from this file
@@ -32,7 +36,7 @@ engine thread's phases, so a change of the scheduler shows as the shapes it make
 The sampler costs its own CPU (charged to ``profiler``), and the stages window runs with a
 switch interval of a tenth of the sampling interval (so the sampler gets the GIL mid-burst,
 not only when the event loop waits): the capacity window runs without either. Per-thread
-CPU totals are exact; the split within a thread is a sample.
+CPU totals and the engine timers are exact; the split within a thread is a sample.
 """
 
 from __future__ import annotations
@@ -391,6 +395,20 @@ class EncoderCalls:
         }
 
 
+def _engine_timers() -> Any:
+    """bench/engine_timers.py's ``EngineTimers``, loaded from beside this file: the server's
+    ``bench`` package is the measured checkout's, which may predate it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "engine_timers", Path(__file__).with_name("engine_timers.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.EngineTimers()
+
+
 def serve(control: Path, interval_s: float, cpus: set[int]) -> None:
     """Run ``python -m service`` with a sampler that starts when ``control/start`` appears
     and writes ``control/profile.json`` when ``control/stop`` does."""
@@ -406,6 +424,9 @@ def serve(control: Path, interval_s: float, cpus: set[int]) -> None:
             calls.patch()
         except (ImportError, AttributeError):  # a checkout from before these functions
             calls = None
+        timers = _engine_timers()
+        timers.patch()
+        timers.start()
         # The sampler needs the GIL to read stacks, and a thread holding it lets go after
         # the switch interval (5 ms) or when it waits: most of a request's bursts are shorter,
         # so at 5 ms the sampler would mostly catch the event loop at its wait.
@@ -416,6 +437,7 @@ def serve(control: Path, interval_s: float, cpus: set[int]) -> None:
             time.sleep(0.2)
         result = sampler.stop()
         result["encoder_calls"] = calls.unpatch() if calls is not None else None
+        result["engine_timers"] = timers.stop()
         sys.setswitchinterval(switch_interval)
         import service
 
@@ -748,6 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.offline:
         print(json.dumps(offline(args)))
         return 0
+    from bench.engine_timers import summary
     from loadtest.client import cpu_list
     from loadtest.machine import machine_facts
 
@@ -770,6 +793,8 @@ def main(argv: list[str] | None = None) -> int:
                     f" admissions {calls['admissions']}, length classes {calls['classes']}",
                     flush=True,
                 )
+            if run["stages"].get("engine_timers"):
+                print(f"  {summary(run['stages']['engine_timers'], run['stages']['requests'])}")
             print(
                 f"  {c['rps']:.1f} req/s, {1000 * (c['cpu_s_per_request'] or 0):.2f} ms CPU/req,"
                 f" p50 {c['p50_ms']} p99 {c['p99_ms']} ms ({run['service_package']})",
