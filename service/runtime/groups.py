@@ -2,10 +2,11 @@
 
 Rows: every request occupies ``search.num_rows`` contiguous rows (1 greedy, K beams; one
 before a beam search's first step, which the K beams then continue), in the order the
-requests joined but for rows that left (below). The group's tensors (``GroupTensors``) are the self-attention cache
-(N, H, P, Dh), the cross K/V (N, H, S, Dh), wherever the model's KV backend keeps them, and two
-small host masks, with each row's next input token and position. Per-request state lives in one
-small object per request (``ActiveRequest``, service/runtime/stepping.py).
+requests joined but for rows that left (below). The group's tensors (``GroupTensors``) are
+the self-attention cache (N, H, P, Dh), the cross K/V (N, H, S, Dh), wherever the model's KV
+backend keeps them, and two small host masks, with each row's next input token and position.
+Per-request state lives in one small object per request (``ActiveRequest``,
+service/runtime/stepping.py).
 
 A ``Group`` owns everything that changes its tensors: merging another group into it, the step
 inputs, advancing its searches by one decoder output, and rearranging rows when beams reorder
