@@ -8,9 +8,10 @@ engine thread at each such call, so those calls collect the CPU of the whole int
 them (SentencePiece's ``Encode`` was charged some thirty times what it costs timed alone:
 docs/benchmarks-log.md). py-spy reads the stacks from another process without the lock, and
 ``--gil`` keeps only the samples of the thread that holds it: the event loop's Python, where a
-request's web, JSON and text stages run. Its lock-free C calls (a ``stat``, an ``Encode``) are left out, a few
-microseconds a request; the engine thread's ONNX Runtime calls run without the lock, so its
-split stays the in-process sampler's (encoder and decoder calls are long and few).
+request's web, JSON and text stages run. Its lock-free C calls (a ``stat``, an ``Encode``)
+are left out, a few microseconds a request; the engine thread's ONNX Runtime calls run without
+the lock, so its split stays the in-process sampler's (encoder and decoder calls are long and
+few).
 
     sampler = GilSampler(pid, seconds, cpus="1").start()
     ...  # the load
