@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
@@ -139,6 +140,10 @@ def _loop_codes() -> set[CodeType]:
     return codes
 
 
+# The same runners as py-spy names them (``Runner.run``)
+LOOP_RUNNERS = frozenset(code.co_qualname for code in _loop_codes())
+
+
 STAGE_ORDER = (
     LOOP_C,
     "HTTP (uvicorn, starlette, fastapi)",
@@ -174,21 +179,31 @@ def _rule_of_name(path: str, name: str) -> tuple[int, str] | None:
     return None
 
 
-LOOP_FUNCTIONS = {"Runner.run", "BaseEventLoop.run_forever", "BaseEventLoop.run_until_complete"}
-
-
-def stage_of_frames(frames: list[tuple[str, str]]) -> str:
-    """The stage of a py-spy stack, (function, short path) outermost first, by the same rules
-    as ``StageSampler._walk`` (py-spy names functions ``Class.method`` and cuts paths at
-    site-packages)."""
-    if frames and frames[-1][0] in LOOP_FUNCTIONS:
+def _stage(rules: Iterable[tuple[int, str] | None], in_loop_runner: bool) -> str:
+    """The stage of a stack from its frames' rules, innermost first (the highest priority
+    wins, the innermost frame breaking ties); ``in_loop_runner``: the innermost Python frame
+    is the loop runner itself, so uvloop's C code runs (epoll, socket reads and writes, the
+    HTTP parser, callbacks' scheduling)."""
+    if in_loop_runner:
         return LOOP_C
     best: tuple[int, str] | None = None
-    for function, path in reversed(frames):  # innermost first: it wins ties
-        rule = _rule_of_name(f"/{path}", function.rsplit(".", 1)[-1])
+    for rule in rules:
         if rule is not None and (best is None or rule[0] > best[0]):
             best = rule
     return best[1] if best else OTHER
+
+
+def stage_of_frames(frames: list[tuple[str, str]]) -> str:
+    """The stage of a py-spy stack, (function, short path) outermost first, by the rules of
+    ``StageSampler._walk`` (py-spy names functions ``Class.method`` and cuts paths at
+    site-packages)."""
+    return _stage(
+        (
+            _rule_of_name(f"/{path}", function.rsplit(".", 1)[-1])
+            for function, path in reversed(frames)
+        ),
+        bool(frames) and frames[-1][0] in LOOP_RUNNERS,
+    )
 
 
 class StageSampler:
@@ -246,22 +261,16 @@ class StageSampler:
     def _walk(self, frame: FrameType | None) -> tuple[str, list[CodeType]]:
         """The stage of the stack and its code objects, innermost first."""
         codes: list[CodeType] = []
-        best: tuple[int, str] | None = None
+        rules: list[tuple[int, str] | None] = []
         while frame is not None:
             code = frame.f_code
             codes.append(code)
             try:
-                rule = self.rules[code]
+                rules.append(self.rules[code])
             except KeyError:
-                rule = self.rules[code] = _rule_of(code)
-            if rule is not None and (best is None or rule[0] > best[0]):
-                best = rule
+                rules.append(self.rules.setdefault(code, _rule_of(code)))
             frame = frame.f_back
-        if codes and codes[0] in LOOP_CODES:
-            # The innermost Python frame is the loop runner itself: uvloop's C code runs
-            # (epoll, socket reads and writes, the HTTP parser, callbacks' scheduling).
-            return LOOP_C, codes
-        return (best[1] if best else OTHER), codes
+        return _stage(rules, bool(codes) and codes[0] in LOOP_CODES), codes
 
     def _run(self) -> None:
         if self.cpus:
