@@ -44,7 +44,11 @@ class BanFeeds:
         key = [*extra_bans, *watched]
         shape = (pad_id, tuple(static_bans), tuple(active.num_rows for active in requests))
         last = self._searches_key
-        if shape == self._searches_shape and len(key) == len(last) and all(map(_same, key, last)):
+        if (
+            shape == self._searches_shape
+            and len(key) == len(last)
+            and all(a is b for a, b in zip(key, last, strict=True))
+        ):
             return self._searches_arrays
         self._searches_arrays = _with_searches(
             requests, rows, pad_id, static_bans, extra_bans, watched
@@ -62,10 +66,6 @@ class BanFeeds:
             self._static_arrays = (banned, np.full((rows, 1), pad_id, dtype=np.int64))
             self._static_key = key
         return self._static_arrays
-
-
-def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
-    return a is b
 
 
 def _one_layout(
