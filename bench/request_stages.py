@@ -359,7 +359,7 @@ class EncoderCalls:
             self.by_rows[len(lengths)] += 1
             return original(kv, info, requests)
 
-        encoding.encode_group = counted  # type: ignore[assignment]
+        encoding.encode_group = counted
         from service.runtime import engine
 
         encode_class = self._originals["encode_class"] = encoding.encode_class
@@ -428,9 +428,10 @@ def serve(control: Path, interval_s: float, cpus: set[int]) -> None:
             time.sleep(0.05)
         LOOP_CODES.update(_loop_codes())
         sampler = StageSampler(interval_s, cpus)
-        calls: EncoderCalls | None = EncoderCalls()
+        counter = EncoderCalls()
+        calls: EncoderCalls | None = counter
         try:
-            calls.patch()
+            counter.patch()
         except (ImportError, AttributeError):  # a checkout from before these functions
             calls = None
         timers = _engine_timers()

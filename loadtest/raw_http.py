@@ -161,7 +161,7 @@ class RawClients:
     async def post(self, url: str, *, json: Mapping[str, Any], timeout: float | None = None):
         return await self._for(url).post(url, json=json, timeout=timeout)
 
-    async def get(self, url: str, *, timeout: float | None = None) -> RawResponse:
+    async def get(self, url: str, *, timeout: float | None = None) -> RawResponse | httpx.Response:
         return await self._for(url).get(url, timeout=timeout)
 
 

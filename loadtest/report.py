@@ -57,7 +57,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 def latency_summary_ms(latencies_s: Sequence[float]) -> dict[str, float | None]:
     """p50/p90/p99/max/mean in milliseconds; None when there were no values."""
     if not latencies_s:
-        return {f"p{q}": None for q in PERCENTILES} | {"max": None, "mean": None}
+        empty: dict[str, float | None] = {f"p{q}": None for q in PERCENTILES}
+        return empty | {"max": None, "mean": None}
     summary: dict[str, float | None] = {
         f"p{q}": round(percentile(latencies_s, q) * 1000, 2) for q in PERCENTILES
     }
@@ -469,15 +470,18 @@ def plot_run(path: Path, records: Sequence[RequestRecord], title: str) -> Path |
         print("matplotlib is not installed; no plot")
         return None
     figure, (over_time, histogram) = plt.subplots(1, 2, figsize=(12, 4.5))
-    ok = [r for r in records if r.ok and r.latency_s is not None]
-    failed = [r for r in records if not r.ok and not r.dropped and r.latency_s is not None]
-    over_time.scatter(
-        [r.scheduled_s for r in ok], [r.latency_s * 1000 for r in ok], s=6, label="200"
-    )
+    # (scheduled send time, latency ms) of the answered requests and of the failed ones
+    ok = [(r.scheduled_s, r.latency_s * 1000) for r in records if r.ok and r.latency_s is not None]
+    failed = [
+        (r.scheduled_s, r.latency_s * 1000)
+        for r in records
+        if not r.ok and not r.dropped and r.latency_s is not None
+    ]
+    over_time.scatter([at for at, _ in ok], [ms for _, ms in ok], s=6, label="200")
     if failed:
         over_time.scatter(
-            [r.scheduled_s for r in failed],
-            [r.latency_s * 1000 for r in failed],
+            [at for at, _ in failed],
+            [ms for _, ms in failed],
             s=10,
             marker="x",
             color="tab:red",
@@ -497,7 +501,7 @@ def plot_run(path: Path, records: Sequence[RequestRecord], title: str) -> Path |
     over_time.set_ylabel("latency (ms)")
     over_time.set_title("latency over time")
     over_time.legend(loc="upper left")
-    latencies_ms = [r.latency_s * 1000 for r in ok]
+    latencies_ms = [ms for _, ms in ok]
     if latencies_ms:
         histogram.hist(latencies_ms, bins=min(50, max(5, len(latencies_ms) // 5)))
         for q, style in zip(PERCENTILES, (":", "--", "-"), strict=True):
