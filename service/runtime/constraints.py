@@ -121,8 +121,12 @@ class CopyConstraint:
     def advance(self, tokens: np.ndarray, parents: np.ndarray) -> None:
         """The rows continue ``parents`` with ``tokens``: reorder, count emitted symbols."""
         if len(parents) != len(self.remaining) or (parents != np.arange(len(parents))).any():
-            self.remaining = self.remaining[parents]
-            self._changed()
+            reordered = self.remaining[parents]
+            # Beams that owe alike (every row of a source without symbols) swap rows at most
+            # steps and change nothing: the bans stay as they are.
+            if not np.array_equal(reordered, self.remaining):
+                self.remaining = reordered
+                self._changed()
         for row, token in enumerate(tokens.tolist()):
             self.emitted(row, token)
 

@@ -108,6 +108,20 @@ def test_bans_follow_the_rows_through_reorders_and_emissions():
     assert constraint.bans().tolist() == [[5, 6, PAD], [5, 6, PAD]]
 
 
+def test_a_reorder_of_rows_that_owe_alike_keeps_the_bans():
+    constraint = CopyConstraint({5: 0, 6: 0}, rows=3, eos_id=EOS, pad_id=PAD)
+    bans = constraint.bans()
+    constraint.advance(np.array([7, 8, 9]), np.array([2, 0, 0]))  # beams reorder, owe nothing
+    assert constraint.bans() is bans  # not rebuilt: nothing changed
+    assert bans.tolist() == [[5, 6, PAD]] * 3
+    constraint = CopyConstraint({5: 1, 6: 0}, rows=2, eos_id=EOS, pad_id=PAD)
+    constraint.advance(np.array([5, 7]), np.array([0, 1]))  # row 0 pays its 5
+    bans = constraint.bans()
+    constraint.advance(np.array([7, 7]), np.array([1, 0]))  # rows that differ swap
+    assert constraint.bans() is not bans
+    assert constraint.bans().tolist() == [[PAD, 6, EOS], [5, 6, PAD]]
+
+
 def test_no_constraint_is_unchanged():
     rng = np.random.default_rng(1)
     table = rng.normal(size=(8, 3, V)).astype(np.float32)
