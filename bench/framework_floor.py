@@ -78,31 +78,16 @@ def mtserve_command(server_cpus: str) -> list[str]:
 
 
 def one_run(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
-    from bench.request_stages import HeldoutSampler
-    from loadtest.client import run_async, spawned_process
-    from loadtest.closed_loop import measure_closed_loop
+    from bench.request_stages import closed_loop
+    from loadtest.client import spawned_process
     from loadtest.cpu_accounting import process_cpu_seconds
 
     command = (bare_command if arm == "bare" else mtserve_command)(args.server_cpus)
     env = {"MT_PROCESS_MODE": "single"}
     with spawned_process(args.model, command=command, extra_env=env) as (url, process):
-
-        def closed(seconds: float, seed: int) -> dict[str, Any]:
-            _, summary = run_async(
-                measure_closed_loop(
-                    url,
-                    HeldoutSampler(seed),  # type: ignore[arg-type]
-                    concurrency=args.concurrency,
-                    duration_s=seconds,
-                    max_requests=None,
-                    timeout_s=60.0,
-                )
-            )
-            return summary
-
-        closed(args.warmup, seed + 1000)
+        closed_loop(url, args.concurrency, args.warmup, seed + 1000)
         cpu_before = process_cpu_seconds(process.pid) or 0.0
-        summary = closed(args.duration, seed)
+        summary = closed_loop(url, args.concurrency, args.duration, seed)
         cpu_s = (process_cpu_seconds(process.pid) or 0.0) - cpu_before
     ok = summary["ok"]
     return {

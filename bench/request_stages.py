@@ -493,13 +493,31 @@ class HeldoutSampler:
         return {"heldout": str(HELDOUT.name), "kind": self.kind, "seed": self.seed}
 
 
+def closed_loop(url: str, concurrency: int, seconds: float, seed: int) -> dict[str, Any]:
+    """``concurrency`` closed-loop clients sending held-out strings (``HeldoutSampler(seed)``)
+    to ``url`` for ``seconds``: the run's summary (``loadtest.closed_loop``)."""
+    from loadtest.client import run_async
+    from loadtest.closed_loop import measure_closed_loop
+
+    _, summary = run_async(
+        measure_closed_loop(
+            url,
+            HeldoutSampler(seed),  # type: ignore[arg-type]
+            concurrency=concurrency,
+            duration_s=seconds,
+            max_requests=None,
+            timeout_s=60.0,
+        )
+    )
+    return summary
+
+
 def one_run(args: Any, code: Path, label: str, seed: int) -> dict[str, Any]:
     import shutil
     import tempfile
 
     from bench.gil_sampler import GilSampler
-    from loadtest.client import run_async, spawned_process
-    from loadtest.closed_loop import measure_closed_loop
+    from loadtest.client import spawned_process
     from loadtest.cpu_accounting import process_cpu_seconds
 
     control = Path(tempfile.mkdtemp(prefix="stages-"))
@@ -520,17 +538,7 @@ def one_run(args: Any, code: Path, label: str, seed: int) -> dict[str, Any]:
         ) as (url, process):
 
             def closed(seconds: float, seed: int) -> dict[str, Any]:
-                _, summary = run_async(
-                    measure_closed_loop(
-                        url,
-                        HeldoutSampler(seed),  # type: ignore[arg-type]
-                        concurrency=args.concurrency,
-                        duration_s=seconds,
-                        max_requests=None,
-                        timeout_s=60.0,
-                    )
-                )
-                return summary
+                return closed_loop(url, args.concurrency, seconds, seed)
 
             closed(args.warmup, seed + 1000)
             cpu_before = process_cpu_seconds(process.pid) or 0.0
