@@ -177,7 +177,9 @@ def test_finished_jobs_are_swept_with_their_files(replicas):
 
 
 def test_shared_rate_limits_answer_as_the_in_memory_ones_and_hold_across_replicas(replicas):
-    now = [1000.0]
+    # not in the past: limits' memory storage drops entries whose expiry the real clock has
+    # passed (its expiry timer, 10 ms after the limiter is made, reads time.time)
+    now = [time.time()]
     memory = RateLimiter(clock=lambda: now[0])
     a = SharedRateLimiter(replicas().main, clock=lambda: now[0])
     b = SharedRateLimiter(replicas().main, clock=lambda: now[0])
